@@ -1,0 +1,209 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/reaper"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
+	schema "github.com/outbox-relay/relay/schema/postgres"
+)
+
+// config is everything the relay reads from the environment. Names follow
+// Open Outbox Relay where it has the same setting. docs/configuration.md
+// documents each one; a test keeps the two in step.
+type config struct {
+	StorageURL       string `env:"STORAGE_URL"`
+	PublisherURL     string `env:"PUBLISHER_URL"`
+	StorageTableName string `env:"STORAGE_TABLE_NAME"`
+	AutoMigrate      bool   `env:"STORAGE_AUTO_MIGRATE"`
+	RelayID          string `env:"RELAY_ID"`
+
+	BatchSize          int           `env:"BATCH_SIZE"`
+	PollInterval       time.Duration `env:"POLL_INTERVAL"`
+	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES"`
+	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT"`
+	ReaperInterval     time.Duration `env:"REAPER_INTERVAL"`
+	ReapBatchSize      int           `env:"REAP_BATCH_SIZE"`
+	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS"`
+	RetryBaseDelay     time.Duration `env:"RETRY_BASE_DELAY"`
+	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY"`
+	RetryJitter        float64       `env:"RETRY_JITTER"`
+	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT"`
+
+	HTTPAddr  string `env:"HTTP_ADDR"`
+	LogLevel  string `env:"LOG_LEVEL"`
+	LogFormat string `env:"LOG_FORMAT"`
+}
+
+// Defaults that belong to no package.
+const (
+	storageURLDefault   = "postgres://postgres@localhost:5432/postgres?sslmode=disable"
+	publisherURLDefault = "stdout://"
+	httpAddrDefault     = ":8080"
+)
+
+func defaultConfig() config {
+	return config{
+		StorageURL:         storageURLDefault,
+		PublisherURL:       publisherURLDefault,
+		StorageTableName:   schema.DefaultTable,
+		BatchSize:          relay.BatchSizeDefault,
+		PollInterval:       relay.PollIntervalDefault,
+		MaxInFlightBatches: relay.MaxInFlightBatchesDefault,
+		LeaseTimeout:       relay.LeaseTimeoutDefault,
+		ReaperInterval:     reaper.IntervalDefault,
+		ReapBatchSize:      reaper.BatchSizeDefault,
+		RetryMaxAttempts:   relay.RetryMaxAttemptsDefault,
+		RetryBaseDelay:     relay.RetryBaseDelayDefault,
+		RetryMaxDelay:      relay.RetryMaxDelayDefault,
+		RetryJitter:        relay.RetryJitterDefault,
+		ShutdownTimeout:    relay.ShutdownTimeoutDefault,
+		HTTPAddr:           httpAddrDefault,
+		LogLevel:           "info",
+		LogFormat:          "json",
+	}
+}
+
+// usageError is a configuration mistake: the relay exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// loadConfig reads the environment over the defaults and validates the
+// result. Every error names the variable to fix.
+func loadConfig(environ map[string]string) (config, error) {
+	cfg := defaultConfig()
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
+		return cfg, usageError{explainEnvError(err)}
+	}
+	if cfg.RelayID == "" {
+		cfg.RelayID = defaultRelayID()
+	}
+	return cfg, cfg.validate()
+}
+
+// explainEnvError rewrites the env library's errors, which name Go fields,
+// to name the environment variable instead.
+func explainEnvError(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	t := reflect.TypeOf(config{})
+	var out []error
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := t.FieldByName(pe.Name); ok {
+				out = append(out, fmt.Errorf("%s: cannot parse as %s: %w", f.Tag.Get("env"), kindName(pe.Type), pe.Err))
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
+}
+
+func kindName(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
+		return "a duration (such as 500ms, 30s or 5m)"
+	case reflect.TypeOf(0):
+		return "an integer"
+	case reflect.TypeOf(false):
+		return "a boolean (true or false)"
+	case reflect.TypeOf(0.0):
+		return "a number"
+	}
+	return t.String()
+}
+
+func (c config) validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := storage.Check(c.StorageURL); err != nil {
+		add(fmt.Errorf("STORAGE_URL: %w", err))
+	}
+	if err := publisher.Check(c.PublisherURL); err != nil {
+		add(fmt.Errorf("PUBLISHER_URL: %w", err))
+	}
+	if _, err := schema.ParseTable(c.StorageTableName); err != nil {
+		add(fmt.Errorf("STORAGE_TABLE_NAME: %w", err))
+	}
+	add(c.engineConfig(nil).Validate())
+	add(c.reaperConfig(nil).Validate())
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		add(err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		add(fmt.Errorf("LOG_FORMAT must be json or text, got %q", c.LogFormat))
+	}
+	if c.HTTPAddr == "" {
+		add(fmt.Errorf("HTTP_ADDR must not be empty (use 127.0.0.1:8080 to listen locally only)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+func (c config) engineConfig(log *slog.Logger) relay.Config {
+	return relay.Config{
+		RelayID:            c.RelayID,
+		BatchSize:          c.BatchSize,
+		PollInterval:       c.PollInterval,
+		MaxInFlightBatches: c.MaxInFlightBatches,
+		LeaseTimeout:       c.LeaseTimeout,
+		ShutdownTimeout:    c.ShutdownTimeout,
+		Retry: relay.RetryPolicy{
+			MaxAttempts: c.RetryMaxAttempts,
+			BaseDelay:   c.RetryBaseDelay,
+			MaxDelay:    c.RetryMaxDelay,
+			Jitter:      c.RetryJitter,
+		},
+		Logger: log,
+	}
+}
+
+func (c config) reaperConfig(log *slog.Logger) reaper.Config {
+	return reaper.Config{
+		Interval:     c.ReaperInterval,
+		LeaseTimeout: c.LeaseTimeout,
+		BatchSize:    c.ReapBatchSize,
+		MaxAttempts:  c.RetryMaxAttempts,
+		Logger:       log,
+	}
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("LOG_LEVEL must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// defaultRelayID is the host name plus a random suffix, so that two relays
+// on one host, or a restarted pod, never share a lease identity.
+func defaultRelayID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "relay"
+	}
+	return strings.ToLower(host) + "-" + randomSuffix()
+}

@@ -1,0 +1,189 @@
+// Command relay moves events from a PostgreSQL outbox table to a message
+// broker. It is configured entirely from the environment; see
+// docs/configuration.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/publisher"
+	_ "github.com/outbox-relay/relay/pkg/publisher/nats"
+	_ "github.com/outbox-relay/relay/pkg/publisher/null"
+	_ "github.com/outbox-relay/relay/pkg/publisher/stdout"
+	"github.com/outbox-relay/relay/pkg/reaper"
+	"github.com/outbox-relay/relay/pkg/redact"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
+	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one kills the process outright.
+		<-ctx.Done()
+		stop()
+	}()
+	os.Exit(run(ctx, os.Args[1:], environ(), os.Stdout, os.Stderr))
+}
+
+func environ() map[string]string {
+	m := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+const usage = `Usage: relay [--version | --help]
+
+The relay is configured from the environment (STORAGE_URL, PUBLISHER_URL,
+BATCH_SIZE, ...); see docs/configuration.md. It runs until SIGINT or SIGTERM,
+then finishes the batches in flight and exits 0.
+`
+
+// run is the whole program; it returns the exit code: 0 after a clean stop,
+// 1 when something failed at run time, 2 for a configuration mistake.
+func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		switch a {
+		case "--version", "-version", "version":
+			fmt.Fprintf(stdout, "relay %s\n", version)
+			return 0
+		case "--help", "-help", "-h", "help":
+			fmt.Fprint(stdout, usage)
+			return 0
+		default:
+			fmt.Fprintf(stderr, "relay: unknown argument %q\n%s", a, usage)
+			return 2
+		}
+	}
+	cfg, err := loadConfig(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay: configuration error:\n  %s\n",
+			strings.ReplaceAll(redact.URL(err.Error()), "\n", "\n  "))
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("relay stopped with an error", "error", redact.URL(err.Error()))
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// serve wires the relay together and runs it until ctx ends.
+func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+	storageURL := storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName)
+	store, err := storage.Open(ctx, storageURL)
+	if err != nil {
+		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
+	}
+	defer store.Close()
+	if cfg.AutoMigrate {
+		res, err := store.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed))
+	}
+	if err := store.Check(ctx); err != nil {
+		return err
+	}
+
+	pub, err := publisher.Open(ctx, cfg.PublisherURL)
+	if err != nil {
+		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := pub.Close(closeCtx); err != nil {
+			log.Warn("closing the publisher failed", "error", err)
+		}
+	}()
+
+	engine, err := relay.New(cfg.engineConfig(log), store, pub)
+	if err != nil {
+		return usageError{err}
+	}
+	rp, err := reaper.New(cfg.reaperConfig(log), store)
+	if err != nil {
+		return usageError{err}
+	}
+
+	health := &healthState{}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := newHTTPServer(health)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, httpServerClosed) {
+			log.Error("HTTP server failed", "error", err)
+		}
+	}()
+
+	log.Info("relay started",
+		"version", version,
+		"relay_id", cfg.RelayID,
+		"storage", redact.URL(cfg.StorageURL),
+		"table", cfg.StorageTableName,
+		"publisher", redact.URL(cfg.PublisherURL),
+		"http", ln.Addr().String(),
+		"batch_size", cfg.BatchSize,
+		"max_in_flight_batches", cfg.MaxInFlightBatches)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rp.Run(ctx)
+	}()
+	health.setRunning(true)
+	err = engine.Run(ctx)
+	health.setRunning(false)
+	wg.Wait()
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	log.Info("relay stopped")
+	return err
+}
+
+func randomSuffix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,99 @@
+// Package publisher defines what the relay needs from a message broker: the
+// Publisher interface, the error classes that decide an event's fate
+// (Permanent, Unavailable, anything else retryable), and Open, which picks a
+// registered driver from a URL's scheme.
+package publisher
+
+import (
+	"context"
+	"errors"
+
+	"github.com/outbox-relay/relay/pkg/driver"
+	"github.com/outbox-relay/relay/pkg/outbox"
+)
+
+// Publisher sends events to a broker.
+type Publisher interface {
+	// Publish sends the batch and returns one error per event, in batch
+	// order; nil means the broker acknowledged that event. Events that share
+	// a partition key reach the broker in batch order. Drivers pipeline the
+	// batch (send all, then await the acknowledgements).
+	Publish(ctx context.Context, batch []outbox.Event) []error
+	// Ping reports whether the broker answers now.
+	Ping(ctx context.Context) error
+	// Close releases the connection. Calling it twice is harmless.
+	Close(ctx context.Context) error
+}
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// unavailableError marks an error that says the broker, not the event, is
+// the problem.
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string { return e.err.Error() }
+func (e unavailableError) Unwrap() error { return e.err }
+
+// Permanent marks err as one that will never succeed: the event goes DEAD at
+// once with err as its last_error.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// Unavailable marks err as the broker being unreachable: the event is
+// released without spending an attempt and the relay pauses claiming.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return unavailableError{err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// IsUnavailable reports whether err, or an error it wraps, was marked
+// Unavailable.
+func IsUnavailable(err error) bool {
+	var u unavailableError
+	return errors.As(err, &u)
+}
+
+// Fill returns a slice of n copies of err: the result of a batch that failed
+// as a whole.
+func Fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+var drivers = driver.NewRegistry[Publisher]("publisher")
+
+// Register makes a driver available to Open under the given URL schemes;
+// driver packages call it from init.
+func Register(opener driver.Opener[Publisher], schemes ...string) {
+	drivers.Register(opener, schemes...)
+}
+
+// Open connects the driver registered for rawURL's scheme.
+func Open(ctx context.Context, rawURL string) (Publisher, error) {
+	return drivers.Open(ctx, rawURL)
+}
+
+// Check reports whether rawURL names a registered driver, without connecting.
+func Check(rawURL string) error { return drivers.Known(rawURL) }
+
+// Schemes lists the URL schemes of the registered drivers.
+func Schemes() []string { return drivers.Schemes() }

@@ -1,0 +1,94 @@
+package relay_test
+
+import (
+	"context"
+	"flag"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	_ "github.com/outbox-relay/relay/pkg/publisher/null"
+	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+var (
+	benchEvents   = flag.Int("events", 100_000, "events drained by each benchmark iteration")
+	benchBatch    = flag.Int("batch", relay.BatchSizeDefault, "BATCH_SIZE for benchmarks")
+	benchInFlight = flag.Int("inflight", relay.MaxInFlightBatchesDefault, "MAX_IN_FLIGHT_BATCHES for benchmarks")
+)
+
+// benchDrain measures draining a backlog of *benchEvents 200-byte events
+// through pub and reports events/s.
+func benchDrain(b *testing.B, pub publisher.Publisher, eventType string) {
+	tb := pgtest.New(b)
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		tb.Exec(b, "TRUNCATE {{table}}")
+		tb.InsertN(b, *benchEvents, eventType)
+		tb.Exec(b, "VACUUM ANALYZE {{table}}")
+		e, err := relay.New(relay.Config{
+			RelayID:            "bench",
+			BatchSize:          *benchBatch,
+			MaxInFlightBatches: *benchInFlight,
+			PollInterval:       10 * time.Millisecond,
+		}, tb.Store, pub)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		b.StartTimer()
+		began := time.Now()
+		go func() { done <- e.Run(ctx) }()
+		eventually.True(b, 10*time.Minute, func() bool { return tb.Settled(b) },
+			func() string { return "backlog drained" })
+		total += time.Since(began)
+		b.StopTimer()
+		cancel()
+		<-done
+		if got := tb.Counts(b)[outbox.StatusDelivered]; got != *benchEvents {
+			b.Fatalf("%d events delivered, want %d", got, *benchEvents)
+		}
+	}
+	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "events/s")
+}
+
+// BenchmarkDrainNATS drains into a JetStream stream: BENCH_NATS_URL when
+// set, else an in-process server.
+func BenchmarkDrainNATS(b *testing.B) {
+	url := os.Getenv("BENCH_NATS_URL")
+	if url == "" {
+		srv := natstest.Start(b)
+		url = srv.URL()
+	}
+	_, js := connectJS(b, url)
+	if _, err := js.CreateOrUpdateStream(context.Background(), jetstream.StreamConfig{
+		Name: "BENCH", Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage,
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = js.DeleteStream(context.Background(), "BENCH") })
+	pub, err := publisher.Open(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close(context.Background())
+	benchDrain(b, pub, "bench.event")
+}
+
+// BenchmarkDrainNull measures the storage side alone.
+func BenchmarkDrainNull(b *testing.B) {
+	pub, err := publisher.Open(context.Background(), "null://")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDrain(b, pub, "bench.event")
+}

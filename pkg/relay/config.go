@@ -1,0 +1,112 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	BatchSizeDefault          = 500
+	PollIntervalDefault       = 500 * time.Millisecond
+	MaxInFlightBatchesDefault = 4
+	LeaseTimeoutDefault       = time.Minute
+	ShutdownTimeoutDefault    = 30 * time.Second
+	RetryMaxAttemptsDefault   = 25
+	RetryBaseDelayDefault     = time.Second
+	RetryMaxDelayDefault      = 24 * time.Hour
+	RetryJitterDefault        = 0.15
+)
+
+// Config tunes an Engine. Zero fields take their XxxDefault.
+type Config struct {
+	// RelayID names this relay in locked_by. Required, and unique among the
+	// relays sharing a table.
+	RelayID string
+	// BatchSize is the most events one claim takes.
+	BatchSize int
+	// PollInterval is how long the engine waits for new events when a claim
+	// came back short and nothing woke it.
+	PollInterval time.Duration
+	// MaxInFlightBatches bounds the batches claimed and not yet settled.
+	MaxInFlightBatches int
+	// LeaseTimeout is how long a claim stays valid; settling stops retrying
+	// once it has passed, because the reaper will then take the rows back.
+	LeaseTimeout time.Duration
+	// ShutdownTimeout bounds how long in-flight batches may take to finish
+	// after Run's context ends; then their unpublished events are released.
+	ShutdownTimeout time.Duration
+	// Retry decides when a failed event is tried again or buried.
+	Retry RetryPolicy
+	// Logger receives the engine's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// RetryPolicy is exponential backoff with jitter and an attempt limit.
+type RetryPolicy struct {
+	// MaxAttempts is the attempt count at which an event goes DEAD.
+	MaxAttempts int
+	// BaseDelay is the wait after the first failure; each further failure
+	// doubles it.
+	BaseDelay time.Duration
+	// MaxDelay caps the wait.
+	MaxDelay time.Duration
+	// Jitter spreads each wait by up to ±Jitter of itself (0 to 1).
+	Jitter float64
+}
+
+// Delay returns the wait before retrying an event that has now failed
+// attempts times; r in [0,1) picks the point in the jitter range.
+func (p RetryPolicy) Delay(attempts int, r float64) time.Duration {
+	exp := math.Min(float64(max(attempts-1, 0)), 62)
+	d := math.Min(float64(p.BaseDelay)*math.Pow(2, exp), float64(p.MaxDelay))
+	d *= 1 + p.Jitter*(2*r-1)
+	return time.Duration(max(d, 0))
+}
+
+func (c Config) withDefaults() Config {
+	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.PollInterval, PollIntervalDefault)
+	setDefault(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
+	setDefault(&c.LeaseTimeout, LeaseTimeoutDefault)
+	setDefault(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	setDefault(&c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
+	setDefault(&c.Retry.BaseDelay, RetryBaseDelayDefault)
+	setDefault(&c.Retry.MaxDelay, RetryMaxDelayDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Validate reports every setting that cannot work, naming each by its
+// environment variable. It checks the values as given: a zero is an error
+// here, while New first replaces zeros with defaults.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.RelayID != "", "RELAY_ID must not be empty")
+	check(c.BatchSize > 0, "BATCH_SIZE must be positive, got %d", c.BatchSize)
+	check(c.PollInterval > 0, "POLL_INTERVAL must be positive, got %s", c.PollInterval)
+	check(c.MaxInFlightBatches > 0, "MAX_IN_FLIGHT_BATCHES must be positive, got %d", c.MaxInFlightBatches)
+	check(c.LeaseTimeout > 0, "LEASE_TIMEOUT must be positive, got %s", c.LeaseTimeout)
+	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
+	check(c.Retry.MaxAttempts > 0, "RETRY_MAX_ATTEMPTS must be positive, got %d", c.Retry.MaxAttempts)
+	check(c.Retry.BaseDelay > 0, "RETRY_BASE_DELAY must be positive, got %s", c.Retry.BaseDelay)
+	check(c.Retry.MaxDelay >= c.Retry.BaseDelay, "RETRY_MAX_DELAY (%s) must not be below RETRY_BASE_DELAY (%s)", c.Retry.MaxDelay, c.Retry.BaseDelay)
+	check(c.Retry.Jitter >= 0 && c.Retry.Jitter <= 1, "RETRY_JITTER must be between 0 and 1, got %g", c.Retry.Jitter)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,365 @@
+// Package relay is the engine that moves events from the outbox table to a
+// broker: it claims a batch, publishes it, and settles each event's outcome,
+// with up to MaxInFlightBatches batches between claim and settle at once so
+// the database and the broker work in parallel.
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Store is the part of the outbox table the engine uses.
+type Store interface {
+	Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error)
+	MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error)
+	MarkFailed(ctx context.Context, p storage.FailParams) (int, error)
+	Release(ctx context.Context, p storage.SettleParams) (int, error)
+}
+
+// Broker backoff: how long claiming pauses after the broker was unavailable.
+const (
+	brokerBackoffMin = time.Second
+	brokerBackoffMax = 30 * time.Second
+	// Database backoff: how long claiming waits after a failed claim.
+	storageBackoffMin = 250 * time.Millisecond
+	storageBackoffMax = 10 * time.Second
+)
+
+// State is what the engine is doing, as exported by the relay.state metric.
+type State int
+
+// Engine states. The values are Open Outbox's relay.state gauge values.
+const (
+	StateActive State = 1 // claiming and publishing
+	StatePaused State = 2 // the broker is unavailable; waiting for it
+	StateError  State = 3 // the database is failing
+)
+
+func (s State) String() string {
+	switch s {
+	case StateActive:
+		return "active"
+	case StatePaused:
+		return "paused"
+	case StateError:
+		return "error"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Engine relays events from a Store to a Publisher.
+type Engine struct {
+	cfg   Config
+	store Store
+	pub   publisher.Publisher
+	log   *slog.Logger
+
+	wake  chan struct{}
+	state atomic.Int32
+
+	brokerMu      sync.Mutex
+	brokerDown    bool
+	brokerBackoff time.Duration
+}
+
+// New returns an engine; zero fields of cfg take their defaults.
+func New(cfg Config, store Store, pub publisher.Publisher) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:           cfg,
+		store:         store,
+		pub:           pub,
+		log:           cfg.Logger.With("relay_id", cfg.RelayID),
+		wake:          make(chan struct{}, 1),
+		brokerBackoff: brokerBackoffMin,
+	}
+	e.state.Store(int32(StateActive))
+	return e, nil
+}
+
+// State reports what the engine is doing now.
+func (e *Engine) State() State { return State(e.state.Load()) }
+
+// Wake makes an idle engine claim at once instead of waiting out
+// PollInterval; a notification that new events were committed calls it.
+func (e *Engine) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx ends, then stops claiming, gives in-flight batches
+// ShutdownTimeout to finish, releases what was not published, and returns
+// nil. It returns early only if nothing could ever work.
+func (e *Engine) Run(ctx context.Context) error {
+	// Batches in flight outlive ctx so that a shutdown lets them finish;
+	// stopInFlight ends them when ShutdownTimeout runs out.
+	inFlightCtx, stopInFlight := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopInFlight()
+
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, e.cfg.MaxInFlightBatches)
+	storageBackoff := storageBackoffMin
+
+	for ctx.Err() == nil {
+		if e.isBrokerDown() {
+			e.waitForBroker(ctx)
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		batch, claimedAt, err := e.claim(ctx)
+		if err != nil {
+			<-slots
+			e.state.Store(int32(StateError))
+			e.log.Warn("claim failed; retrying", "error", err, "retry_in", storageBackoff)
+			sleep(ctx, storageBackoff)
+			storageBackoff = min(storageBackoff*2, storageBackoffMax)
+			continue
+		}
+		storageBackoff = storageBackoffMin
+		if e.State() == StateError {
+			e.state.Store(int32(StateActive))
+		}
+		if len(batch.Events) == 0 {
+			<-slots
+			e.idle(ctx)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			e.process(inFlightCtx, batch, claimedAt)
+		}()
+		if len(batch.Events) < e.cfg.BatchSize {
+			e.idle(ctx)
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(e.cfg.ShutdownTimeout):
+		e.log.Warn("shutdown timeout reached; releasing unpublished events", "timeout", e.cfg.ShutdownTimeout)
+		stopInFlight()
+		<-done
+	}
+	return nil
+}
+
+// claim takes the next batch. The statement runs on a context that a
+// shutdown does not cancel: a claim cancelled after PostgreSQL committed it
+// would leave rows DELIVERING until the reaper finds them.
+func (e *Engine) claim(ctx context.Context) (storage.Batch, time.Time, error) {
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseTimeout/2)
+	defer cancel()
+	claimedAt := time.Now()
+	batch, err := e.store.Claim(claimCtx, storage.ClaimParams{RelayID: e.cfg.RelayID, Limit: e.cfg.BatchSize})
+	return batch, claimedAt, err
+}
+
+// idle waits for a wakeup, the poll interval, or the end of ctx.
+func (e *Engine) idle(ctx context.Context) {
+	t := time.NewTimer(e.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-e.wake:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// outcome sorts a batch's publish results by what happens to each event.
+type outcome struct {
+	delivered []uuid.UUID
+	failed    []storage.Failure
+	released  []uuid.UUID
+	dead      int
+	firstErr  error // first retryable or permanent error, for the log
+	// brokerErr is set when the broker, not the events, failed.
+	brokerErr error
+}
+
+// process publishes one claimed batch and settles every event in it.
+func (e *Engine) process(ctx context.Context, batch storage.Batch, claimedAt time.Time) {
+	results := e.pub.Publish(ctx, batch.Events)
+	if len(results) != len(batch.Events) {
+		// A driver bug must not lose events: release the lot.
+		err := fmt.Errorf("publisher returned %d results for %d events", len(results), len(batch.Events))
+		e.log.Error("publisher broke its contract; releasing batch", "error", err)
+		results = publisher.Fill(len(batch.Events), publisher.Unavailable(err))
+	}
+	o := e.sort(ctx, batch.Events, results)
+	e.settle(batch.Lease, claimedAt, o)
+
+	switch {
+	case o.brokerErr != nil && ctx.Err() == nil:
+		e.brokerFailed(o.brokerErr)
+	case len(o.delivered) > 0:
+		e.brokerWorked()
+	}
+	if len(o.failed) > 0 {
+		e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
+	}
+}
+
+func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []error) outcome {
+	var o outcome
+	for i, err := range results {
+		ev := &events[i]
+		switch {
+		case err == nil:
+			o.delivered = append(o.delivered, ev.ID)
+		case publisher.IsUnavailable(err) || ctx.Err() != nil:
+			// The broker could not take it, or shutdown cut it off: the
+			// event did nothing wrong and keeps its attempts.
+			o.released = append(o.released, ev.ID)
+			if o.brokerErr == nil {
+				o.brokerErr = err
+			}
+		default:
+			attempts := ev.Attempts + 1
+			f := storage.Failure{ID: ev.ID, Error: err.Error()}
+			if publisher.IsPermanent(err) || attempts >= e.cfg.Retry.MaxAttempts {
+				f.Dead = true
+				o.dead++
+				e.log.Warn("event is DEAD", "event_id", ev.ID, "event_type", ev.Type,
+					"attempts", attempts, "permanent", publisher.IsPermanent(err), "error", err)
+			} else {
+				f.Delay = e.cfg.Retry.Delay(attempts, rand.Float64())
+			}
+			o.failed = append(o.failed, f)
+			if o.firstErr == nil {
+				o.firstErr = err
+			}
+		}
+	}
+	return o
+}
+
+// settle records a batch's outcome, one statement per kind. Each statement
+// is retried until it succeeds or the lease runs out: the engine knows the
+// outcome, so it must not leave rows DELIVERING for the reaper to find
+// minutes later.
+func (e *Engine) settle(lease storage.Lease, claimedAt time.Time, o outcome) {
+	deadline := claimedAt.Add(e.cfg.LeaseTimeout)
+	if len(o.delivered) > 0 {
+		e.retry(deadline, "mark delivered", func(ctx context.Context) error {
+			_, err := e.store.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
+			return err
+		})
+	}
+	if len(o.failed) > 0 {
+		e.retry(deadline, "mark failed", func(ctx context.Context) error {
+			_, err := e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
+			return err
+		})
+	}
+	if len(o.released) > 0 {
+		e.retry(deadline, "release", func(ctx context.Context) error {
+			_, err := e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
+			return err
+		})
+	}
+}
+
+func (e *Engine) retry(deadline time.Time, what string, fn func(context.Context) error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	wait := storageBackoffMin
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			e.log.Error("giving up settling; the reaper will take the rows back when their lease expires",
+				"op", what, "error", err)
+			return
+		}
+		e.log.Warn("settle failed; retrying", "op", what, "error", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(wait*2, storageBackoffMax)
+	}
+}
+
+func (e *Engine) isBrokerDown() bool {
+	e.brokerMu.Lock()
+	defer e.brokerMu.Unlock()
+	return e.brokerDown
+}
+
+// brokerFailed pauses claiming. Each failure without a success in between
+// doubles the pause, from 1 s up to 30 s.
+func (e *Engine) brokerFailed(err error) {
+	e.brokerMu.Lock()
+	defer e.brokerMu.Unlock()
+	if !e.brokerDown {
+		e.log.Warn("broker unavailable; pausing claims and releasing events", "error", err)
+	}
+	e.brokerDown = true
+	e.state.Store(int32(StatePaused))
+}
+
+func (e *Engine) brokerWorked() {
+	e.brokerMu.Lock()
+	defer e.brokerMu.Unlock()
+	e.brokerBackoff = brokerBackoffMin
+}
+
+// waitForBroker sleeps out the current backoff, then asks the broker whether
+// it is back; claiming resumes only when it answers.
+func (e *Engine) waitForBroker(ctx context.Context) {
+	e.brokerMu.Lock()
+	wait := e.brokerBackoff
+	e.brokerBackoff = min(e.brokerBackoff*2, brokerBackoffMax)
+	e.brokerMu.Unlock()
+
+	sleep(ctx, wait)
+	if ctx.Err() != nil {
+		return
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := e.pub.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		e.log.Warn("broker still unavailable", "error", err, "next_check_in", min(wait*2, brokerBackoffMax))
+		return
+	}
+	e.brokerMu.Lock()
+	e.brokerDown = false
+	e.brokerMu.Unlock()
+	e.state.Store(int32(StateActive))
+	e.log.Info("broker available again; resuming")
+}
+
+// sleep waits for d or the end of ctx.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,68 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+	schema "github.com/outbox-relay/relay/schema/postgres"
+)
+
+// migrateLockKey serialises concurrent migrations (several relays starting
+// with STORAGE_AUTO_MIGRATE at once) on one advisory lock.
+const migrateLockKey = 0x6f7574626f78 // "outbox"
+
+// SchemaSQL returns the DDL Migrate applies, for `relay-cli migrate --print`.
+func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
+
+// Migrate applies the embedded schema in one transaction and reports which
+// objects it created and which already existed.
+func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
+	var res storage.MigrateResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+			return err
+		}
+		before, err := s.schemaObjects(ctx, tx)
+		if err != nil {
+			return err
+		}
+		// Simple protocol: the schema is several statements.
+		if _, err := tx.Exec(ctx, schema.Render(s.table), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return err
+		}
+		after, err := s.schemaObjects(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, obj := range after {
+			if slices.Contains(before, obj) {
+				res.Existed = append(res.Existed, obj)
+			} else {
+				res.Created = append(res.Created, obj)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if IsConnectionError(err) {
+			return res, s.connError(err)
+		}
+		return res, fmt.Errorf("migrate table %s: %w", s.table, err)
+	}
+	return res, nil
+}
+
+func (s *Store) schemaObjects(ctx context.Context, tx pgx.Tx) ([]string, error) {
+	rows, err := tx.Query(ctx, s.queries["schema_objects"],
+		s.table.Quoted(), s.table.Name, s.table.Object("notify")+"()")
+	if err != nil {
+		return nil, err
+	}
+	objs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	slices.Sort(objs)
+	return objs, err
+}

@@ -1,0 +1,254 @@
+// Package pgtest gives tests a real PostgreSQL outbox table of their own: a
+// fresh schema per test, migrated, and dropped when the test ends, so tests
+// run in parallel against one server and leave nothing behind. The server is
+// TEST_DATABASE_URL, or the local one `make test` starts.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
+)
+
+// DefaultURL is the server `make test` provides.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// URL returns the test server's URL.
+func URL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Table is a migrated outbox table private to one test.
+type Table struct {
+	Store *postgres.Store
+	// URL is a storage URL naming the table, for starting another relay on it.
+	URL string
+	// Name is the schema-qualified table name.
+	Name string
+}
+
+// New creates a schema and a migrated outbox table in it. Both are dropped
+// when the test ends.
+func New(t testing.TB) *Table {
+	t.Helper()
+	ctx := context.Background()
+	schemaName := "t_" + randomHex(6)
+	admin, err := pgx.Connect(ctx, URL())
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v (is PostgreSQL running? `make test` starts it)", URL(), err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schemaName); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	name := schemaName + ".openoutbox_events"
+	storeURL := WithTable(URL(), name)
+	store, err := postgres.Open(ctx, storeURL)
+	if err != nil {
+		t.Fatalf("pgtest: open store: %v", err)
+	}
+	t.Cleanup(func() {
+		store.Close()
+		conn, err := pgx.Connect(context.Background(), URL())
+		if err != nil {
+			t.Errorf("pgtest: cleanup: %v", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schemaName+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schemaName, err)
+		}
+	})
+	if _, err := store.Migrate(ctx); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+	return &Table{Store: store, URL: storeURL, Name: name}
+}
+
+// WithTable sets the table parameter of a storage URL.
+func WithTable(rawURL, table string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(err)
+	}
+	q := u.Query()
+	q.Set("table", table)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Event is a row to insert; zero fields get defaults: a new UUIDv7, type
+// "test.event", no key, payload {"n":<index>}, headers {}.
+type Event struct {
+	ID           uuid.UUID
+	Type         string
+	PartitionKey string
+	Payload      []byte
+	Headers      string
+	// AvailableIn delays the event.
+	AvailableIn time.Duration
+}
+
+// Insert writes events with COPY, in one transaction, and returns their ids
+// in order.
+func (tb *Table) Insert(t testing.TB, events ...Event) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, len(events))
+	rows := make([][]any, len(events))
+	now := time.Now()
+	for i, e := range events {
+		if e.ID == uuid.Nil {
+			e.ID = uuid.Must(uuid.NewV7())
+		}
+		if e.Type == "" {
+			e.Type = "test.event"
+		}
+		if e.Payload == nil {
+			e.Payload = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		}
+		if e.Headers == "" {
+			e.Headers = "{}"
+		}
+		var key any
+		if e.PartitionKey != "" {
+			key = e.PartitionKey
+		}
+		ids[i] = e.ID
+		rows[i] = []any{e.ID, e.Type, key, e.Payload, e.Headers, now.Add(e.AvailableIn)}
+	}
+	_, err := tb.Store.Pool().CopyFrom(context.Background(), identifier(tb.Name),
+		[]string{"event_id", "event_type", "partition_key", "payload", "headers", "available_at"},
+		pgx.CopyFromRows(rows))
+	if err != nil {
+		t.Fatalf("pgtest: insert %d events: %v", len(events), err)
+	}
+	return ids
+}
+
+// InsertN writes n events of one type, each with a 200-byte payload.
+func (tb *Table) InsertN(t testing.TB, n int, eventType string) []uuid.UUID {
+	t.Helper()
+	events := make([]Event, n)
+	for i := range events {
+		events[i] = Event{Type: eventType, Payload: Payload(i, 200)}
+	}
+	return tb.Insert(t, events...)
+}
+
+// Payload returns a JSON payload of exactly size bytes numbered n.
+func Payload(n, size int) []byte {
+	head := fmt.Sprintf(`{"n":%d,"pad":"`, n)
+	pad := size - len(head) - 2
+	if pad < 0 {
+		pad = 0
+	}
+	b := make([]byte, 0, size)
+	b = append(b, head...)
+	for range pad {
+		b = append(b, 'x')
+	}
+	return append(b, `"}`...)
+}
+
+func identifier(name string) pgx.Identifier {
+	return pgx.Identifier(strings.Split(name, "."))
+}
+
+// Counts returns the number of rows in each status.
+func (tb *Table) Counts(t testing.TB) map[outbox.Status]int {
+	t.Helper()
+	rows, err := tb.Store.Pool().Query(context.Background(),
+		"SELECT status, count(*) FROM "+tb.Name+" GROUP BY status")
+	if err != nil {
+		t.Fatalf("pgtest: counts: %v", err)
+	}
+	counts := map[outbox.Status]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatalf("pgtest: counts: %v", err)
+		}
+		counts[outbox.Status(s)] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("pgtest: counts: %v", err)
+	}
+	return counts
+}
+
+// Row is the state of one outbox row.
+type Row struct {
+	Status      outbox.Status
+	Attempts    int
+	LastError   string
+	LockedBy    string
+	AvailableAt time.Time
+	DeliveredAt *time.Time
+}
+
+// Get reads one row's state.
+func (tb *Table) Get(t testing.TB, id uuid.UUID) Row {
+	t.Helper()
+	var r Row
+	var lastErr, lockedBy *string
+	err := tb.Store.Pool().QueryRow(context.Background(),
+		"SELECT status, attempts, last_error, locked_by, available_at, delivered_at FROM "+tb.Name+" WHERE event_id = $1", id).
+		Scan(&r.Status, &r.Attempts, &lastErr, &lockedBy, &r.AvailableAt, &r.DeliveredAt)
+	if err != nil {
+		t.Fatalf("pgtest: get %s: %v", id, err)
+	}
+	if lastErr != nil {
+		r.LastError = *lastErr
+	}
+	if lockedBy != nil {
+		r.LockedBy = *lockedBy
+	}
+	return r
+}
+
+// Exec runs SQL against the test table's database; {{table}} in sql is
+// replaced by the table name.
+func (tb *Table) Exec(t testing.TB, sql string, args ...any) int64 {
+	t.Helper()
+	tag, err := tb.Store.Pool().Exec(context.Background(), strings.ReplaceAll(sql, "{{table}}", tb.Name), args...)
+	if err != nil {
+		t.Fatalf("pgtest: exec %q: %v", sql, err)
+	}
+	return tag.RowsAffected()
+}
+
+// Settled reports whether no row is PENDING or DELIVERING. It reads only
+// the partial indexes, so polling it does not load the server.
+func (tb *Table) Settled(t testing.TB) bool {
+	t.Helper()
+	var busy bool
+	err := tb.Store.Pool().QueryRow(context.Background(),
+		"SELECT EXISTS (SELECT 1 FROM "+tb.Name+" WHERE status = 'PENDING') OR EXISTS (SELECT 1 FROM "+tb.Name+" WHERE status = 'DELIVERING')").
+		Scan(&busy)
+	if err != nil {
+		t.Fatalf("pgtest: settled: %v", err)
+	}
+	return !busy
+}

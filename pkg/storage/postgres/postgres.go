@@ -1,0 +1,285 @@
+// Package postgres is the PostgreSQL storage driver (pgx/v5). It claims and
+// settles whole batches with one statement each, and guards every transition
+// out of DELIVERING with the lease (relay id and locked_at) that claimed the
+// row. Register it by importing the package; it serves postgres:// and
+// postgresql:// URLs.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/redact"
+	"github.com/outbox-relay/relay/pkg/storage"
+	schema "github.com/outbox-relay/relay/schema/postgres"
+)
+
+func init() {
+	storage.Register(func(ctx context.Context, u *url.URL) (storage.Store, error) {
+		return Open(ctx, u.String())
+	}, "postgres", "postgresql")
+}
+
+// DefaultPoolMaxConns sizes the pool when the URL sets no pool_max_conns:
+// one claim, several settles in flight, the reaper and the stats reader.
+const DefaultPoolMaxConns = 10
+
+// maxErrorLen bounds a stored last_error; broker errors can be long.
+const maxErrorLen = 2000
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// Store is the PostgreSQL outbox table.
+type Store struct {
+	pool    *pgxpool.Pool
+	table   schema.Table
+	queries map[string]string
+	rawURL  string
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Open creates a connection pool for rawURL without connecting yet; call
+// Check to find out whether the database and table are usable. The table
+// comes from the URL's table parameter (default openoutbox_events); every
+// other parameter goes to pgx, including pool_max_conns and sslmode.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("malformed storage URL %q", redact.URL(rawURL))
+	}
+	q := u.Query()
+	tableName := q.Get("table")
+	if tableName == "" {
+		tableName = schema.DefaultTable
+	}
+	table, err := schema.ParseTable(tableName)
+	if err != nil {
+		return nil, err
+	}
+	q.Del("table")
+	if !q.Has("pool_max_conns") {
+		q.Set("pool_max_conns", fmt.Sprint(DefaultPoolMaxConns))
+	}
+	if !q.Has("application_name") {
+		q.Set("application_name", "outbox-relay")
+	}
+	u.RawQuery = q.Encode()
+
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("parse storage URL: %s", redact.Error(err, rawURL, u.String()))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create connection pool: %s", redact.Error(err, rawURL, u.String()))
+	}
+	queries, err := loadQueries(table)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool, table: table, queries: queries, rawURL: rawURL}, nil
+}
+
+func loadQueries(table schema.Table) (map[string]string, error) {
+	entries, err := sqlFiles.ReadDir("sql")
+	if err != nil {
+		return nil, err
+	}
+	queries := make(map[string]string, len(entries))
+	for _, e := range entries {
+		text, err := sqlFiles.ReadFile("sql/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		queries[strings.TrimSuffix(e.Name(), ".sql")] = schema.Expand(string(text), table)
+	}
+	return queries, nil
+}
+
+// Table returns the validated table name.
+func (s *Store) Table() schema.Table { return s.table }
+
+// Pool exposes the connection pool, for tests and tools that need SQL the
+// Store does not offer.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// requiredColumns are the Open Outbox contract's columns.
+var requiredColumns = []string{
+	"event_id", "event_type", "partition_key", "payload", "headers", "status", "attempts",
+	"last_error", "available_at", "locked_by", "locked_at", "delivered_at", "created_at", "updated_at",
+}
+
+// Check reaches the database and verifies that the table exists with every
+// column the relay uses. Its errors say what to do.
+func (s *Store) Check(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, s.queries["columns"], s.table.Quoted())
+	if err != nil {
+		return s.connError(err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return s.connError(err)
+	}
+	if len(have) == 0 {
+		return fmt.Errorf("table %s: %w; run `relay-cli migrate` or start the relay with STORAGE_AUTO_MIGRATE=true",
+			s.table, storage.ErrTableMissing)
+	}
+	var missing []string
+	for _, c := range append(slices.Clone(requiredColumns), "seq") {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("table %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq), or check that STORAGE_TABLE_NAME names an outbox table",
+			s.table, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// connError explains a failure to reach the database without the password.
+func (s *Store) connError(err error) error {
+	cfg := s.pool.Config().ConnConfig
+	return fmt.Errorf("cannot reach PostgreSQL at %s:%d as user %q (check STORAGE_URL and that the server is running): %s",
+		cfg.Host, cfg.Port, cfg.User, redact.Error(err, s.rawURL))
+}
+
+// Claim moves up to p.Limit due rows to DELIVERING and returns them ordered
+// by created_at and insertion order, so that events sharing a partition key
+// are published in the order they were written.
+func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	rows, err := s.pool.Query(ctx, s.queries["claim"], p.RelayID, p.Limit)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	defer rows.Close()
+	type claimed struct {
+		event outbox.Event
+		seq   int64
+	}
+	var (
+		list     = make([]claimed, 0, p.Limit)
+		lockedAt time.Time
+	)
+	for rows.Next() {
+		var c claimed
+		e := &c.event
+		if err := rows.Scan(&e.ID, &e.Type, &e.PartitionKey, &e.Payload, &e.Headers,
+			&e.Attempts, &e.CreatedAt, &c.seq, &lockedAt); err != nil {
+			return storage.Batch{}, fmt.Errorf("claim batch: read row: %w", err)
+		}
+		list = append(list, c)
+	}
+	if err := rows.Err(); err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	slices.SortFunc(list, func(a, b claimed) int {
+		if c := a.event.CreatedAt.Compare(b.event.CreatedAt); c != 0 {
+			return c
+		}
+		return cmpInt64(a.seq, b.seq)
+	})
+	events := make([]outbox.Event, len(list))
+	for i := range list {
+		events[i] = list[i].event
+	}
+	return storage.Batch{
+		Lease:  storage.Lease{RelayID: p.RelayID, LockedAt: lockedAt},
+		Events: events,
+	}, nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
+func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.LockedAt, p.IDs)
+	if err != nil {
+		return 0, fmt.Errorf("mark delivered: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// MarkFailed records one failed attempt for each of the lease's rows in
+// p.Failures.
+func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
+	n := len(p.Failures)
+	ids := make([]uuid.UUID, n)
+	msgs := make([]string, n)
+	dead := make([]bool, n)
+	delays := make([]int64, n)
+	for i, f := range p.Failures {
+		ids[i], msgs[i], dead[i], delays[i] = f.ID, truncate(f.Error, maxErrorLen), f.Dead, f.Delay.Microseconds()
+	}
+	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.LockedAt, ids, msgs, dead, delays)
+	if err != nil {
+		return 0, fmt.Errorf("mark failed: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
+func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.LockedAt, p.IDs)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Reap takes back at most p.Limit leases older than p.LeaseTimeout.
+func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
+	var r storage.ReapResult
+	err := s.pool.QueryRow(ctx, s.queries["reap"], p.LeaseTimeout.Microseconds(), p.Limit, p.MaxAttempts).
+		Scan(&r.Requeued, &r.Dead)
+	if err != nil {
+		return r, fmt.Errorf("reap expired leases: %w", err)
+	}
+	return r, nil
+}
+
+// IsConnectionError reports whether err means the database could not be
+// reached, as opposed to a statement it rejected.
+func IsConnectionError(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && !errors.As(err, &pgErr)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

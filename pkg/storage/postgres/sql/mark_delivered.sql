@@ -1,0 +1,6 @@
+-- Settle delivered events of one lease.
+UPDATE {{table}}
+SET status = 'DELIVERED', delivered_at = now(), updated_at = now(),
+    locked_by = NULL, locked_at = NULL
+WHERE event_id = ANY($3::uuid[])
+  AND status = 'DELIVERING' AND locked_by = $1 AND locked_at = $2
