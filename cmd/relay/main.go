@@ -110,17 +110,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
 	}
 	defer store.Close()
-	if cfg.AutoMigrate {
-		res, err := store.Migrate(ctx)
-		if err != nil {
-			return err
-		}
-		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed))
-	}
-	if err := store.Check(ctx); err != nil {
-		return err
-	}
 
+	// Drivers connect in the background, so opening the publisher finds
+	// mistakes in its URL without waiting for the broker.
 	pub, err := publisher.Open(ctx, cfg.PublisherURL)
 	if err != nil {
 		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
@@ -132,6 +124,17 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			log.Warn("closing the publisher failed", "error", err)
 		}
 	}()
+
+	if cfg.AutoMigrate {
+		res, err := store.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed))
+	}
+	if err := store.Check(ctx); err != nil {
+		return err
+	}
 
 	engine, err := relay.New(cfg.engineConfig(log), store, pub)
 	if err != nil {
@@ -171,7 +174,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		rp.Run(ctx)
 	}()
 	health.setRunning(true)
-	err = engine.Run(ctx)
+	engine.Run(ctx)
 	health.setRunning(false)
 	wg.Wait()
 
@@ -179,7 +182,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
 	log.Info("relay stopped")
-	return err
+	return nil
 }
 
 func randomSuffix() string {

@@ -76,7 +76,7 @@ func (r *Registry[T]) Known(rawURL string) error {
 func (r *Registry[T]) lookup(rawURL string) (Opener[T], *url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, nil, fmt.Errorf("malformed %s URL %q: want scheme://host/...", r.kind, redact.URL(rawURL))
+		return nil, nil, fmt.Errorf("malformed %s URL %q: expected scheme://host", r.kind, redact.URL(rawURL))
 	}
 	r.mu.RLock()
 	opener, ok := r.openers[strings.ToLower(u.Scheme)]

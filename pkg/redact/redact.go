@@ -13,8 +13,10 @@ const Mask = "xxxxx"
 
 var (
 	// userinfoPassword finds "scheme://user:password@", also in strings that
-	// url.Parse rejects, and in comma-separated broker lists.
-	userinfoPassword = regexp.MustCompile(`(://[^:/@\s]*):[^@\s]*@`)
+	// url.Parse rejects, and in comma-separated broker lists. Like url.Parse,
+	// it ends the password at the last '@', so a user name (Azure's
+	// user@server) or a password containing '@' leaks nothing.
+	userinfoPassword = regexp.MustCompile(`(://[^:/\s]*):\S*@`)
 	// secretParam finds query parameters that carry credentials.
 	secretParam = regexp.MustCompile(`(?i)((?:^|[?&;\s])(?:password|passwd|pass|pwd|secret|token|sslpassword|nkey|sasl_password)=)[^&;\s]*`)
 )

@@ -105,9 +105,10 @@ func (e *Engine) Wake() {
 }
 
 // Run relays until ctx ends, then stops claiming, gives in-flight batches
-// ShutdownTimeout to finish, releases what was not published, and returns
-// nil. It returns early only if nothing could ever work.
-func (e *Engine) Run(ctx context.Context) error {
+// ShutdownTimeout to finish, releases what was not published, and returns.
+// Failures of the database or the broker never end it: it backs off and
+// tries again.
+func (e *Engine) Run(ctx context.Context) {
 	// Batches in flight outlive ctx so that a shutdown lets them finish;
 	// stopInFlight ends them when ShutdownTimeout runs out.
 	inFlightCtx, stopInFlight := context.WithCancel(context.WithoutCancel(ctx))
@@ -165,7 +166,6 @@ func (e *Engine) Run(ctx context.Context) error {
 		stopInFlight()
 		<-done
 	}
-	return nil
 }
 
 // claim takes the next batch. The statement runs on a context that a

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,9 +47,10 @@ var _ = pubnats.TimeoutDefault // registers the nats:// driver
 
 // running is an engine running in the background until stop is called.
 type running struct {
-	engine *relay.Engine
-	cancel context.CancelFunc
-	done   chan error
+	engine  *relay.Engine
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped sync.Once
 }
 
 func start(t *testing.T, cfg relay.Config, store relay.Store, pub publisher.Publisher) *running {
@@ -66,8 +69,8 @@ func start(t *testing.T, cfg relay.Config, store relay.Store, pub publisher.Publ
 		t.Fatalf("relay.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{engine: e, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- e.Run(ctx) }()
+	r := &running{engine: e, cancel: cancel, done: make(chan struct{})}
+	go func() { e.Run(ctx); close(r.done) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -75,16 +78,14 @@ func start(t *testing.T, cfg relay.Config, store relay.Store, pub publisher.Publ
 // stop ends the engine and waits for Run to return.
 func (r *running) stop(t *testing.T) {
 	t.Helper()
-	r.cancel()
-	select {
-	case err, ok := <-r.done:
-		if ok && err != nil {
-			t.Errorf("Run returned %v", err)
+	r.stopped.Do(func() {
+		r.cancel()
+		select {
+		case <-r.done:
+		case <-time.After(time.Minute):
+			t.Fatal("engine did not stop within a minute")
 		}
-		close(r.done)
-	case <-time.After(time.Minute):
-		t.Fatal("engine did not stop within a minute")
-	}
+	})
 }
 
 func waitCounts(t *testing.T, tb *pgtest.Table, timeout time.Duration, want map[outbox.Status]int) {
@@ -156,7 +157,6 @@ func TestDeliversEveryEventOnceWithHeaders(t *testing.T) {
 			t.Fatalf("subject = %q", m.Subject)
 		}
 	}
-	_ = sync.Mutex{}
 }
 
 func connectJS(t testing.TB, url string) (*natsgo.Conn, jetstream.JetStream) {
@@ -171,4 +171,259 @@ func connectJS(t testing.TB, url string) (*natsgo.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+func TestKeepsPartitionKeyOrderWithinABatch(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "ORDERED", Subjects: []string{"ordered.>"}})
+
+	const n = 300
+	events := make([]pgtest.Event, n)
+	for i := range events {
+		events[i] = pgtest.Event{Type: "ordered.e", PartitionKey: fmt.Sprintf("k%d", i%5), Payload: []byte(fmt.Sprint(i))}
+	}
+	// One transaction: every row shares created_at, so only insertion order
+	// can tell them apart.
+	ids := tb.Insert(t, events...)
+
+	start(t, relay.Config{BatchSize: n, MaxInFlightBatches: 1}, tb.Store, openNATS(t, srv, ""))
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+
+	pos := map[string]int{}
+	for i, id := range ids {
+		pos[id.String()] = i
+	}
+	last := map[string]int{}
+	for _, m := range natstest.Messages(t, st) {
+		key := m.Header.Get(outbox.HeaderPartitionKey)
+		i := pos[m.Header.Get("Nats-Msg-Id")]
+		if prev, ok := last[key]; ok && i < prev {
+			t.Fatalf("key %s: event %d reached the stream after event %d", key, i, prev)
+		}
+		last[key] = i
+	}
+}
+
+func TestPermanentErrorsGoDeadAtOnceWhileTheRestFlow(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: 1024})
+
+	good := tb.InsertN(t, 200, "orders.created")
+	bad := tb.Insert(t,
+		pgtest.Event{Type: "nostream.created"},
+		pgtest.Event{Type: "orders.created", Headers: `{"tags":["a","b"]}`},
+		pgtest.Event{Type: "orders.created", Payload: make([]byte, 4096)},
+		pgtest.Event{Type: "orders..created"},
+	)
+	wantErr := []string{"no JetStream stream captures subject", `header "tags"`, "too large", "invalid subject"}
+
+	start(t, relay.Config{BatchSize: 50, Retry: relay.RetryPolicy{MaxAttempts: 25}}, tb.Store, openNATS(t, srv, ""))
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: len(good), outbox.StatusDead: len(bad)})
+
+	for i, id := range bad {
+		row := tb.Get(t, id)
+		if row.Attempts != 1 {
+			t.Errorf("dead event %d has %d attempts, want 1 (permanent errors are not retried)", i, row.Attempts)
+		}
+		if !strings.Contains(row.LastError, wantErr[i]) {
+			t.Errorf("dead event %d last_error = %q, want it to mention %q", i, row.LastError, wantErr[i])
+		}
+	}
+}
+
+func TestRetryableErrorsBackOffThenGoDead(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	// A full stream that discards new messages rejects every publish with
+	// a retryable error.
+	srv.Stream(t, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, MaxMsgs: 1, Discard: jetstream.DiscardNew})
+	_, js := srv.Connect(t)
+	if _, err := js.Publish(context.Background(), "full.filler", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ids := tb.InsertN(t, 20, "full.event")
+
+	const maxAttempts = 3
+	start(t, relay.Config{Retry: relay.RetryPolicy{
+		MaxAttempts: maxAttempts, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second, Jitter: 0.1,
+	}}, tb.Store, openNATS(t, srv, ""))
+
+	// After the first failure each event waits about BaseDelay before its
+	// next attempt.
+	eventually.True(t, 10*time.Second, func() bool { return tb.Get(t, ids[0]).Attempts >= 1 },
+		func() string { return "a first failed attempt" })
+	if row := tb.Get(t, ids[0]); row.Attempts == 1 && row.Status == outbox.StatusPending && !row.AvailableAt.After(time.Now().Add(-time.Second)) {
+		t.Errorf("after one failure available_at = %s; want it pushed into the future by the backoff", row.AvailableAt)
+	}
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDead: len(ids)})
+	for _, id := range ids {
+		row := tb.Get(t, id)
+		if row.Attempts != maxAttempts {
+			t.Fatalf("event died after %d attempts, want %d", row.Attempts, maxAttempts)
+		}
+		if !strings.Contains(row.LastError, "maximum messages") {
+			t.Fatalf("last_error = %q, want the stream's rejection", row.LastError)
+		}
+	}
+}
+
+func TestRetryPolicyDelay(t *testing.T) {
+	p := relay.RetryPolicy{BaseDelay: time.Second, MaxDelay: time.Minute, Jitter: 0.15}
+	cases := []struct {
+		attempts int
+		r        float64
+		want     time.Duration
+	}{
+		{1, 0.5, time.Second},
+		{2, 0.5, 2 * time.Second},
+		{5, 0.5, 16 * time.Second},
+		{7, 0.5, time.Minute}, // 64 s capped
+		{1000, 0.5, time.Minute},
+		{1, 0, 850 * time.Millisecond},
+		{1, 1, 1150 * time.Millisecond},
+		{0, 0.5, time.Second},
+	}
+	for _, c := range cases {
+		got := p.Delay(c.attempts, c.r)
+		if diff := got - c.want; diff < -time.Millisecond || diff > time.Millisecond {
+			t.Errorf("Delay(%d, %g) = %s, want %s", c.attempts, c.r, got, c.want)
+		}
+	}
+}
+
+func TestTwoEnginesShareATable(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "SHARED", Subjects: []string{"shared.>"}})
+	const n = 5000
+	tb.InsertN(t, n, "shared.event")
+
+	counting := func(id string) (*countingPublisher, *running) {
+		cp := &countingPublisher{Publisher: openNATS(t, srv, "")}
+		return cp, start(t, relay.Config{RelayID: id, BatchSize: 100}, tb.Store, cp)
+	}
+	a, _ := counting("relay-a")
+	b, _ := counting("relay-b")
+	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
+
+	if got := natstest.Count(t, st); got != n {
+		t.Fatalf("stream holds %d messages, want %d", got, n)
+	}
+	if a.acked.Load() == 0 || b.acked.Load() == 0 {
+		t.Errorf("one relay did all the work: a=%d b=%d", a.acked.Load(), b.acked.Load())
+	}
+	if sum := a.acked.Load() + b.acked.Load(); sum != n {
+		t.Errorf("relays published %d events in all, want exactly %d (no event claimed twice)", sum, n)
+	}
+}
+
+// countingPublisher counts the events a real publisher acknowledged.
+type countingPublisher struct {
+	publisher.Publisher
+	acked atomic.Int64
+}
+
+func (c *countingPublisher) Publish(ctx context.Context, batch []outbox.Event) []error {
+	errs := c.Publisher.Publish(ctx, batch)
+	for _, err := range errs {
+		if err == nil {
+			c.acked.Add(1)
+		}
+	}
+	return errs
+}
+
+func TestBrokerOutageSendsNothingDead(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "OUTAGE", Subjects: []string{"outage.>"}})
+	const n = 20000
+	tb.InsertN(t, n, "outage.event")
+
+	// Two attempts would kill any event the outage were counted against.
+	r := start(t, relay.Config{BatchSize: 100, MaxInFlightBatches: 2, Retry: relay.RetryPolicy{MaxAttempts: 2}},
+		tb.Store, openNATS(t, srv, "?timeout=1s"))
+
+	eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] > 0 },
+		func() string { return "first deliveries" })
+	srv.Stop()
+	eventually.True(t, 30*time.Second, func() bool { return r.engine.State() == relay.StatePaused },
+		func() string { return fmt.Sprintf("engine paused, state %s", r.engine.State()) })
+	if c := tb.Counts(t); c[outbox.StatusDelivered] == n {
+		t.Fatal("the backlog drained before the outage; raise n")
+	}
+	srv.Restart()
+
+	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
+	if r.engine.State() != relay.StateActive {
+		t.Errorf("state after recovery = %s, want active", r.engine.State())
+	}
+	if burned := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); burned != 0 {
+		t.Errorf("%d events had an attempt counted for the outage", burned)
+	}
+	// Batches cut off by the outage may be published again; Msg-Id
+	// deduplication keeps one copy of each.
+	if got := natstest.Count(t, st); got != n {
+		t.Errorf("stream holds %d messages, want %d", got, n)
+	}
+}
+
+func TestShutdownLeavesNothingDelivering(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "STOP", Subjects: []string{"stop.>"}})
+	const n = 30000
+	tb.InsertN(t, n, "stop.event")
+
+	r := start(t, relay.Config{BatchSize: 200}, tb.Store, openNATS(t, srv, ""))
+	eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] > 0 },
+		func() string { return "first deliveries" })
+	r.stop(t)
+
+	c := tb.Counts(t)
+	if c[outbox.StatusDelivering] != 0 {
+		t.Fatalf("%d rows left DELIVERING after shutdown: %v", c[outbox.StatusDelivering], c)
+	}
+	if c[outbox.StatusPending] == 0 {
+		t.Fatal("the backlog drained before the shutdown; raise n")
+	}
+	if c[outbox.StatusDead] != 0 {
+		t.Fatalf("shutdown killed events: %v", c)
+	}
+}
+
+func TestShutdownReleasesBatchesTheBrokerNeverAcknowledges(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	// A plain subscriber and no stream: publishes find a responder that
+	// never acknowledges, so the batch hangs until shutdown cuts it off.
+	nc, _ := srv.Connect(t)
+	if _, err := nc.SubscribeSync("hang.>"); err != nil {
+		t.Fatal(err)
+	}
+	ids := tb.InsertN(t, 50, "hang.event")
+
+	r := start(t, relay.Config{ShutdownTimeout: 200 * time.Millisecond}, tb.Store, openNATS(t, srv, "?timeout=1m"))
+	eventually.True(t, 10*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivering] == len(ids) },
+		func() string { return "the batch in flight" })
+	began := time.Now()
+	r.stop(t)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("shutdown took %s with a 200ms SHUTDOWN_TIMEOUT", took)
+	}
+	for _, id := range ids {
+		row := tb.Get(t, id)
+		if row.Status != outbox.StatusPending || row.Attempts != 0 {
+			t.Fatalf("unacknowledged event after shutdown: %+v, want PENDING with 0 attempts", row)
+		}
+	}
 }

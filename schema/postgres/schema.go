@@ -20,6 +20,11 @@ const DefaultTable = "openoutbox_events"
 // PostgreSQL's 63-byte identifier limit.
 const maxNameLen = 45
 
+// maxChannelLen is PostgreSQL's identifier limit (NAMEDATALEN-1). The NOTIFY
+// channel is "schema.table"; pg_notify rejects a longer channel, and the
+// notify trigger would then make every INSERT into the table fail.
+const maxChannelLen = 63
+
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // Table is a validated, optionally schema-qualified table name. Its parts are
@@ -31,7 +36,8 @@ type Table struct {
 
 // ParseTable validates name as "table" or "schema.table". Each part must be
 // lowercase letters, digits and underscores, not start with a digit, and be
-// at most 45 characters, so no name can smuggle SQL into a statement.
+// at most 45 characters, so no name can smuggle SQL into a statement; a
+// schema-qualified name must also fit the 63-byte NOTIFY channel name.
 func ParseTable(name string) (Table, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
@@ -43,6 +49,9 @@ func ParseTable(name string) (Table, error) {
 		}
 	}
 	if len(parts) == 2 {
+		if len(name) > maxChannelLen {
+			return Table{}, fmt.Errorf("invalid table name %q: schema.table must be at most %d characters, the limit of its NOTIFY channel", name, maxChannelLen)
+		}
 		return Table{Schema: parts[0], Name: parts[1]}, nil
 	}
 	return Table{Name: parts[0]}, nil

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +13,12 @@ import (
 // migrateLockKey serialises concurrent migrations (several relays starting
 // with STORAGE_AUTO_MIGRATE at once) on one advisory lock.
 const migrateLockKey = 0x6f7574626f78 // "outbox"
+
+// derivedObjects are the suffixes of the indexes and sequence schema.sql
+// names after the table, reported by Migrate.
+var derivedObjects = []string{
+	"pkey", "seq", "pending_idx", "pending_age_idx", "delivering_idx", "delivered_idx", "dead_idx",
+}
 
 // SchemaSQL returns the DDL Migrate applies, for `relay-cli migrate --print`.
 func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
@@ -48,17 +53,18 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 		return nil
 	})
 	if err != nil {
-		if IsConnectionError(err) {
-			return res, s.connError(err)
-		}
-		return res, fmt.Errorf("migrate table %s: %w", s.table, err)
+		return res, s.queryError("migrate table", err)
 	}
 	return res, nil
 }
 
 func (s *Store) schemaObjects(ctx context.Context, tx pgx.Tx) ([]string, error) {
+	derived := make([]string, len(derivedObjects))
+	for i, suffix := range derivedObjects {
+		derived[i] = s.table.Name + "_" + suffix
+	}
 	rows, err := tx.Query(ctx, s.queries["schema_objects"],
-		s.table.Quoted(), s.table.Name, s.table.Object("notify")+"()")
+		s.table.Quoted(), derived, s.table.Object("notify")+"()")
 	if err != nil {
 		return nil, err
 	}

@@ -132,11 +132,11 @@ var requiredColumns = []string{
 func (s *Store) Check(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, s.queries["columns"], s.table.Quoted())
 	if err != nil {
-		return s.connError(err)
+		return s.queryError("check table", err)
 	}
 	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return s.connError(err)
+		return s.queryError("check table", err)
 	}
 	if len(have) == 0 {
 		return fmt.Errorf("table %s: %w; run `relay-cli migrate` or start the relay with STORAGE_AUTO_MIGRATE=true",
@@ -153,6 +153,15 @@ func (s *Store) Check(ctx context.Context) error {
 			s.table, strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// queryError explains err: a database that cannot be reached, or a
+// statement the server refused (such as a missing privilege).
+func (s *Store) queryError(what string, err error) error {
+	if IsConnectionError(err) {
+		return s.connError(err)
+	}
+	return fmt.Errorf("%s %s: %w", what, s.table, err)
 }
 
 // connError explains a failure to reach the database without the password.
@@ -235,7 +244,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	dead := make([]bool, n)
 	delays := make([]int64, n)
 	for i, f := range p.Failures {
-		ids[i], msgs[i], dead[i], delays[i] = f.ID, truncate(f.Error, maxErrorLen), f.Dead, f.Delay.Microseconds()
+		ids[i], msgs[i], dead[i], delays[i] = f.ID, truncate(storableText(f.Error), maxErrorLen), f.Dead, f.Delay.Microseconds()
 	}
 	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.LockedAt, ids, msgs, dead, delays)
 	if err != nil {
@@ -283,3 +292,10 @@ func truncate(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// storableText makes s acceptable to a TEXT column. Broker errors can quote
+// binary data, and PostgreSQL rejects invalid UTF-8 and NUL bytes, which
+// would fail the settle of the whole batch.
+func storableText(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+}

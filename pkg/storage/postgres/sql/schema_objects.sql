@@ -9,7 +9,7 @@ SELECT CASE c.relkind WHEN 'i' THEN 'index ' ELSE 'sequence ' END || c.relname
 FROM pg_class c
 WHERE c.relnamespace = coalesce((SELECT relnamespace FROM pg_class WHERE oid = to_regclass($1)),
                                 current_schema()::regnamespace)
-  AND c.relkind IN ('i', 'S') AND c.relname LIKE $2 || '\_%'
+  AND c.relkind IN ('i', 'S') AND c.relname = ANY($2::text[])
 UNION ALL
 SELECT 'trigger ' || t.tgname FROM pg_trigger t
 WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal

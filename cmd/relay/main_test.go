@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+const secret = "Pa55w0rdThatMustNotLeak"
+
+func runRelay(t *testing.T, env map[string]string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code = run(ctx, nil, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown publisher scheme", map[string]string{"PUBLISHER_URL": "carrier-pigeon://coop"},
+			[]string{"PUBLISHER_URL", `unknown publisher scheme "carrier-pigeon"`, "nats://", "null://", "stdout://"}},
+		{"unknown storage scheme", map[string]string{"STORAGE_URL": "mysql://u:" + secret + "@db/x"},
+			[]string{"STORAGE_URL", "postgres://"}},
+		{"unparsable duration", map[string]string{"POLL_INTERVAL": "soon"},
+			[]string{"POLL_INTERVAL", "duration"}},
+		{"zero batch size", map[string]string{"BATCH_SIZE": "0"}, []string{"BATCH_SIZE must be positive"}},
+		{"negative batch size", map[string]string{"BATCH_SIZE": "-5"}, []string{"BATCH_SIZE must be positive"}},
+		{"batch size not a number", map[string]string{"BATCH_SIZE": "lots"}, []string{"BATCH_SIZE", "integer"}},
+		{"table name injection", map[string]string{"STORAGE_TABLE_NAME": "events; DROP TABLE users"},
+			[]string{"STORAGE_TABLE_NAME", "invalid table name"}},
+		{"table in URL injection", map[string]string{"STORAGE_URL": "postgres://u:" + secret + "@localhost/db?table=x%22y"},
+			[]string{"STORAGE_URL", "invalid table name"}},
+		{"jitter out of range", map[string]string{"RETRY_JITTER": "2"}, []string{"RETRY_JITTER"}},
+		{"bad log format", map[string]string{"LOG_FORMAT": "xml"}, []string{"LOG_FORMAT"}},
+		{"bad nats option", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@127.0.0.1:1?subjectprefix=x"},
+			[]string{"PUBLISHER_URL", "unknown option"}},
+		{"malformed URL", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@[::1"},
+			[]string{"PUBLISHER_URL", "malformed"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"HTTP_ADDR": "127.0.0.1:0"}
+			for k, v := range c.env {
+				env[k] = v
+			}
+			code, _, stderr := runRelay(t, env)
+			if code != 2 {
+				t.Fatalf("exit code %d, want 2; stderr:\n%s", code, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not mention %q:\n%s", w, stderr)
+				}
+			}
+			if strings.Contains(stderr, secret) {
+				t.Errorf("stderr leaks the password:\n%s", stderr)
+			}
+		})
+	}
+}
+
+func TestUnreachableDatabaseExits1AndSaysSo(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":   "postgres://relay:" + secret + "@127.0.0.1:1/outbox?sslmode=disable&connect_timeout=2",
+		"PUBLISHER_URL": "null://",
+		"HTTP_ADDR":     "127.0.0.1:0",
+	})
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{"cannot reach PostgreSQL at 127.0.0.1:1", "check STORAGE_URL"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, stderr)
+		}
+	}
+	if strings.Contains(stderr, secret) {
+		t.Errorf("stderr leaks the password:\n%s", stderr)
+	}
+}
+
+func TestMissingTableSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":        pgtest.URL(),
+		"STORAGE_TABLE_NAME": "no_such_outbox_table",
+		"PUBLISHER_URL":      "null://",
+		"HTTP_ADDR":          "127.0.0.1:0",
+	})
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "relay-cli migrate") || !strings.Contains(stderr, "STORAGE_AUTO_MIGRATE=true") {
+		t.Errorf("stderr does not say how to create the table:\n%s", stderr)
+	}
+}
+
+func TestVersionAndUnknownArguments(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "relay "+version) {
+		t.Errorf("--version: code %d, output %q", code, out.String())
+	}
+	if code := run(context.Background(), []string{"--frobnicate"}, nil, &out, &errb); code != 2 {
+		t.Errorf("unknown argument: exit %d, want 2", code)
+	}
+}
+
+// buildRelay compiles this command once per test binary run.
+func buildRelay(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "relay")
+	cmd := exec.Command("go", "build", "-race", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build relay: %v", err)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestSIGTERMDrainsAndExits0 runs the real binary: it auto-migrates a new
+// table, relays to NATS, answers /healthz, and on SIGTERM finishes its
+// batches, leaves no row DELIVERING and exits 0.
+func TestSIGTERMDrainsAndExits0(t *testing.T) {
+	t.Parallel()
+	bin := buildRelay(t)
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "E2E", Subjects: []string{"e2e.>"}})
+	table := strings.TrimSuffix(tb.Name, ".openoutbox_events") + ".fresh_outbox"
+	addr := freeAddr(t)
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"STORAGE_URL="+pgtest.URL(),
+		"STORAGE_TABLE_NAME="+table,
+		"STORAGE_AUTO_MIGRATE=true",
+		"PUBLISHER_URL="+srv.URL(),
+		"HTTP_ADDR="+addr,
+		"BATCH_SIZE=100",
+		"POLL_INTERVAL=50ms",
+		"LOG_FORMAT=text",
+	)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+	}()
+
+	eventually.True(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode == 200 && body["status"] == "ok"
+	}, func() string { return "/healthz 200; relay log:\n" + stderr.String() })
+
+	fresh := &pgtest.Table{Store: tb.Store, Name: table}
+	const n = 20000
+	fresh.InsertN(t, n, "e2e.event")
+	eventually.True(t, 30*time.Second, func() bool { return fresh.Counts(t)[outbox.StatusDelivered] > 0 },
+		func() string { return "first deliveries; relay log:\n" + stderr.String() })
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM; log:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay did not exit within 30s of SIGTERM; log:\n%s", stderr.String())
+	}
+	c := fresh.Counts(t)
+	if c[outbox.StatusDelivering] != 0 {
+		t.Fatalf("SIGTERM left %d rows DELIVERING: %v", c[outbox.StatusDelivering], c)
+	}
+	if got := natstest.Count(t, st); got != uint64(c[outbox.StatusDelivered]) {
+		t.Errorf("stream holds %d messages but %d rows are DELIVERED", got, c[outbox.StatusDelivered])
+	}
+	for _, line := range []string{"relay started", "relay stopped"} {
+		if !strings.Contains(stderr.String(), line) {
+			t.Errorf("log lacks %q:\n%s", line, stderr.String())
+		}
+	}
+}

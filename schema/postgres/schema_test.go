@@ -1,0 +1,189 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+
+	schema "github.com/outbox-relay/relay/schema/postgres"
+)
+
+func TestParseTableAccepts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want schema.Table
+	}{
+		{"openoutbox_events", schema.Table{Name: "openoutbox_events"}},
+		{"events", schema.Table{Name: "events"}},
+		{"_events", schema.Table{Name: "_events"}},
+		{"events2", schema.Table{Name: "events2"}},
+		{"e", schema.Table{Name: "e"}},
+		{"app.outbox", schema.Table{Schema: "app", Name: "outbox"}},
+		{"app_1.outbox_v2", schema.Table{Schema: "app_1", Name: "outbox_v2"}},
+		{strings.Repeat("a", 45), schema.Table{Name: strings.Repeat("a", 45)}},
+		{"s." + strings.Repeat("b", 45), schema.Table{Schema: "s", Name: strings.Repeat("b", 45)}},
+		// The longest schema the default table name allows: the NOTIFY
+		// channel "<schema>.openoutbox_events" is exactly 63 bytes.
+		{strings.Repeat("s", 45) + ".openoutbox_events", schema.Table{Schema: strings.Repeat("s", 45), Name: "openoutbox_events"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := schema.ParseTable(tt.in)
+			if err != nil {
+				t.Fatalf("ParseTable(%q) = %v, want ok", tt.in, err)
+			}
+			if got != tt.want {
+				t.Fatalf("ParseTable(%q) = %#v, want %#v", tt.in, got, tt.want)
+			}
+			if got.String() != tt.in {
+				t.Errorf("String() = %q, want %q", got.String(), tt.in)
+			}
+		})
+	}
+}
+
+func TestParseTableRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   string
+	}{
+		{"empty", ""},
+		{"only dot", "."},
+		{"empty schema", ".events"},
+		{"empty table", "app."},
+		{"uppercase", "Events"},
+		{"uppercase schema", "App.events"},
+		{"double quote", `"events"`},
+		{"quote injection", `events"; drop table x; --`},
+		{"single quote", "ev'ents"},
+		{"semicolon", "x;drop table y"},
+		{"space", "my events"},
+		{"trailing space", "events "},
+		{"hyphen", "my-events"},
+		{"three parts", "db.app.events"},
+		{"leading digit", "1events"},
+		{"leading digit schema", "1app.events"},
+		{"too long table", strings.Repeat("a", 46)},
+		{"too long schema", strings.Repeat("a", 46) + ".events"},
+		{"non-ascii", "événements"},
+		{"newline", "events\n"},
+		// Both parts valid on their own, but "<schema>.<table>" is the
+		// NOTIFY channel and PostgreSQL rejects channels over 63 bytes, which
+		// would make every INSERT into the table fail.
+		{"channel too long", strings.Repeat("s", 30) + "." + strings.Repeat("t", 40)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := schema.ParseTable(tt.in)
+			if err == nil {
+				t.Fatalf("ParseTable(%q) = %#v, want an error", tt.in, got)
+			}
+			if !strings.Contains(err.Error(), "invalid table name") {
+				t.Errorf("error %q does not say the table name is invalid", err)
+			}
+		})
+	}
+}
+
+func TestTableNames(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in                        string
+		quoted, object, channel   string
+		wantInRender, notInRender []string
+	}{
+		{
+			in:      "openoutbox_events",
+			quoted:  `"openoutbox_events"`,
+			object:  `"openoutbox_events_notify"`,
+			channel: "openoutbox_events",
+			wantInRender: []string{
+				`CREATE TABLE IF NOT EXISTS "openoutbox_events" (`,
+				`CREATE SEQUENCE IF NOT EXISTS "openoutbox_events_seq"`,
+				`nextval('"openoutbox_events_seq"')`,
+				`CREATE INDEX IF NOT EXISTS "openoutbox_events_pending_idx"`,
+				`ON "openoutbox_events" (available_at, created_at) WHERE status = 'PENDING'`,
+				`CREATE OR REPLACE FUNCTION "openoutbox_events_notify"()`,
+				`pg_notify('openoutbox_events', '')`,
+				`EXECUTE FUNCTION "openoutbox_events_notify"()`,
+			},
+		},
+		{
+			in:      "app.outbox",
+			quoted:  `"app"."outbox"`,
+			object:  `"app"."outbox_notify"`,
+			channel: "app.outbox",
+			wantInRender: []string{
+				`CREATE TABLE IF NOT EXISTS "app"."outbox" (`,
+				`CREATE SEQUENCE IF NOT EXISTS "app"."outbox_seq"`,
+				`nextval('"app"."outbox_seq"')`,
+				`CREATE INDEX IF NOT EXISTS "outbox_pending_idx"`,
+				`ON "app"."outbox" (available_at, created_at) WHERE status = 'PENDING'`,
+				`CREATE OR REPLACE FUNCTION "app"."outbox_notify"()`,
+				`pg_notify('app.outbox', '')`,
+				`EXECUTE FUNCTION "app"."outbox_notify"()`,
+				`'"app"."outbox"'::regclass`,
+			},
+			// The table must never be created unqualified when a schema
+			// was named.
+			notInRender: []string{`CREATE TABLE IF NOT EXISTS "outbox"`, `ON "outbox"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			tbl, err := schema.ParseTable(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tbl.Quoted(); got != tt.quoted {
+				t.Errorf("Quoted() = %s, want %s", got, tt.quoted)
+			}
+			if got := tbl.Object("notify"); got != tt.object {
+				t.Errorf(`Object("notify") = %s, want %s`, got, tt.object)
+			}
+			if got := tbl.Channel(); got != tt.channel {
+				t.Errorf("Channel() = %s, want %s", got, tt.channel)
+			}
+			ddl := schema.Render(tbl)
+			if strings.Contains(ddl, "{{") || strings.Contains(ddl, "}}") {
+				t.Errorf("Render left a placeholder:\n%s", ddl)
+			}
+			for _, want := range tt.wantInRender {
+				if !strings.Contains(ddl, want) {
+					t.Errorf("Render does not contain %s", want)
+				}
+			}
+			for _, bad := range tt.notInRender {
+				if strings.Contains(ddl, bad) {
+					t.Errorf("Render contains %s", bad)
+				}
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	t.Parallel()
+	tbl := schema.Table{Schema: "app", Name: "outbox"}
+	got := schema.Expand("{{table}} {{name}} {{schema}}x {{channel}} {{table}}", tbl)
+	want := `"app"."outbox" outbox "app".x app.outbox "app"."outbox"`
+	if got != want {
+		t.Errorf("Expand = %q, want %q", got, want)
+	}
+	got = schema.Expand("{{schema}}\"{{name}}_seq\"", schema.Table{Name: "outbox"})
+	if want := `"outbox_seq"`; got != want {
+		t.Errorf("Expand without schema = %q, want %q", got, want)
+	}
+}
+
+func TestDefaultTableIsValid(t *testing.T) {
+	t.Parallel()
+	tbl, err := schema.ParseTable(schema.DefaultTable)
+	if err != nil {
+		t.Fatalf("DefaultTable %q: %v", schema.DefaultTable, err)
+	}
+	if tbl.Schema != "" || tbl.Name != "openoutbox_events" {
+		t.Errorf("DefaultTable parsed as %#v", tbl)
+	}
+}

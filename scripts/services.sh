@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Makes sure the services that `make test` and `make demo` talk to answer on
+# 127.0.0.1, installing them from Debian packages and starting them when they
+# do not. Usage: scripts/services.sh postgres [nats] [rabbitmq]
+#
+# A service that already answers is left alone. For each service this script
+# starts, it prints "started <name> <pid-or-how-to-stop>" so callers can stop
+# what they started.
+set -euo pipefail
+
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then
+		"$@"
+	elif command -v sudo >/dev/null; then
+		sudo "$@"
+	else
+		echo "services.sh: need root to run: $*" >&2
+		exit 1
+	fi
+}
+
+apt_updated=
+apt_install() {
+	if [ -z "$apt_updated" ]; then
+		as_root apt-get update -qq
+		apt_updated=1
+	fi
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+wait_for() {
+	local port=$1 name=$2
+	for _ in $(seq 1 120); do
+		answers "$port" && return 0
+		sleep 0.5
+	done
+	echo "services.sh: $name did not start on 127.0.0.1:$port" >&2
+	exit 1
+}
+
+postgres() {
+	answers 5432 && return 0
+	if ! command -v pg_ctlcluster >/dev/null; then
+		echo "services.sh: installing PostgreSQL from Debian packages" >&2
+		apt_install postgresql
+	fi
+	local ver hba
+	ver=$(ls /etc/postgresql | sort -V | tail -1)
+	hba=/etc/postgresql/$ver/main/pg_hba.conf
+	# The tests connect as postgres without a password over TCP.
+	if ! as_root grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+		echo "services.sh: trusting 127.0.0.1 connections in $hba (test server)" >&2
+		as_root sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+	fi
+	as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+	wait_for 5432 PostgreSQL
+	echo "started postgres pg_ctlcluster $ver main"
+}
+
+nats() {
+	answers 4222 && return 0
+	if ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then
+		echo "services.sh: installing nats-server from Debian packages" >&2
+		apt_install nats-server
+	fi
+	local bin dir
+	bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+	dir=$(mktemp -d)
+	"$bin" -a 127.0.0.1 -p 4222 -js -sd "$dir" >"$dir/nats.log" 2>&1 &
+	local pid=$!
+	wait_for 4222 "NATS"
+	echo "started nats $pid"
+}
+
+rabbitmq() {
+	answers 5672 && return 0
+	if ! command -v rabbitmq-server >/dev/null && [ ! -x /usr/sbin/rabbitmq-server ]; then
+		echo "services.sh: installing rabbitmq-server from Debian packages" >&2
+		apt_install rabbitmq-server
+	fi
+	as_root env PATH="$PATH:/usr/sbin" rabbitmq-server -detached
+	wait_for 5672 RabbitMQ
+	echo "started rabbitmq rabbitmqctl-stop"
+}
+
+for svc in "$@"; do
+	case "$svc" in
+	postgres | nats | rabbitmq) "$svc" ;;
+	*)
+		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq)" >&2
+		exit 2
+		;;
+	esac
+done
