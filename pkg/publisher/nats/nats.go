@@ -109,6 +109,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
+// errCodeStreamStoreFailed is JetStream's "stream store failed" error,
+// which includes "maximum messages exceeded" and "maximum bytes exceeded".
+const errCodeStreamStoreFailed jetstream.ErrorCode = 10077
+
 // Publisher publishes to JetStream.
 type Publisher struct {
 	cfg       Config
@@ -261,6 +265,12 @@ func (p *Publisher) classify(ctx context.Context, subject string, err error) err
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
 		return p.noResponders(ctx, subject, err)
 	case errors.As(err, &apiErr):
+		// A stream at its limits with the discard-new policy answers 503
+		// with this code. Only the events for that stream are stuck, so
+		// they retry with backoff while the others keep flowing.
+		if apiErr.ErrorCode == errCodeStreamStoreFailed {
+			return fmt.Errorf("stream refused the message: %w", err)
+		}
 		if apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
 			apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabledForAccount || apiErr.Code >= 500 {
 			return publisher.Unavailable(err)
@@ -272,6 +282,10 @@ func (p *Publisher) classify(ctx context.Context, subject string, err error) err
 		errors.Is(err, natsgo.ErrNoServers), errors.Is(err, natsgo.ErrConnectionDraining),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return publisher.Unavailable(fmt.Errorf("nats: %w", err))
+	}
+	if !p.nc.IsConnected() {
+		// Whatever the error says, a lost connection is to blame.
+		return publisher.Unavailable(fmt.Errorf("nats: connection lost: %w", err))
 	}
 	return err
 }
@@ -307,16 +321,10 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close waits briefly for outstanding acknowledgements and closes the
-// connection. Calling it again does nothing.
-func (p *Publisher) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() {
-		select {
-		case <-p.js.PublishAsyncComplete():
-		case <-ctx.Done():
-		case <-time.After(p.cfg.Timeout):
-		}
-		p.nc.Close()
-	})
+// Close closes the connection. Publish has already awaited or given up on
+// every acknowledgement, so nothing is waited for. Calling it again does
+// nothing.
+func (p *Publisher) Close(context.Context) error {
+	p.closeOnce.Do(p.nc.Close)
 	return nil
 }

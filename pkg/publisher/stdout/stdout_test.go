@@ -1,0 +1,81 @@
+package stdout_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/stdout"
+)
+
+func TestWritesOneJSONLinePerEvent(t *testing.T) {
+	var buf bytes.Buffer
+	p := stdout.New(&buf)
+	batch := []outbox.Event{
+		{ID: uuid.New(), Type: "a.json", PartitionKey: "k1", Payload: []byte(`{"x":1}`), Headers: []byte(`{"h":"v","n":2}`)},
+		{ID: uuid.New(), Type: "a.text", Payload: []byte("plain text")},
+		{ID: uuid.New(), Type: "a.binary", Payload: []byte{0xff, 0x00, 0x10}},
+		{ID: uuid.New(), Type: "a.bad", Payload: []byte(`{}`), Headers: []byte(`[1,2]`)},
+	}
+	errs := p.Publish(context.Background(), batch)
+	for i, err := range errs[:3] {
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	if !publisher.IsPermanent(errs[3]) {
+		t.Fatalf("bad headers: err = %v, want permanent", errs[3])
+	}
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("wrote %d lines, want 3:\n%s", len(lines), buf.String())
+	}
+	var got []map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %q is not JSON: %v", l, err)
+		}
+		got = append(got, m)
+	}
+	if got[0]["event_id"] != batch[0].ID.String() || got[0]["partition_key"] != "k1" {
+		t.Errorf("line 0 = %v", got[0])
+	}
+	if h := got[0]["headers"].(map[string]any); h["h"] != "v" || h["n"] != "2" {
+		t.Errorf("headers = %v, want strings", h)
+	}
+	if p := got[0]["payload"].(map[string]any); p["x"] != 1.0 {
+		t.Errorf("JSON payload not embedded: %v", got[0]["payload"])
+	}
+	if got[1]["payload_text"] != "plain text" {
+		t.Errorf("text payload = %v", got[1])
+	}
+	if got[2]["payload_base64"] != "/wAQ" {
+		t.Errorf("binary payload = %v", got[2])
+	}
+}
+
+func TestCloseIsIdempotentAndStopsPublishing(t *testing.T) {
+	var buf bytes.Buffer
+	p := stdout.New(&buf)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	errs := p.Publish(context.Background(), []outbox.Event{{ID: uuid.New(), Type: "x"}})
+	if !publisher.IsUnavailable(errs[0]) {
+		t.Fatalf("publish after Close: %v, want unavailable", errs[0])
+	}
+	if p.Ping(context.Background()) == nil {
+		t.Fatal("Ping after Close succeeded")
+	}
+}
