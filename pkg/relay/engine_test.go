@@ -20,7 +20,9 @@ import (
 	"github.com/outbox-relay/relay/pkg/publisher"
 	pubnats "github.com/outbox-relay/relay/pkg/publisher/nats"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -425,5 +427,38 @@ func TestShutdownReleasesBatchesTheBrokerNeverAcknowledges(t *testing.T) {
 		if row.Status != outbox.StatusPending || row.Attempts != 0 {
 			t.Fatalf("unacknowledged event after shutdown: %+v, want PENDING with 0 attempts", row)
 		}
+	}
+}
+
+func TestReaperHandsAbandonedLeasesToALiveRelay(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "REAPED", Subjects: []string{"reaped.>"}})
+	const n = 300
+	tb.InsertN(t, n, "reaped.event")
+
+	// A relay claims everything and dies without a word.
+	if _, err := tb.Store.Claim(context.Background(), storage.ClaimParams{RelayID: "crashed", Limit: n}); err != nil {
+		t.Fatal(err)
+	}
+	tb.Exec(t, "UPDATE {{table}} SET locked_at = now() - interval '10 minutes'")
+
+	start(t, relay.Config{RelayID: "survivor"}, tb.Store, openNATS(t, srv, ""))
+	rp, err := reaper.New(reaper.Config{Interval: 50 * time.Millisecond, LeaseTimeout: time.Minute, BatchSize: 100, MaxAttempts: 25}, tb.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reaped := make(chan struct{})
+	go func() { rp.Run(ctx); close(reaped) }()
+	defer func() { cancel(); <-reaped }()
+
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+	if got := natstest.Count(t, st); got != n {
+		t.Errorf("stream holds %d messages, want %d", got, n)
+	}
+	if wrong := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts <> 1 OR last_error <> 'lease expired (relay crashed)'"); wrong != 0 {
+		t.Errorf("%d delivered rows do not record the expired lease as one attempt", wrong)
 	}
 }

@@ -1,0 +1,303 @@
+// Package publishertest is the conformance suite every publisher driver
+// runs against a real broker: a batch arrives complete with ids and headers,
+// per-key order is kept, permanent and unavailable errors are classified, a
+// broker that goes away yields unavailable and the driver recovers when it is
+// back, and Close is idempotent. A driver's test describes its broker with a
+// Driver and calls Run.
+package publishertest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+)
+
+// Message is what a broker delivered, in the driver-independent form the
+// suite checks. Drivers map their broker's fields onto it: the event id may
+// travel as a header or as the broker's own message id.
+type Message struct {
+	ID      string
+	Type    string
+	Key     string
+	Payload []byte
+	Headers map[string]string
+}
+
+// Broker is a broker set up for one subtest.
+type Broker interface {
+	// Open connects the driver under test, closed at the end of the test.
+	Open(t *testing.T) publisher.Publisher
+	// Destination creates somewhere events can go (a stream, topic or bound
+	// queue) that no other subtest uses, and returns an event type the
+	// driver routes there.
+	Destination(t *testing.T) string
+	// Received returns every message that arrived for eventType, waiting
+	// until want have arrived or a deadline passes. Messages with the same
+	// key must be in broker order.
+	Received(t *testing.T, eventType string, want int) []Message
+}
+
+// Outage is a Broker that can be taken away and brought back.
+type Outage interface {
+	Broker
+	// Stop makes the broker unreachable for connections open and new.
+	Stop(t *testing.T)
+	// Start brings it back.
+	Start(t *testing.T)
+}
+
+// PermanentCase is an event that can never be delivered.
+type PermanentCase struct {
+	Name string
+	// Event is sent with its Type replaced by a destination's event type
+	// unless KeepType is set.
+	Event    outbox.Event
+	KeepType bool
+	// WantErr is a substring the error must contain, naming the problem.
+	WantErr string
+}
+
+// Driver describes a driver to the suite.
+type Driver struct {
+	// NewBroker gives each subtest a broker of its own (or a shared broker
+	// with private destinations). If it returns an Outage, the outage test
+	// runs.
+	NewBroker func(t *testing.T) Broker
+	// Permanent lists the driver's permanent failures.
+	Permanent []PermanentCase
+	// HeaderEventID is false for drivers that carry the event id in the
+	// broker's own message id field only.
+	HeaderEventID bool
+	// UnavailableWithin bounds how long a publish to a broker that has gone
+	// away may take before it reports unavailable; default 15 s.
+	UnavailableWithin time.Duration
+}
+
+// Run runs the suite.
+func Run(t *testing.T, d Driver) {
+	if d.UnavailableWithin == 0 {
+		d.UnavailableWithin = 15 * time.Second
+	}
+	t.Run("BatchArrivesComplete", func(t *testing.T) { t.Parallel(); batchArrivesComplete(t, d) })
+	t.Run("PerKeyOrder", func(t *testing.T) { t.Parallel(); perKeyOrder(t, d) })
+	t.Run("PermanentErrors", func(t *testing.T) { t.Parallel(); permanentErrors(t, d) })
+	t.Run("UnavailableThenRecovers", func(t *testing.T) { t.Parallel(); unavailableThenRecovers(t, d) })
+	t.Run("CloseIsIdempotent", func(t *testing.T) { t.Parallel(); closeIsIdempotent(t, d) })
+}
+
+func publish(t *testing.T, p publisher.Publisher, batch []outbox.Event) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := p.Publish(ctx, batch)
+	if len(errs) != len(batch) {
+		t.Fatalf("Publish returned %d results for %d events", len(errs), len(batch))
+	}
+	return errs
+}
+
+func requireDelivered(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+}
+
+func event(eventType, key string, n int) outbox.Event {
+	return outbox.Event{
+		ID:           uuid.Must(uuid.NewV7()),
+		Type:         eventType,
+		PartitionKey: key,
+		Payload:      []byte(fmt.Sprintf(`{"n":%d}`, n)),
+		Headers:      []byte(fmt.Sprintf(`{"tenant":"acme","n":%d,"flag":true,"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`, n)),
+		CreatedAt:    time.Now(),
+	}
+}
+
+func batchArrivesComplete(t *testing.T, d Driver) {
+	b := d.NewBroker(t)
+	p := b.Open(t)
+	typ := b.Destination(t)
+	batch := make([]outbox.Event, 50)
+	for i := range batch {
+		key := fmt.Sprintf("key-%d", i%5)
+		if i%10 == 9 {
+			key = "" // a NULL partition_key
+		}
+		batch[i] = event(typ, key, i)
+	}
+	requireDelivered(t, publish(t, p, batch))
+
+	got := b.Received(t, typ, len(batch))
+	if len(got) != len(batch) {
+		t.Fatalf("received %d messages, want %d", len(got), len(batch))
+	}
+	byID := map[string]Message{}
+	for _, m := range got {
+		if _, dup := byID[m.ID]; dup {
+			t.Fatalf("event %s arrived twice", m.ID)
+		}
+		byID[m.ID] = m
+	}
+	for i, e := range batch {
+		m, ok := byID[e.ID.String()]
+		if !ok {
+			t.Fatalf("event %d (%s) did not arrive", i, e.ID)
+		}
+		if m.Type != e.Type || m.Key != e.PartitionKey || string(m.Payload) != string(e.Payload) {
+			t.Fatalf("event %d arrived as type %q key %q payload %q; sent %q %q %q",
+				i, m.Type, m.Key, m.Payload, e.Type, e.PartitionKey, e.Payload)
+		}
+		want := map[string]string{
+			"tenant":                  "acme",
+			"n":                       fmt.Sprint(i),
+			"flag":                    "true",
+			outbox.HeaderTraceparent:  "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			outbox.HeaderEventType:    e.Type,
+			outbox.HeaderPartitionKey: e.PartitionKey,
+		}
+		if e.PartitionKey == "" {
+			delete(want, outbox.HeaderPartitionKey)
+			if _, has := m.Headers[outbox.HeaderPartitionKey]; has {
+				t.Errorf("event %d has no key but carries %s", i, outbox.HeaderPartitionKey)
+			}
+		}
+		if d.HeaderEventID {
+			want[outbox.HeaderEventID] = e.ID.String()
+		}
+		for k, v := range want {
+			if m.Headers[k] != v {
+				t.Errorf("event %d header %s = %q, want %q", i, k, m.Headers[k], v)
+			}
+		}
+	}
+}
+
+func perKeyOrder(t *testing.T, d Driver) {
+	b := d.NewBroker(t)
+	p := b.Open(t)
+	typ := b.Destination(t)
+	const n = 400
+	batch := make([]outbox.Event, n)
+	pos := map[string]int{}
+	for i := range batch {
+		batch[i] = event(typ, fmt.Sprintf("k%d", i%4), i)
+		pos[batch[i].ID.String()] = i
+	}
+	// Two batches, as two claims in a row would publish them.
+	requireDelivered(t, publish(t, p, batch[:n/2]))
+	requireDelivered(t, publish(t, p, batch[n/2:]))
+
+	last := map[string]int{}
+	got := b.Received(t, typ, n)
+	if len(got) != n {
+		t.Fatalf("received %d messages, want %d", len(got), n)
+	}
+	for _, m := range got {
+		i := pos[m.ID]
+		if prev, ok := last[m.Key]; ok && i < prev {
+			t.Fatalf("key %s: event %d arrived after event %d", m.Key, i, prev)
+		}
+		last[m.Key] = i
+	}
+}
+
+func permanentErrors(t *testing.T, d Driver) {
+	if len(d.Permanent) == 0 {
+		t.Fatal("a driver must list its permanent failures")
+	}
+	b := d.NewBroker(t)
+	p := b.Open(t)
+	typ := b.Destination(t)
+	for _, c := range d.Permanent {
+		t.Run(c.Name, func(t *testing.T) {
+			bad := c.Event
+			bad.ID = uuid.Must(uuid.NewV7())
+			if !c.KeepType {
+				bad.Type = typ
+			}
+			batch := []outbox.Event{event(typ, "k", 0), bad, event(typ, "k", 1)}
+			errs := publish(t, p, batch)
+			if errs[0] != nil || errs[2] != nil {
+				t.Fatalf("good events around a bad one failed: %v, %v", errs[0], errs[2])
+			}
+			switch err := errs[1]; {
+			case err == nil:
+				t.Fatal("bad event was accepted")
+			case !publisher.IsPermanent(err):
+				t.Fatalf("error %q is not permanent", err)
+			case publisher.IsUnavailable(err):
+				t.Fatalf("error %q is both permanent and unavailable", err)
+			case !strings.Contains(err.Error(), c.WantErr):
+				t.Fatalf("error %q does not mention %q", err, c.WantErr)
+			}
+		})
+	}
+}
+
+func unavailableThenRecovers(t *testing.T, d Driver) {
+	b := d.NewBroker(t)
+	o, ok := b.(Outage)
+	if !ok {
+		t.Skip("this broker cannot be taken away")
+	}
+	p := o.Open(t)
+	typ := o.Destination(t)
+	requireDelivered(t, publish(t, p, []outbox.Event{event(typ, "k", 0)}))
+
+	o.Stop(t)
+	began := time.Now()
+	errs := publish(t, p, []outbox.Event{event(typ, "k", 1), event(typ, "k", 2)})
+	if took := time.Since(began); took > d.UnavailableWithin {
+		t.Errorf("publishing to a broker that is gone took %s, want under %s", took, d.UnavailableWithin)
+	}
+	for i, err := range errs {
+		if !publisher.IsUnavailable(err) {
+			t.Fatalf("event %d while the broker is gone: %v, want unavailable", i, err)
+		}
+	}
+	if err := p.Ping(context.Background()); err == nil {
+		t.Error("Ping succeeded while the broker is gone")
+	}
+
+	o.Start(t)
+	eventually.True(t, time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return p.Ping(ctx) == nil
+	}, func() string { return "Ping to succeed after the broker came back" })
+	var errs2 []error
+	eventually.True(t, time.Minute, func() bool {
+		errs2 = publish(t, p, []outbox.Event{event(typ, "k", 3)})
+		return errs2[0] == nil
+	}, func() string { return fmt.Sprintf("a publish to succeed after the broker came back, last error %v", errs2[0]) })
+}
+
+func closeIsIdempotent(t *testing.T, d Driver) {
+	b := d.NewBroker(t)
+	p := b.Open(t)
+	if err := p.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping on a fresh publisher: %v", err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	typ := b.Destination(t)
+	errs := p.Publish(context.Background(), []outbox.Event{event(typ, "k", 0)})
+	if errs[0] == nil {
+		t.Fatal("Publish after Close succeeded")
+	}
+}
