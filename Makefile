@@ -22,13 +22,14 @@ run: build
 demo: build
 	scripts/demo.sh
 
-# Starts PostgreSQL when nothing answers on 127.0.0.1:5432 (NATS and Kafka
-# run inside the tests), then runs every test with the race detector.
+# Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
+# and Kafka run inside the tests), then runs every test with the race
+# detector.
 test: services
 	$(GO) test -race -count=1 ./...
 
 services:
-	scripts/services.sh postgres
+	scripts/services.sh postgres rabbitmq
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(shell $(GO) env GOPATH)/bin/golangci-lint
