@@ -40,10 +40,21 @@ type config struct {
 	RetryJitter        float64       `env:"RETRY_JITTER"`
 	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT"`
 
+	Wakeup         string        `env:"WAKEUP"`
+	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE"`
+	Ordering       string        `env:"ORDERING"`
+	OrderingOnDead string        `env:"ORDERING_ON_DEAD"`
+
 	HTTPAddr  string `env:"HTTP_ADDR"`
 	LogLevel  string `env:"LOG_LEVEL"`
 	LogFormat string `env:"LOG_FORMAT"`
 }
+
+// WAKEUP values.
+const (
+	wakeupNotify = "notify"
+	wakeupPoll   = "poll"
+)
 
 // Defaults that belong to no package.
 const (
@@ -68,6 +79,10 @@ func defaultConfig() config {
 		RetryMaxDelay:      relay.RetryMaxDelayDefault,
 		RetryJitter:        relay.RetryJitterDefault,
 		ShutdownTimeout:    relay.ShutdownTimeoutDefault,
+		Wakeup:             wakeupNotify,
+		NotifyDebounce:     relay.NotifyDebounceDefault,
+		Ordering:           string(relay.OrderingDefault),
+		OrderingOnDead:     string(relay.OnDeadDefault),
 		HTTPAddr:           httpAddrDefault,
 		LogLevel:           "info",
 		LogFormat:          "json",
@@ -150,6 +165,9 @@ func (c config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add(err)
 	}
+	if c.Wakeup != wakeupNotify && c.Wakeup != wakeupPoll {
+		add(fmt.Errorf("WAKEUP must be notify or poll, got %q", c.Wakeup))
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		add(fmt.Errorf("LOG_FORMAT must be json or text, got %q", c.LogFormat))
 	}
@@ -176,7 +194,10 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 			MaxDelay:    c.RetryMaxDelay,
 			Jitter:      c.RetryJitter,
 		},
-		Logger: log,
+		Ordering:       storage.Ordering(c.Ordering),
+		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
+		NotifyDebounce: c.NotifyDebounce,
+		Logger:         log,
 	}
 }
 

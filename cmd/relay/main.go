@@ -165,7 +165,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"publisher", redact.URL(cfg.PublisherURL),
 		"http", ln.Addr().String(),
 		"batch_size", cfg.BatchSize,
-		"max_in_flight_batches", cfg.MaxInFlightBatches)
+		"max_in_flight_batches", cfg.MaxInFlightBatches,
+		"wakeup", cfg.Wakeup,
+		"ordering", cfg.Ordering)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -173,6 +175,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer wg.Done()
 		rp.Run(ctx)
 	}()
+	if cfg.Wakeup == wakeupNotify {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			engine.Listen(ctx, store)
+		}()
+	}
 	health.setRunning(true)
 	engine.Run(ctx)
 	health.setRunning(false)

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	_ "github.com/outbox-relay/relay/pkg/publisher/null"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -27,18 +28,28 @@ var (
 // benchDrain measures draining a backlog of *benchEvents 200-byte events
 // through pub and reports events/s.
 func benchDrain(b *testing.B, pub publisher.Publisher, eventType string) {
+	benchDrainWith(b, pub, eventType, 0, storage.OrderingNone)
+}
+
+// benchDrainWith is benchDrain with the events spread over keys partition
+// keys (0: no key) and the given ordering.
+func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, keys int, ordering storage.Ordering) {
 	tb := pgtest.New(b)
 	var total time.Duration
 	for range b.N {
 		b.StopTimer()
 		tb.Exec(b, "TRUNCATE {{table}}")
 		tb.InsertN(b, *benchEvents, eventType)
+		if keys > 0 {
+			tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1)", keys)
+		}
 		tb.Exec(b, "VACUUM ANALYZE {{table}}")
 		e, err := relay.New(relay.Config{
 			RelayID:            "bench",
 			BatchSize:          *benchBatch,
 			MaxInFlightBatches: *benchInFlight,
 			PollInterval:       10 * time.Millisecond,
+			Ordering:           ordering,
 		}, tb.Store, pub)
 		if err != nil {
 			b.Fatal(err)
@@ -64,6 +75,12 @@ func benchDrain(b *testing.B, pub publisher.Publisher, eventType string) {
 // BenchmarkDrainNATS drains into a JetStream stream: BENCH_NATS_URL when
 // set, else an in-process server.
 func BenchmarkDrainNATS(b *testing.B) {
+	benchDrain(b, benchNATS(b), "bench.event")
+}
+
+// benchNATS opens a publisher to a JetStream stream BENCH capturing
+// bench.>: on BENCH_NATS_URL when set, else on an in-process server.
+func benchNATS(b *testing.B) publisher.Publisher {
 	url := os.Getenv("BENCH_NATS_URL")
 	if url == "" {
 		srv := natstest.Start(b)
@@ -80,8 +97,21 @@ func BenchmarkDrainNATS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer pub.Close(context.Background())
-	benchDrain(b, pub, "bench.event")
+	b.Cleanup(func() { _ = pub.Close(context.Background()) })
+	return pub
+}
+
+// BenchmarkDrainNATSPartition drains a backlog spread over 100 partition
+// keys with ORDERING=partition; compare with BenchmarkDrainNATSKeyed, the
+// same backlog unordered.
+func BenchmarkDrainNATSPartition(b *testing.B) {
+	benchDrainWith(b, benchNATS(b), "bench.event", 100, storage.OrderingPartition)
+}
+
+// BenchmarkDrainNATSKeyed is BenchmarkDrainNATSPartition's backlog with
+// ORDERING=none.
+func BenchmarkDrainNATSKeyed(b *testing.B) {
+	benchDrainWith(b, benchNATS(b), "bench.event", 100, storage.OrderingNone)
 }
 
 // BenchmarkDrainNull measures the storage side alone.

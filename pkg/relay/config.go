@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // Defaults for Config.
@@ -19,6 +21,9 @@ const (
 	RetryBaseDelayDefault     = time.Second
 	RetryMaxDelayDefault      = 24 * time.Hour
 	RetryJitterDefault        = 0.15
+	NotifyDebounceDefault     = 5 * time.Millisecond
+	OrderingDefault           = storage.OrderingNone
+	OnDeadDefault             = storage.DeadSkip
 )
 
 // Config tunes an Engine. Zero fields take their XxxDefault.
@@ -41,6 +46,16 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Retry decides when a failed event is tried again or buried.
 	Retry RetryPolicy
+	// Ordering partition keeps every partition key's events in order at the
+	// broker; none (the default) publishes as fast as possible.
+	Ordering storage.Ordering
+	// OnDead says whether a DEAD event holds back the later events of its
+	// key under partition ordering.
+	OnDead storage.DeadPolicy
+	// NotifyDebounce is the least time between two wakeups by insert
+	// notifications, so a burst of inserts makes a few full claims instead
+	// of many tiny ones. Zero wakes the engine for every notification.
+	NotifyDebounce time.Duration
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -76,6 +91,12 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
 	setDefault(&c.Retry.BaseDelay, RetryBaseDelayDefault)
 	setDefault(&c.Retry.MaxDelay, RetryMaxDelayDefault)
+	if c.Ordering == "" {
+		c.Ordering = OrderingDefault
+	}
+	if c.OnDead == "" {
+		c.OnDead = OnDeadDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -108,5 +129,10 @@ func (c Config) Validate() error {
 	check(c.Retry.BaseDelay > 0, "RETRY_BASE_DELAY must be positive, got %s", c.Retry.BaseDelay)
 	check(c.Retry.MaxDelay >= c.Retry.BaseDelay, "RETRY_MAX_DELAY (%s) must not be below RETRY_BASE_DELAY (%s)", c.Retry.MaxDelay, c.Retry.BaseDelay)
 	check(c.Retry.Jitter >= 0 && c.Retry.Jitter <= 1, "RETRY_JITTER must be between 0 and 1, got %g", c.Retry.Jitter)
+	check(c.Ordering == storage.OrderingNone || c.Ordering == storage.OrderingPartition,
+		"ORDERING must be none or partition, got %q", c.Ordering)
+	check(c.OnDead == storage.DeadSkip || c.OnDead == storage.DeadBlock,
+		"ORDERING_ON_DEAD must be skip or block, got %q", c.OnDead)
+	check(c.NotifyDebounce >= 0, "NOTIFY_DEBOUNCE must not be negative, got %s", c.NotifyDebounce)
 	return errors.Join(errs...)
 }

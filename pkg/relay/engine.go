@@ -6,6 +6,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -69,6 +70,14 @@ type Engine struct {
 	wake  chan struct{}
 	state atomic.Int32
 
+	// cursor is the last key an ordered claim took; only the claim loop
+	// touches it.
+	cursor string
+
+	notifyMu      sync.Mutex
+	notifyTimer   *time.Timer
+	notifyPending bool
+
 	brokerMu      sync.Mutex
 	brokerDown    bool
 	brokerBackoff time.Duration
@@ -96,11 +105,65 @@ func New(cfg Config, store Store, pub publisher.Publisher) (*Engine, error) {
 func (e *Engine) State() State { return State(e.state.Load()) }
 
 // Wake makes an idle engine claim at once instead of waiting out
-// PollInterval; a notification that new events were committed calls it.
+// PollInterval.
 func (e *Engine) Wake() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
+	}
+}
+
+// Notify is called for every notification that events were inserted. The
+// first one after a quiet spell wakes the engine at once; the ones that
+// follow within NotifyDebounce wake it once more when that time is up.
+func (e *Engine) Notify() {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	if e.notifyTimer != nil {
+		e.notifyPending = true
+		return
+	}
+	e.Wake()
+	if e.cfg.NotifyDebounce > 0 {
+		e.notifyTimer = time.AfterFunc(e.cfg.NotifyDebounce, e.endDebounce)
+	}
+}
+
+func (e *Engine) endDebounce() {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	if !e.notifyPending {
+		e.notifyTimer = nil
+		return
+	}
+	e.notifyPending = false
+	e.Wake()
+	e.notifyTimer.Reset(e.cfg.NotifyDebounce)
+}
+
+// Listener delivers insert notifications: Listen calls onNotify for each
+// until ctx ends (returning nil) or its connection fails.
+type Listener interface {
+	Listen(ctx context.Context, onNotify func()) error
+}
+
+// Listen feeds l's notifications to Notify until ctx ends, reconnecting with
+// backoff when the connection drops. Meanwhile the engine still polls every
+// PollInterval, so a lost listener delays events but loses none.
+func (e *Engine) Listen(ctx context.Context, l Listener) {
+	wait := storageBackoffMin
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := l.Listen(ctx, e.Notify)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > storageBackoffMax {
+			wait = storageBackoffMin // it had been working
+		}
+		e.log.Warn("listening for inserts failed; polling meanwhile", "error", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(wait*2, storageBackoffMax)
 	}
 }
 
@@ -175,8 +238,41 @@ func (e *Engine) claim(ctx context.Context) (storage.Batch, time.Time, error) {
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseTimeout/2)
 	defer cancel()
 	claimedAt := time.Now()
-	batch, err := e.store.Claim(claimCtx, storage.ClaimParams{RelayID: e.cfg.RelayID, Limit: e.cfg.BatchSize})
+	batch, err := e.store.Claim(claimCtx, storage.ClaimParams{
+		RelayID:  e.cfg.RelayID,
+		Limit:    e.cfg.BatchSize,
+		Ordering: e.cfg.Ordering,
+		OnDead:   e.cfg.OnDead,
+		After:    e.cursor,
+	})
+	if err == nil && e.cfg.Ordering == storage.OrderingPartition {
+		e.cursor = nextCursor(e.cursor, batch.Events)
+	}
 	return batch, claimedAt, err
+}
+
+// nextCursor is where the next ordered claim starts its walk over keys: past
+// the last key this claim took. The walk went through the keys after the
+// old cursor in order, then wrapped around to the start.
+func nextCursor(old string, events []outbox.Event) string {
+	var afterOld, wrapped string
+	for _, ev := range events {
+		k := ev.PartitionKey
+		switch {
+		case k == "":
+		case k > old:
+			afterOld = max(afterOld, k)
+		default:
+			wrapped = max(wrapped, k)
+		}
+	}
+	switch {
+	case wrapped != "":
+		return wrapped
+	case afterOld != "":
+		return afterOld
+	}
+	return old
 }
 
 // idle waits for a wakeup, the poll interval, or the end of ctx.
@@ -203,15 +299,18 @@ type outcome struct {
 
 // process publishes one claimed batch and settles every event in it.
 func (e *Engine) process(ctx context.Context, batch storage.Batch, claimedAt time.Time) {
-	results := e.pub.Publish(ctx, batch.Events)
-	if len(results) != len(batch.Events) {
-		// A driver bug must not lose events: release the lot.
-		err := fmt.Errorf("publisher returned %d results for %d events", len(results), len(batch.Events))
-		e.log.Error("publisher broke its contract; releasing batch", "error", err)
-		results = publisher.Fill(len(batch.Events), publisher.Unavailable(err))
+	var results []error
+	if e.cfg.Ordering == storage.OrderingPartition {
+		results = e.publishInKeyOrder(ctx, batch.Events)
+	} else {
+		results = e.publish(ctx, batch.Events)
 	}
 	o := e.sort(ctx, batch.Events, results)
 	e.settle(batch.Lease, claimedAt, o)
+	if e.cfg.Ordering == storage.OrderingPartition {
+		// Settling frees keys that the last claim had to pass over.
+		e.Wake()
+	}
 
 	switch {
 	case o.brokerErr != nil && ctx.Err() == nil:
@@ -224,6 +323,71 @@ func (e *Engine) process(ctx context.Context, batch storage.Batch, claimedAt tim
 	}
 }
 
+// publish sends events in one call and checks the driver kept its contract.
+func (e *Engine) publish(ctx context.Context, events []outbox.Event) []error {
+	results := e.pub.Publish(ctx, events)
+	if len(results) != len(events) {
+		// A driver bug must not lose events: release the lot.
+		err := fmt.Errorf("publisher returned %d results for %d events", len(results), len(events))
+		e.log.Error("publisher broke its contract; releasing batch", "error", err)
+		results = publisher.Fill(len(events), publisher.Unavailable(err))
+	}
+	return results
+}
+
+// errHeldBack marks an event that was not sent because an earlier event
+// with its key was not delivered; it is released untouched.
+var errHeldBack = errors.New("held back behind an undelivered event with the same partition key")
+
+// publishInKeyOrder sends a batch so that no event leaves before the
+// earlier events of its key are acknowledged: round r sends the r-th event
+// of every key (and, in the first round, every event without a key), all
+// pipelined in one call. A key whose event fails sends nothing more; the
+// rest of its run is held back for a later claim.
+func (e *Engine) publishInKeyOrder(ctx context.Context, events []outbox.Event) []error {
+	results := make([]error, len(events))
+	var unkeyed []int
+	runs := map[string][]int{}
+	var keys []string
+	for i, ev := range events {
+		if ev.PartitionKey == "" {
+			unkeyed = append(unkeyed, i)
+			continue
+		}
+		if _, seen := runs[ev.PartitionKey]; !seen {
+			keys = append(keys, ev.PartitionKey)
+		}
+		runs[ev.PartitionKey] = append(runs[ev.PartitionKey], i)
+		results[i] = errHeldBack
+	}
+	stopped := map[string]bool{}
+	for round := 0; ; round++ {
+		var idx []int
+		if round == 0 {
+			idx = append(idx, unkeyed...)
+		}
+		for _, k := range keys {
+			if run := runs[k]; round < len(run) && !stopped[k] {
+				idx = append(idx, run[round])
+			}
+		}
+		if len(idx) == 0 {
+			return results
+		}
+		sub := make([]outbox.Event, len(idx))
+		for j, i := range idx {
+			sub[j] = events[i]
+		}
+		for j, err := range e.publish(ctx, sub) {
+			i := idx[j]
+			results[i] = err
+			if err != nil && events[i].PartitionKey != "" {
+				stopped[events[i].PartitionKey] = true
+			}
+		}
+	}
+}
+
 func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []error) outcome {
 	var o outcome
 	for i, err := range results {
@@ -231,6 +395,8 @@ func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []erro
 		switch {
 		case err == nil:
 			o.delivered = append(o.delivered, ev.ID)
+		case errors.Is(err, errHeldBack):
+			o.released = append(o.released, ev.ID)
 		case publisher.IsUnavailable(err) || ctx.Err() != nil:
 			// The broker could not take it, or shutdown cut it off: the
 			// event did nothing wrong and keeps its attempts.

@@ -30,6 +30,10 @@ type Store interface {
 	// Reap takes back leases older than the lease timeout.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
 
+	// Listen calls onNotify whenever events are inserted, until ctx ends
+	// (nil) or its connection fails (an error; call it again).
+	Listen(ctx context.Context, onNotify func()) error
+
 	// Migrate creates the table and its indexes and trigger if missing.
 	Migrate(ctx context.Context) (MigrateResult, error)
 	// Check verifies that the database answers and the table is usable.
@@ -53,7 +57,39 @@ type Lease struct {
 type ClaimParams struct {
 	RelayID string
 	Limit   int
+	// Ordering partition claims an event only when every earlier event with
+	// its key is finished, and a key's events as a run in order.
+	Ordering Ordering
+	// OnDead says whether a DEAD event holds its key back (partition only).
+	OnDead DeadPolicy
+	// After is the last key the previous ordered claim took; the next one
+	// starts after it so that every key gets its turn.
+	After string
 }
+
+// Ordering is the ORDERING setting.
+type Ordering string
+
+// Orderings.
+const (
+	// OrderingNone claims the oldest due events, whatever their keys.
+	OrderingNone Ordering = "none"
+	// OrderingPartition keeps every partition key's events in order at the
+	// broker, across relays, retries and crashes.
+	OrderingPartition Ordering = "partition"
+)
+
+// DeadPolicy is the ORDERING_ON_DEAD setting.
+type DeadPolicy string
+
+// Dead policies.
+const (
+	// DeadSkip lets the events after a DEAD one go on.
+	DeadSkip DeadPolicy = "skip"
+	// DeadBlock holds the key until an operator retries or removes the DEAD
+	// event.
+	DeadBlock DeadPolicy = "block"
+)
 
 // Batch is the result of one claim.
 type Batch struct {

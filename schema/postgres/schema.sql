@@ -52,6 +52,18 @@ CREATE INDEX IF NOT EXISTS "{{name}}_pending_idx"
 CREATE INDEX IF NOT EXISTS "{{name}}_pending_age_idx"
     ON {{table}} (created_at) WHERE status = 'PENDING';
 
+-- Strict per-key ordering (ORDERING=partition): the claim walks the keys
+-- that still have unfinished events, and reads each key's events in order.
+CREATE INDEX IF NOT EXISTS "{{name}}_key_order_idx"
+    ON {{table}} (partition_key, created_at, seq)
+    WHERE status IN ('PENDING', 'DELIVERING', 'DEAD') AND partition_key IS NOT NULL;
+
+-- Events without a key (NULL or empty), which ORDERING=partition claims by
+-- age.
+CREATE INDEX IF NOT EXISTS "{{name}}_unkeyed_idx"
+    ON {{table}} (available_at, created_at)
+    WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '');
+
 -- Stuck leases: the reaper finds expired DELIVERING rows here.
 CREATE INDEX IF NOT EXISTS "{{name}}_delivering_idx"
     ON {{table}} (locked_at) WHERE status = 'DELIVERING';

@@ -280,7 +280,9 @@ func unavailableThenRecovers(t *testing.T, d Driver) {
 	eventually.True(t, time.Minute, func() bool {
 		errs2 = publish(t, p, []outbox.Event{event(typ, "k", 3)})
 		return errs2[0] == nil
-	}, func() string { return fmt.Sprintf("a publish to succeed after the broker came back, last error %v", errs2[0]) })
+	}, func() string {
+		return fmt.Sprintf("a publish to succeed after the broker came back, last error %v", errs2[0])
+	})
 }
 
 func closeIsIdempotent(t *testing.T, d Driver) {

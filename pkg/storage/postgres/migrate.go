@@ -17,7 +17,8 @@ const migrateLockKey = 0x6f7574626f78 // "outbox"
 // derivedObjects are the suffixes of the indexes and sequence schema.sql
 // names after the table, reported by Migrate.
 var derivedObjects = []string{
-	"pkey", "seq", "pending_idx", "pending_age_idx", "delivering_idx", "delivered_idx", "dead_idx",
+	"pkey", "seq", "pending_idx", "pending_age_idx", "key_order_idx", "unkeyed_idx",
+	"delivering_idx", "delivered_idx", "dead_idx",
 }
 
 // SchemaSQL returns the DDL Migrate applies, for `relay-cli migrate --print`.

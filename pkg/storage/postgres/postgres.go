@@ -108,6 +108,12 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		}
 		queries[strings.TrimSuffix(e.Name(), ".sql")] = schema.Expand(string(text), table)
 	}
+	// The statuses are constants in the SQL text, not parameters, so that
+	// the planner can match the partial index on them.
+	ordered := queries["claim_ordered"]
+	delete(queries, "claim_ordered")
+	queries["claim_ordered_skip"] = strings.ReplaceAll(ordered, "{{holding}}", "'PENDING', 'DELIVERING'")
+	queries["claim_ordered_block"] = strings.ReplaceAll(ordered, "{{holding}}", "'PENDING', 'DELIVERING', 'DEAD'")
 	return queries, nil
 }
 
@@ -175,10 +181,48 @@ func (s *Store) connError(err error) error {
 // by created_at and insertion order, so that events sharing a partition key
 // are published in the order they were written.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	if p.Ordering == storage.OrderingPartition {
+		return s.claimOrdered(ctx, p)
+	}
 	rows, err := s.pool.Query(ctx, s.queries["claim"], p.RelayID, p.Limit)
 	if err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
+	return s.readBatch(rows, p)
+}
+
+// claimOrdered serialises ordered claims on a per-table advisory lock: the
+// claim statement's snapshot is taken after the lock is held, so it sees
+// every run another relay claimed and cannot take a later part of it.
+func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	query := s.queries["claim_ordered_skip"]
+	if p.OnDead == storage.DeadBlock {
+		query = s.queries["claim_ordered_block"]
+	}
+	var batch storage.Batch
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", claimLockClass, s.table.String()); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, query, p.RelayID, p.Limit, p.After)
+		if err != nil {
+			return err
+		}
+		batch, err = s.readBatch(rows, p)
+		return err
+	})
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim ordered batch: %w", err)
+	}
+	return batch, nil
+}
+
+// claimLockClass is the first key of the ordered-claim advisory lock; the
+// second is the table's name hashed.
+const claimLockClass = 0x6f72 // "or"
+
+// readBatch reads claimed rows and sorts them oldest first.
+func (s *Store) readBatch(rows pgx.Rows, p storage.ClaimParams) (storage.Batch, error) {
 	defer rows.Close()
 	type claimed struct {
 		event outbox.Event
@@ -298,4 +342,38 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // would fail the settle of the whole batch.
 func storableText(s string) string {
 	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+}
+
+// Listen waits on a connection of its own for notifications on the table's
+// channel, which the schema's trigger sends when a transaction inserts
+// events, and calls onNotify for each. It calls onNotify once as soon as it
+// listens, because events may have been committed while no one was
+// listening. It returns nil when ctx ends and an error when the connection
+// fails; the caller reconnects.
+func (s *Store) Listen(ctx context.Context, onNotify func()) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return s.queryError("listen on", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	// The channel is validated like the table name, so quoting suffices.
+	if _, err := conn.Exec(ctx, `LISTEN "`+s.table.Channel()+`"`); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return s.queryError("listen on", err)
+	}
+	onNotify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("wait for notifications on %s: %w", s.table, err)
+		}
+		onNotify()
+	}
 }

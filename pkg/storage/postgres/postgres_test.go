@@ -876,7 +876,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	want := []string{
 		"table outbox", "column seq", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
 		"index outbox_pkey", "index outbox_pending_idx", "index outbox_pending_age_idx",
-		"index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
+		"index outbox_key_order_idx", "index outbox_unkeyed_idx", "index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
 	}
 	if !sameStrings(first.Created, want) {
 		t.Errorf("first Migrate created %q\nwant %q", first.Created, want)

@@ -1,0 +1,103 @@
+package relay_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// listen runs the engine's notification listener until the test ends.
+func listen(t *testing.T, r *running, l relay.Listener) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.engine.Listen(ctx, l); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// pollForever is long enough that only a notification can wake the engine
+// within a test's lifetime.
+const pollForever = time.Hour
+
+func TestInsertNotificationWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "WAKE", Subjects: []string{"wake.>"}})
+	r := start(t, relay.Config{PollInterval: pollForever}, tb.Store, openNATS(t, srv, ""))
+	listen(t, r, tb.Store)
+
+	for i := range 5 {
+		tb.InsertN(t, 1, "wake.event")
+		waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: i + 1})
+	}
+}
+
+func TestListenerReconnectsWhenItsConnectionDrops(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "RECONNECT", Subjects: []string{"reconnect.>"}})
+	r := start(t, relay.Config{PollInterval: pollForever}, tb.Store, openNATS(t, srv, ""))
+	listen(t, r, tb.Store)
+
+	tb.InsertN(t, 1, "reconnect.event")
+	waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: 1})
+
+	listening := `LISTEN "` + tb.Store.Table().Channel() + `"`
+	killed := tb.Exec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", listening)
+	if killed != 1 {
+		t.Fatalf("terminated %d listening connections, want 1", killed)
+	}
+	// The new listener announces itself by waking the engine; an insert after
+	// it is listening must arrive without any poll.
+	eventually.True(t, 10*time.Second, func() bool {
+		return tb.Exec(t, "SELECT 1 FROM pg_stat_activity WHERE query = $1", listening) == 1
+	}, func() string { return "a new listening connection" })
+	tb.InsertN(t, 1, "reconnect.event")
+	waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: 2})
+}
+
+// countingStore counts claims.
+type countingStore struct {
+	relay.Store
+	claims atomic.Int64
+}
+
+func (s *countingStore) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	s.claims.Add(1)
+	return s.Store.Claim(ctx, p)
+}
+
+func TestNotificationBurstsAreDebounced(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "BURST", Subjects: []string{"burst.>"}})
+	store := &countingStore{Store: tb.Store}
+	r := start(t, relay.Config{PollInterval: pollForever, NotifyDebounce: 100 * time.Millisecond}, store, openNATS(t, srv, ""))
+	listen(t, r, tb.Store)
+
+	const n = 300
+	began := time.Now()
+	for range n {
+		tb.InsertN(t, 1, "burst.event") // one transaction, one notification each
+	}
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+	took := time.Since(began)
+	// At most one claim per debounce window, plus the trailing one and the
+	// claims that follow a full batch.
+	if most := int64(took/(100*time.Millisecond)) + 5; store.claims.Load() > most {
+		t.Fatalf("%d claims for %d single-row inserts over %s, want at most %d", store.claims.Load(), n, took, most)
+	}
+}
