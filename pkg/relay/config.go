@@ -58,6 +58,8 @@ type Config struct {
 	NotifyDebounce time.Duration
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
+	// Observer is told what the engine does; nil observes nothing.
+	Observer Observer
 }
 
 // RetryPolicy is exponential backoff with jitter and an attempt limit.
@@ -99,6 +101,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	return c
 }

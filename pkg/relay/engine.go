@@ -66,6 +66,7 @@ type Engine struct {
 	store Store
 	pub   publisher.Publisher
 	log   *slog.Logger
+	obs   Observer
 
 	wake  chan struct{}
 	state atomic.Int32
@@ -94,6 +95,7 @@ func New(cfg Config, store Store, pub publisher.Publisher) (*Engine, error) {
 		store:         store,
 		pub:           pub,
 		log:           cfg.Logger.With("relay_id", cfg.RelayID),
+		obs:           cfg.Observer,
 		wake:          make(chan struct{}, 1),
 		brokerBackoff: brokerBackoffMin,
 	}
@@ -103,6 +105,12 @@ func New(cfg Config, store Store, pub publisher.Publisher) (*Engine, error) {
 
 // State reports what the engine is doing now.
 func (e *Engine) State() State { return State(e.state.Load()) }
+
+func (e *Engine) setState(s State) {
+	if State(e.state.Swap(int32(s))) != s {
+		e.obs.StateChanged(s)
+	}
+}
 
 // Wake makes an idle engine claim at once instead of waiting out
 // PollInterval.
@@ -191,10 +199,10 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-ctx.Done():
 			continue
 		}
-		batch, claimedAt, err := e.claim(ctx)
+		c, err := e.claim(inFlightCtx)
 		if err != nil {
 			<-slots
-			e.state.Store(int32(StateError))
+			e.setState(StateError)
 			e.log.Warn("claim failed; retrying", "error", err, "retry_in", storageBackoff)
 			sleep(ctx, storageBackoff)
 			storageBackoff = min(storageBackoff*2, storageBackoffMax)
@@ -202,9 +210,9 @@ func (e *Engine) Run(ctx context.Context) {
 		}
 		storageBackoff = storageBackoffMin
 		if e.State() == StateError {
-			e.state.Store(int32(StateActive))
+			e.setState(StateActive)
 		}
-		if len(batch.Events) == 0 {
+		if len(c.batch.Events) == 0 {
 			<-slots
 			e.idle(ctx)
 			continue
@@ -213,9 +221,9 @@ func (e *Engine) Run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			e.process(inFlightCtx, batch, claimedAt)
+			e.process(c)
 		}()
-		if len(batch.Events) < e.cfg.BatchSize {
+		if len(c.batch.Events) < e.cfg.BatchSize {
 			e.idle(ctx)
 		}
 	}
@@ -231,24 +239,38 @@ func (e *Engine) Run(ctx context.Context) {
 	}
 }
 
-// claim takes the next batch. The statement runs on a context that a
-// shutdown does not cancel: a claim cancelled after PostgreSQL committed it
-// would leave rows DELIVERING until the reaper finds them.
-func (e *Engine) claim(ctx context.Context) (storage.Batch, time.Time, error) {
-	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseTimeout/2)
+// claimed is a batch on its way from claim to settle.
+type claimed struct {
+	batch storage.Batch
+	// at is when the claim started, by this process's clock.
+	at time.Time
+	// ctx is the batch's context: not cancelled by a shutdown until
+	// ShutdownTimeout runs out, and carrying what the Observer put in it.
+	ctx context.Context
+}
+
+// claim takes the next batch. ctx is the in-flight context, which a shutdown
+// does not cancel: a claim cancelled after PostgreSQL committed it would
+// leave rows DELIVERING until the reaper finds them.
+func (e *Engine) claim(ctx context.Context) (claimed, error) {
+	c := claimed{at: time.Now()}
+	var end func(int, error)
+	c.ctx, end = e.obs.StartClaim(ctx)
+	claimCtx, cancel := context.WithTimeout(c.ctx, e.cfg.LeaseTimeout/2)
 	defer cancel()
-	claimedAt := time.Now()
-	batch, err := e.store.Claim(claimCtx, storage.ClaimParams{
+	var err error
+	c.batch, err = e.store.Claim(claimCtx, storage.ClaimParams{
 		RelayID:  e.cfg.RelayID,
 		Limit:    e.cfg.BatchSize,
 		Ordering: e.cfg.Ordering,
 		OnDead:   e.cfg.OnDead,
 		After:    e.cursor,
 	})
+	end(len(c.batch.Events), err)
 	if err == nil && e.cfg.Ordering == storage.OrderingPartition {
-		e.cursor = nextCursor(e.cursor, batch.Events)
+		e.cursor = nextCursor(e.cursor, c.batch.Events)
 	}
-	return batch, claimedAt, err
+	return c, err
 }
 
 // nextCursor is where the next ordered claim starts its walk over keys: past
@@ -293,20 +315,25 @@ type outcome struct {
 	released  []uuid.UUID
 	dead      int
 	firstErr  error // first retryable or permanent error, for the log
+	report    Outcome
 	// brokerErr is set when the broker, not the events, failed.
 	brokerErr error
 }
 
 // process publishes one claimed batch and settles every event in it.
-func (e *Engine) process(ctx context.Context, batch storage.Batch, claimedAt time.Time) {
+func (e *Engine) process(c claimed) {
+	ctx, events := c.ctx, c.batch.Events
+	pubCtx, endPublish := e.obs.StartPublish(ctx, events)
 	var results []error
 	if e.cfg.Ordering == storage.OrderingPartition {
-		results = e.publishInKeyOrder(ctx, batch.Events)
+		results = e.publishInKeyOrder(pubCtx, events)
 	} else {
-		results = e.publish(ctx, batch.Events)
+		results = e.publish(pubCtx, events)
 	}
-	o := e.sort(ctx, batch.Events, results)
-	e.settle(batch.Lease, claimedAt, o)
+	endPublish(results)
+	o := e.sort(ctx, events, results)
+	e.settle(ctx, c.batch.Lease, c.at, o)
+	e.obs.Finished(ctx, o.report)
 	if e.cfg.Ordering == storage.OrderingPartition {
 		// Settling frees keys that the last claim had to pass over.
 		e.Wake()
@@ -395,6 +422,7 @@ func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []erro
 		switch {
 		case err == nil:
 			o.delivered = append(o.delivered, ev.ID)
+			o.report.Delivered = append(o.report.Delivered, *ev)
 		case errors.Is(err, errHeldBack):
 			o.released = append(o.released, ev.ID)
 		case publisher.IsUnavailable(err) || ctx.Err() != nil:
@@ -421,6 +449,9 @@ func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []erro
 			}
 		}
 	}
+	o.report.Failed = len(o.failed) - o.dead
+	o.report.Dead = o.dead
+	o.report.Released = len(o.released)
 	return o
 }
 
@@ -428,40 +459,45 @@ func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []erro
 // is retried until it succeeds or the lease runs out: the engine knows the
 // outcome, so it must not leave rows DELIVERING for the reaper to find
 // minutes later.
-func (e *Engine) settle(lease storage.Lease, claimedAt time.Time, o outcome) {
+func (e *Engine) settle(ctx context.Context, lease storage.Lease, claimedAt time.Time, o outcome) {
 	deadline := claimedAt.Add(e.cfg.LeaseTimeout)
 	if len(o.delivered) > 0 {
-		e.retry(deadline, "mark delivered", func(ctx context.Context) error {
+		e.retry(ctx, deadline, OpMarkDelivered, len(o.delivered), func(ctx context.Context) error {
 			_, err := e.store.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
 			return err
 		})
 	}
 	if len(o.failed) > 0 {
-		e.retry(deadline, "mark failed", func(ctx context.Context) error {
+		e.retry(ctx, deadline, OpMarkFailed, len(o.failed), func(ctx context.Context) error {
 			_, err := e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
 			return err
 		})
 	}
 	if len(o.released) > 0 {
-		e.retry(deadline, "release", func(ctx context.Context) error {
+		e.retry(ctx, deadline, OpRelease, len(o.released), func(ctx context.Context) error {
 			_, err := e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
 			return err
 		})
 	}
 }
 
-func (e *Engine) retry(deadline time.Time, what string, fn func(context.Context) error) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+// retry runs one settle statement until it succeeds or the lease deadline
+// passes. Its context is not the batch's: a shutdown must not stop a settle.
+func (e *Engine) retry(parent context.Context, deadline time.Time, what string, n int, fn func(context.Context) error) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), deadline)
 	defer cancel()
+	ctx, end := e.obs.StartSettle(ctx, what, n)
 	wait := storageBackoffMin
 	for {
 		err := fn(ctx)
 		if err == nil {
+			end(nil)
 			return
 		}
 		if ctx.Err() != nil {
 			e.log.Error("giving up settling; the reaper will take the rows back when their lease expires",
 				"op", what, "error", err)
+			end(err)
 			return
 		}
 		e.log.Warn("settle failed; retrying", "op", what, "error", err, "retry_in", wait)
@@ -485,7 +521,7 @@ func (e *Engine) brokerFailed(err error) {
 		e.log.Warn("broker unavailable; pausing claims and releasing events", "error", err)
 	}
 	e.brokerDown = true
-	e.state.Store(int32(StatePaused))
+	e.setState(StatePaused)
 }
 
 func (e *Engine) brokerWorked() {
@@ -516,7 +552,7 @@ func (e *Engine) waitForBroker(ctx context.Context) {
 	e.brokerMu.Lock()
 	e.brokerDown = false
 	e.brokerMu.Unlock()
-	e.state.Store(int32(StateActive))
+	e.setState(StateActive)
 	e.log.Info("broker available again; resuming")
 }
 

@@ -1,0 +1,66 @@
+package relay
+
+import (
+	"context"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+)
+
+// Observer is told what the engine does, so that metrics and traces live
+// outside it (pkg/telemetry implements one). Each Start method is called as
+// a stage begins and returns the context the stage runs in (carrying a span,
+// say) and a function the engine calls when the stage ends. A batch's
+// publish and settles run in the context its claim returned.
+type Observer interface {
+	// StartClaim begins a claim; end gets the number of events claimed.
+	StartClaim(ctx context.Context) (_ context.Context, end func(claimed int, err error))
+	// StartPublish begins sending events to the broker; end gets one result
+	// per event.
+	StartPublish(ctx context.Context, events []outbox.Event) (_ context.Context, end func(results []error))
+	// StartSettle begins recording an outcome: op is mark_delivered,
+	// mark_failed or release, and events how many rows it settles.
+	StartSettle(ctx context.Context, op string, events int) (_ context.Context, end func(err error))
+	// Finished reports what became of a claimed batch.
+	Finished(ctx context.Context, o Outcome)
+	// StateChanged reports a new engine state.
+	StateChanged(s State)
+}
+
+// Outcome is what became of the events of one claimed batch.
+type Outcome struct {
+	// Delivered are the events the broker acknowledged.
+	Delivered []outbox.Event
+	// Failed went back to PENDING to be retried after a backoff.
+	Failed int
+	// Dead went DEAD.
+	Dead int
+	// Released went back to PENDING untouched: the broker was unavailable,
+	// the relay was shutting down, or an earlier event of their key failed.
+	Released int
+}
+
+// Settle operations, as reported to StartSettle.
+const (
+	OpMarkDelivered = "mark_delivered"
+	OpMarkFailed    = "mark_failed"
+	OpRelease       = "release"
+)
+
+// NopObserver observes nothing.
+type NopObserver struct{}
+
+func (NopObserver) StartClaim(ctx context.Context) (context.Context, func(int, error)) {
+	return ctx, func(int, error) {}
+}
+
+func (NopObserver) StartPublish(ctx context.Context, _ []outbox.Event) (context.Context, func([]error)) {
+	return ctx, func([]error) {}
+}
+
+func (NopObserver) StartSettle(ctx context.Context, _ string, _ int) (context.Context, func(error)) {
+	return ctx, func(error) {}
+}
+
+func (NopObserver) Finished(context.Context, Outcome) {}
+
+func (NopObserver) StateChanged(State) {}
