@@ -1,6 +1,10 @@
-// Package outbox holds the vocabulary every other package shares: the Event
-// a relay moves, the Status values of the outbox state machine, and the rules
-// for turning a row's JSON headers into broker headers.
+// Package outbox is the outbox's shared vocabulary and its producer side.
+//
+// Applications call Write to add events to the outbox table inside the
+// transaction that makes their business change, with pgx or database/sql.
+// The relay's packages share the Event it moves, the Status values of the
+// state machine, and the rules for turning a row's JSON headers into broker
+// headers.
 package outbox
 
 import (
