@@ -13,6 +13,9 @@ import (
 //go:embed schema.sql
 var schemaSQL string
 
+//go:embed grants.sql
+var grantsSQL string
+
 // DefaultTable is the Open Outbox table name.
 const DefaultTable = "openoutbox_events"
 
@@ -87,6 +90,12 @@ func (t Table) schemaPrefix() string {
 // Render returns the schema DDL for t.
 func Render(t Table) string {
 	return Expand(schemaSQL, t)
+}
+
+// RenderGrants returns the least-privilege roles and grants for t: what the
+// relay, producers and relay-cli each need and nothing more.
+func RenderGrants(t Table) string {
+	return Expand(grantsSQL, t)
 }
 
 // Expand substitutes t into SQL text written with the placeholders {{table}},

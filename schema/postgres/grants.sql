@@ -1,0 +1,34 @@
+-- Least-privilege roles for Outbox Relay. Run it as the table's owner after
+-- the schema, then grant the roles to login users:
+--
+--     CREATE ROLE relay_app LOGIN PASSWORD '…' IN ROLE outbox_relay;
+--
+-- outbox_relay     the relay: reads and updates rows (claim, settle, reap)
+--                  and LISTENs for inserts (LISTEN needs no grant).
+-- outbox_producer  applications: insert events (and take seq values).
+-- outbox_admin     relay-cli: everything above plus DELETE, for prune.
+-- migrate needs CREATE on the schema; run it as the owner, not as these.
+--
+-- Roles are shared by every database of the server; running this again, or
+-- for another table, only adds grants.
+SELECT pg_advisory_xact_lock(122550254464888); -- serialise concurrent runs ("outbox")
+
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['outbox_relay', 'outbox_producer', 'outbox_admin'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+    EXECUTE format('GRANT USAGE ON SCHEMA %s TO outbox_relay, outbox_producer, outbox_admin',
+                   (SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = '{{table}}'::regclass));
+END
+$$;
+
+GRANT SELECT, UPDATE ON {{table}} TO outbox_relay;
+GRANT INSERT ON {{table}} TO outbox_producer;
+GRANT USAGE ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_producer;
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{table}} TO outbox_admin;
+GRANT USAGE ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_admin;
