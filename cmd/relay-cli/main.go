@@ -1,18 +1,28 @@
 // Command relay-cli is the operator's tool for the outbox table: it applies
-// the schema and, in later commands, inspects and maintains the table.
+// the schema (migrate), shows what is waiting (stats, list, show), deletes
+// finished rows (prune), gives dead events another chance (retry-dead) and
+// writes test events (emit). It is built to run from a shell, a cron job or
+// a Kubernetes Job: results go to stdout (as JSON with --json), messages to
+// stderr, and the exit code says what happened — 0 done, 1 runtime
+// failure, 2 usage error.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -25,7 +35,7 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args, os.Stdout, os.Stderr))
+	os.Exit(run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 
 // Exit codes.
@@ -43,12 +53,13 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, args)
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := newApp(stdin, stdout, stderr)
+	err := app.RunContext(ctx, reorderArgs(app, args))
 	if err == nil {
 		return exitOK
 	}
+	// Errors can quote the URL; redact scrubs any password left in them.
 	fmt.Fprintf(stderr, "relay-cli: %s\n", redact.URL(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) {
@@ -57,41 +68,173 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
-		Name:            "relay-cli",
-		Usage:           "inspect and maintain an Outbox Relay table",
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:  "relay-cli",
+		Usage: "inspect and maintain an Outbox Relay table",
+		Description: "Every command accepts --storage-url (STORAGE_URL) and --table (STORAGE_TABLE_NAME),\n" +
+			"before or after its name. Exit codes: 0 done, 1 runtime failure, 2 usage error.\n" +
+			"Durations take Go syntax plus d and w: 90s, 36h, 7d, 2w.",
 		Version:         version,
+		Reader:          stdin,
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
-		Flags: []cli.Flag{
-			&cli.StringFlag{
-				Name:    "storage-url",
-				Usage:   "PostgreSQL URL of the database holding the outbox table",
-				EnvVars: []string{"STORAGE_URL"},
-				Value:   "postgres://postgres@localhost:5432/postgres?sslmode=disable",
-			},
-			&cli.StringFlag{
-				Name:    "table",
-				Usage:   "outbox table name, table or schema.table",
-				EnvVars: []string{"STORAGE_TABLE_NAME"},
-				Value:   schema.DefaultTable,
-			},
-		},
+		// A comma is a legitimate part of a header value (emit --header).
+		DisableSliceFlagSeparator: true,
+		Flags:                     globalFlags(),
 		// Errors are printed once, by run, with the right exit code.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
-		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(stderr, "relay-cli: unknown command %q; run relay-cli --help\n", name)
-			os.Exit(exitUsage)
-		},
+		OnUsageError:   onUsageError,
+		// The root action runs when no command matched: urfave/cli would
+		// otherwise print a message and exit 0, or os.Exit where tests
+		// cannot see it.
+		Action: rootAction,
 		Commands: []*cli.Command{
 			migrateCommand(),
+			statsCommand(),
+			pruneCommand(),
+			retryDeadCommand(),
+			listCommand(),
+			showCommand(),
+			emitCommand(),
 		},
 	}
+	for _, cmd := range app.Commands {
+		cmd.Flags = append(cmd.Flags, globalFlags()...)
+		cmd.OnUsageError = onUsageError
+		cmd.HideHelpCommand = true
+	}
+	return app
+}
+
+func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+
+func rootAction(c *cli.Context) error {
+	if !c.Args().Present() {
+		return cli.ShowAppHelp(c)
+	}
+	name := c.Args().First()
+	if name == "help" {
+		topic := c.Args().Get(1)
+		if topic == "" {
+			return cli.ShowAppHelp(c)
+		}
+		if c.App.Command(topic) == nil {
+			return usagef("no help for unknown command %q; run relay-cli --help", topic)
+		}
+		return cli.ShowCommandHelp(c, topic)
+	}
+	return usagef("unknown command %q; run relay-cli --help", name)
+}
+
+// globalFlags are accepted by the app and by every command, so that
+// `relay-cli stats --table x` works as well as `relay-cli --table x stats`.
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{
+			Name:    "storage-url",
+			Usage:   "PostgreSQL URL of the database holding the outbox table",
+			EnvVars: []string{"STORAGE_URL"},
+			Value:   "postgres://postgres@localhost:5432/postgres?sslmode=disable",
+		},
+		&cli.StringFlag{
+			Name:    "table",
+			Usage:   "outbox table name, table or schema.table (a ?table= in the URL wins)",
+			EnvVars: []string{"STORAGE_TABLE_NAME"},
+			Value:   schema.DefaultTable,
+		},
+	}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "write the result as JSON"}
+}
+
+// reorderArgs lets flags follow a command's arguments (`show ID --json`)
+// and global flags precede the command (`--table x stats`): Go's flag
+// package, under urfave/cli v2, stops at the first argument, and a flag
+// parsed before the command would be shadowed by the command's own default.
+// Global flags are moved after the command name, the command's arguments
+// after its flags, behind "--". Anything it does not recognise is left for
+// urfave/cli to report.
+func reorderArgs(app *cli.App, args []string) []string {
+	i := 1
+	var globals []string
+	for i < len(args) && isFlagArg(args[i]) {
+		name, inline := flagName(args[i])
+		known, value := flagTakesValue(app.Flags, name)
+		if !known {
+			return args // --help, --version or a mistake
+		}
+		globals = append(globals, args[i])
+		i++
+		if value && !inline && i < len(args) {
+			globals = append(globals, args[i])
+			i++
+		}
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil {
+		return args
+	}
+	out := append([]string{args[0], args[i]}, globals...)
+	var positional []string
+	rest := args[i+1:]
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		if a == "--" {
+			positional = append(positional, rest[j+1:]...)
+			break
+		}
+		if !isFlagArg(a) {
+			positional = append(positional, a)
+			continue
+		}
+		out = append(out, a)
+		name, inline := flagName(a)
+		if _, value := flagTakesValue(cmd.Flags, name); value && !inline && j+1 < len(rest) {
+			j++
+			out = append(out, rest[j])
+		}
+	}
+	if len(positional) > 0 {
+		out = append(append(out, "--"), positional...)
+	}
+	return out
+}
+
+func isFlagArg(a string) bool { return len(a) > 1 && a[0] == '-' && a != "--" }
+
+// flagName returns the name in -name, --name or --name=value, and whether
+// the value is inline.
+func flagName(a string) (name string, inline bool) {
+	name = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+	name, _, inline = strings.Cut(name, "=")
+	return name, inline
+}
+
+func flagTakesValue(flags []cli.Flag, name string) (known, value bool) {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*cli.BoolFlag)
+				return true, !isBool
+			}
+		}
+	}
+	return false, false
+}
+
+// noArgs refuses positional arguments to a command that takes none.
+func noArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().First())
+	}
+	return nil
 }
 
 // openStore opens the table named by the global flags. It does not connect.
@@ -110,39 +253,55 @@ func openStore(c *cli.Context) (*postgres.Store, error) {
 	return store, nil
 }
 
-func migrateCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "migrate",
-		Usage: "create the outbox table, its indexes and notify trigger (idempotent)",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
-		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usagef("migrate takes no arguments, got %q", c.Args().First())
-			}
-			store, err := openStore(c)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			if c.Bool("print") {
-				_, err := fmt.Fprint(c.App.Writer, store.SchemaSQL())
-				return err
-			}
-			res, err := store.Migrate(c.Context)
-			if err != nil {
-				return err
-			}
-			for _, obj := range res.Created {
-				fmt.Fprintf(c.App.Writer, "created  %s\n", obj)
-			}
-			for _, obj := range res.Existed {
-				fmt.Fprintf(c.App.Writer, "exists   %s\n", obj)
-			}
-			fmt.Fprintf(c.App.Writer, "table %s is ready (%d created, %d already existed)\n",
-				store.Table(), len(res.Created), len(res.Existed))
-			return nil
-		},
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// isTerminal reports whether v is an *os.File open on a terminal. A
+// character device alone is not enough: /dev/null, a cron job's usual
+// stdin, is one too.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// parseStatus reads a status in any case.
+func parseStatus(s string) (outbox.Status, bool) {
+	st := outbox.Status(strings.ToUpper(strings.TrimSpace(s)))
+	return st, st.Valid()
+}
+
+// printable replaces control characters (including newlines) with spaces,
+// so that text from the table cannot break a table row or send escape
+// sequences to the operator's terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// plural counts n things: "1 row", "2 rows", "1 batch", "3 batches".
+func plural(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
 	}
+	if strings.HasSuffix(thing, "ch") || strings.HasSuffix(thing, "s") {
+		return fmt.Sprintf("%d %ses", n, thing)
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// shorten cuts s to at most n runes, marking the cut.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }

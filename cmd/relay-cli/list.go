@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/urfave/cli/v2"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// lastErrorWidth is how much of last_error a table row shows; --json and
+// `show` give all of it.
+const lastErrorWidth = 60
+
+func listCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list events, newest first",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "status", Usage: "only events in this `STATUS`: pending, delivering, delivered or dead"},
+			&cli.StringFlag{Name: "event-type", Usage: "only events of this `TYPE`"},
+			&cli.IntFlag{Name: "limit", Value: storage.ListLimitDefault, Usage: "show at most `N` events"},
+			jsonFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			p := storage.ListParams{EventType: c.String("event-type"), Limit: c.Int("limit")}
+			if c.IsSet("status") {
+				st, ok := parseStatus(c.String("status"))
+				if !ok {
+					return usagef("--status must be pending, delivering, delivered or dead, got %q", c.String("status"))
+				}
+				p.Status = st
+			}
+			if c.IsSet("event-type") && p.EventType == "" {
+				return usagef("--event-type must not be empty")
+			}
+			if p.Limit < 1 {
+				return usagef("--limit must be at least 1, got %d", p.Limit)
+			}
+			store, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			rows, err := store.List(c.Context, p)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				list := make([]listJSON, len(rows))
+				for i, r := range rows {
+					list[i] = listJSON{
+						EventID: r.ID, EventType: r.Type, PartitionKey: r.PartitionKey, Status: r.Status,
+						Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt,
+						AgeSeconds: r.Age.Seconds(), AvailableAt: r.AvailableAt, UpdatedAt: r.UpdatedAt,
+					}
+				}
+				return writeJSON(c.App.Writer, list)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(c.App.ErrWriter, "no events match")
+				return nil
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "EVENT ID\tTYPE\tKEY\tSTATUS\tATTEMPTS\tAGE\tLAST ERROR")
+			for _, r := range rows {
+				key := "-"
+				if r.PartitionKey != nil {
+					key = printable(*r.PartitionKey)
+				}
+				lastErr := ""
+				if r.LastError != nil {
+					lastErr = shorten(printable(*r.LastError), lastErrorWidth)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+					r.ID, printable(r.Type), key, r.Status, r.Attempts, formatAge(r.Age), lastErr)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// listJSON is one row of `list --json`.
+type listJSON struct {
+	EventID      uuid.UUID     `json:"event_id"`
+	EventType    string        `json:"event_type"`
+	PartitionKey *string       `json:"partition_key"`
+	Status       outbox.Status `json:"status"`
+	Attempts     int           `json:"attempts"`
+	LastError    *string       `json:"last_error"`
+	CreatedAt    time.Time     `json:"created_at"`
+	AgeSeconds   float64       `json:"age_seconds"`
+	AvailableAt  time.Time     `json:"available_at"`
+	UpdatedAt    time.Time     `json:"updated_at"`
+}

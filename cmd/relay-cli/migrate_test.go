@@ -1,0 +1,81 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// newTableName names a table that does not exist yet, in tb's schema, which
+// is dropped with everything in it when the test ends.
+func newTableName(tb *pgtest.Table) string {
+	schemaName, _, _ := strings.Cut(tb.Name, ".")
+	return schemaName + ".fresh_outbox"
+}
+
+func tableExists(t *testing.T, tb *pgtest.Table, name string) bool {
+	t.Helper()
+	var exists bool
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+func TestMigrateCreatesThenFindsEverything(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	name := newTableName(tb)
+	args := []string{"migrate", "--storage-url", pgtest.URL(), "--table", name}
+
+	first := ok(t, cmd{args: args}.run(t))
+	for _, want := range []string{"created  table fresh_outbox", "created  index fresh_outbox_pending_idx",
+		"created  trigger fresh_outbox_notify", "table " + name + " is ready", "0 already existed"} {
+		if !strings.Contains(first.stdout, want) {
+			t.Errorf("first migrate does not say %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(first.stdout, "exists ") {
+		t.Errorf("first migrate found objects that existed:\n%s", first)
+	}
+	if !tableExists(t, tb, name) {
+		t.Fatalf("migrate did not create %s", name)
+	}
+
+	second := ok(t, cmd{args: args}.run(t))
+	if strings.Contains(second.stdout, "created ") || !strings.Contains(second.stdout, "exists   table fresh_outbox") ||
+		!strings.Contains(second.stdout, "(0 created,") {
+		t.Errorf("second migrate should find everything and create nothing:\n%s", second)
+	}
+
+	js := decode[struct {
+		Table   string   `json:"table"`
+		Created []string `json:"created"`
+		Existed []string `json:"existed"`
+	}](t, ok(t, cmd{args: append(args, "--json")}.run(t)))
+	if js.Table != name || js.Created == nil || len(js.Created) != 0 || len(js.Existed) < 8 {
+		t.Errorf("migrate --json = %+v, want nothing created ([]) and every object existing", js)
+	}
+}
+
+func TestMigratePrintWritesSQLAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	name := newTableName(tb)
+	r := ok(t, cmd{args: []string{"migrate", "--print", "--storage-url", pgtest.URL(), "--table", name}}.run(t))
+	schemaName, _, _ := strings.Cut(name, ".")
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "` + schemaName + `"."fresh_outbox"`, "CREATE INDEX IF NOT EXISTS", "pg_notify"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("migrate --print does not contain %q:\n%s", want, r.stdout)
+		}
+	}
+	if tableExists(t, tb, name) {
+		t.Fatal("migrate --print created the table")
+	}
+	// Printing needs no database at all.
+	r = ok(t, cmd{args: []string{"migrate", "--print", "--storage-url", unreachableURL}}.run(t))
+	if !strings.Contains(r.stdout, "CREATE TABLE") || strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("migrate --print against an unreachable database:\n%s", r)
+	}
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
+)
+
+// watchIntervalMin keeps --watch from turning into a load test.
+const watchIntervalMin = 100 * time.Millisecond
+
+func statsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stats",
+		Usage: "count events per status, the backlog and who holds leases",
+		Description: "Counts per status (PENDING split into new and retrying), the oldest pending age,\n" +
+			"deliveries in the last minute and hour, the event types with the largest backlog\n" +
+			"and the relays holding leases now, all from one snapshot.",
+		Flags: []cli.Flag{
+			jsonFlag(),
+			&cli.StringFlag{Name: "watch", Usage: "redraw every `INTERVAL` (2s, 1m) until interrupted"},
+			&cli.IntFlag{Name: "top", Value: storage.StatsTopTypesDefault, Usage: "how many event types to list by backlog"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			top := c.Int("top")
+			if top < 1 {
+				return usagef("--top must be at least 1, got %d", top)
+			}
+			var interval time.Duration
+			if c.IsSet("watch") {
+				var err error
+				if interval, err = parseDuration(c.String("watch")); err != nil {
+					return usagef("--watch: %w", err)
+				}
+				if interval < watchIntervalMin {
+					return usagef("--watch must be at least %s, got %s", watchIntervalMin, c.String("watch"))
+				}
+			}
+			store, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			params := storage.StatsParams{TopTypes: top}
+			if interval == 0 {
+				st, err := store.Stats(c.Context, params)
+				if err != nil {
+					return err
+				}
+				return printStats(c, store, st, false)
+			}
+			return watchStats(c, store, params, interval)
+		},
+	}
+}
+
+// watchStats redraws until interrupted, which is how it is meant to end:
+// exit code 0. A database error on the first read ends it (the URL or table
+// is probably wrong); later ones are reported and the watch goes on.
+func watchStats(c *cli.Context, store *postgres.Store, p storage.StatsParams, interval time.Duration) error {
+	ctx := c.Context
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for first := true; ; first = false {
+		st, err := store.Stats(ctx, p)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && first:
+			return err
+		case err != nil:
+			fmt.Fprintf(c.App.ErrWriter, "relay-cli: %v\n", err)
+		default:
+			if err := printStats(c, store, st, true); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// statsJSON is the --json form; keys are stable, ages in seconds.
+type statsJSON struct {
+	Table                  string       `json:"table"`
+	ObservedAt             time.Time    `json:"observed_at"`
+	Counts                 statusCounts `json:"counts"`
+	PendingNew             int64        `json:"pending_new"`
+	PendingRetrying        int64        `json:"pending_retrying"`
+	OldestPendingAgeSec    *float64     `json:"oldest_pending_age_seconds"`
+	OldestPendingCreatedAt *time.Time   `json:"oldest_pending_created_at"`
+	DeliveredLastMinute    int64        `json:"delivered_last_minute"`
+	DeliveredLastHour      int64        `json:"delivered_last_hour"`
+	TopEventTypes          []typeJSON   `json:"top_event_types"`
+	Leases                 []leaseJSON  `json:"leases"`
+}
+
+type statusCounts struct {
+	Pending    int64 `json:"pending"`
+	Delivering int64 `json:"delivering"`
+	Delivered  int64 `json:"delivered"`
+	Dead       int64 `json:"dead"`
+}
+
+type typeJSON struct {
+	EventType           string  `json:"event_type"`
+	Pending             int64   `json:"pending"`
+	OldestPendingAgeSec float64 `json:"oldest_pending_age_seconds"`
+}
+
+type leaseJSON struct {
+	LockedBy          string     `json:"locked_by"`
+	Events            int64      `json:"events"`
+	OldestLockedAt    *time.Time `json:"oldest_locked_at"`
+	OldestLeaseAgeSec float64    `json:"oldest_lease_age_seconds"`
+}
+
+func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watching bool) error {
+	out := c.App.Writer
+	if c.Bool("json") {
+		v := statsJSON{
+			Table:      store.Table().String(),
+			ObservedAt: st.ObservedAt,
+			Counts: statusCounts{
+				Pending: st.Pending(), Delivering: st.Delivering, Delivered: st.Delivered, Dead: st.Dead,
+			},
+			PendingNew:          st.PendingNew,
+			PendingRetrying:     st.PendingRetrying,
+			DeliveredLastMinute: st.DeliveredLastMinute,
+			DeliveredLastHour:   st.DeliveredLastHour,
+			TopEventTypes:       []typeJSON{},
+			Leases:              []leaseJSON{},
+		}
+		if !st.OldestPendingAt.IsZero() {
+			age := st.OldestPendingAge.Seconds()
+			v.OldestPendingAgeSec, v.OldestPendingCreatedAt = &age, &st.OldestPendingAt
+		}
+		for _, t := range st.TopTypes {
+			v.TopEventTypes = append(v.TopEventTypes, typeJSON{t.EventType, t.Pending, t.OldestPendingAge.Seconds()})
+		}
+		for _, l := range st.Leases {
+			lj := leaseJSON{LockedBy: l.RelayID, Events: l.Events, OldestLeaseAgeSec: l.OldestLeaseAge.Seconds()}
+			if !l.OldestLockedAt.IsZero() {
+				lj.OldestLockedAt = &l.OldestLockedAt
+			}
+			v.Leases = append(v.Leases, lj)
+		}
+		if watching {
+			// One object per line, for consumers that read a stream.
+			return json.NewEncoder(out).Encode(v)
+		}
+		return writeJSON(out, v)
+	}
+
+	if watching {
+		if isTerminal(out) {
+			fmt.Fprint(out, "\x1b[H\x1b[2J") // home and clear: redraw in place
+		} else {
+			fmt.Fprintln(out)
+		}
+	}
+	return writeStatsText(out, store.Table().String(), st)
+}
+
+func writeStatsText(out io.Writer, table string, st storage.Stats) error {
+	fmt.Fprintf(out, "table %s at %s\n\n", table, st.ObservedAt.UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tEVENTS\tDETAIL")
+	pendingDetail := fmt.Sprintf("new %d, retrying %d", st.PendingNew, st.PendingRetrying)
+	if !st.OldestPendingAt.IsZero() {
+		pendingDetail += ", oldest " + formatAge(st.OldestPendingAge)
+	}
+	fmt.Fprintf(tw, "PENDING\t%d\t%s\n", st.Pending(), pendingDetail)
+	fmt.Fprintf(tw, "DELIVERING\t%d\t%d relay(s) holding leases\n", st.Delivering, len(st.Leases))
+	fmt.Fprintf(tw, "DELIVERED\t%d\tlast minute %d, last hour %d\n", st.Delivered, st.DeliveredLastMinute, st.DeliveredLastHour)
+	fmt.Fprintf(tw, "DEAD\t%d\t\n", st.Dead)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "\nBACKLOG BY EVENT TYPE")
+	if len(st.TopTypes) == 0 {
+		fmt.Fprintln(out, "  (nothing pending)")
+	} else {
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT TYPE\tPENDING\tOLDEST")
+		for _, t := range st.TopTypes {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", printable(t.EventType), t.Pending, formatAge(t.OldestPendingAge))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(out, "\nLEASES")
+	if len(st.Leases) == 0 {
+		fmt.Fprintln(out, "  (no relay holds a lease)")
+		return nil
+	}
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RELAY\tEVENTS\tOLDEST LEASE")
+	for _, l := range st.Leases {
+		relay := printable(l.RelayID)
+		if relay == "" {
+			relay = "(none)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", relay, l.Events, formatAge(l.OldestLeaseAge))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// statsFixture: PENDING 2 new (one 10 minutes old) + 1 retrying, all
+// type.a; DELIVERING 2 by relay-x (one leased 90 s ago) and 1 by relay-y;
+// DELIVERED 3 (10 s, 30 min and 2 h ago); DEAD 1.
+func statsFixture(t *testing.T, tb *pgtest.Table) {
+	t.Helper()
+	a := tb.InsertN(t, 3, "type.a")
+	b := tb.InsertN(t, 3, "type.b")
+	done := tb.InsertN(t, 4, "done")
+	setRow(t, tb, a[0], "created_at = now() - interval '10 minutes'")
+	setRow(t, tb, a[1], "attempts = 2")
+	setRow(t, tb, b[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now() - interval '90 seconds'")
+	setRow(t, tb, b[1], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now()")
+	setRow(t, tb, b[2], "status = 'DELIVERING', locked_by = 'relay-y', locked_at = now()")
+	setRow(t, tb, done[0], "status = 'DELIVERED', delivered_at = now() - interval '10 seconds'")
+	setRow(t, tb, done[1], "status = 'DELIVERED', delivered_at = now() - interval '30 minutes'")
+	setRow(t, tb, done[2], "status = 'DELIVERED', delivered_at = now() - interval '2 hours'")
+	setRow(t, tb, done[3], "status = 'DEAD', last_error = 'gone'")
+}
+
+func TestStatsJSON(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	statsFixture(t, tb)
+	before := snapshot(t, tb)
+	r := ok(t, relayCLI(t, tb, "stats", "--json"))
+	unchanged(t, "stats", before, snapshot(t, tb))
+
+	// Decode into a map as well, to pin the key names consumers rely on.
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"table", "observed_at", "counts", "pending_new", "pending_retrying",
+		"oldest_pending_age_seconds", "oldest_pending_created_at", "delivered_last_minute",
+		"delivered_last_hour", "top_event_types", "leases"} {
+		if _, ok := raw[key]; !ok {
+			t.Errorf("stats --json lacks %q:\n%s", key, r.stdout)
+		}
+	}
+
+	st := decode[statsJSON](t, r)
+	want := statusCounts{Pending: 3, Delivering: 3, Delivered: 3, Dead: 1}
+	if st.Counts != want || st.PendingNew != 2 || st.PendingRetrying != 1 {
+		t.Errorf("counts %+v new %d retrying %d; want %+v, 2 new, 1 retrying", st.Counts, st.PendingNew, st.PendingRetrying, want)
+	}
+	if st.DeliveredLastMinute != 1 || st.DeliveredLastHour != 2 {
+		t.Errorf("delivered last minute %d, last hour %d; want 1 and 2", st.DeliveredLastMinute, st.DeliveredLastHour)
+	}
+	if st.OldestPendingAgeSec == nil || *st.OldestPendingAgeSec < 600 || *st.OldestPendingAgeSec > 610 {
+		t.Errorf("oldest_pending_age_seconds = %v, want about 600", st.OldestPendingAgeSec)
+	}
+	if len(st.TopEventTypes) != 1 || st.TopEventTypes[0].EventType != "type.a" || st.TopEventTypes[0].Pending != 3 {
+		t.Errorf("top_event_types = %+v, want type.a with 3", st.TopEventTypes)
+	}
+	if len(st.Leases) != 2 || st.Leases[0].LockedBy != "relay-x" || st.Leases[0].Events != 2 ||
+		st.Leases[1].LockedBy != "relay-y" || st.Leases[1].Events != 1 {
+		t.Errorf("leases = %+v, want relay-x 2, relay-y 1", st.Leases)
+	}
+	if age := st.Leases[0].OldestLeaseAgeSec; age < 90 || age > 100 {
+		t.Errorf("relay-x's oldest lease is %v s old, want about 90", age)
+	}
+}
+
+func TestStatsText(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	statsFixture(t, tb)
+	r := ok(t, relayCLI(t, tb, "stats"))
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^PENDING +3 +new 2, retrying 1, oldest 10m0\ds$`),
+		regexp.MustCompile(`(?m)^DELIVERING +3 +2 relay\(s\) holding leases$`),
+		regexp.MustCompile(`(?m)^DELIVERED +3 +last minute 1, last hour 2$`),
+		regexp.MustCompile(`(?m)^DEAD +1\b`),
+		regexp.MustCompile(`(?m)^type\.a +3 +10m0\ds$`),
+		regexp.MustCompile(`(?m)^relay-x +2 +1m3\ds$`),
+		regexp.MustCompile(`(?m)^relay-y +1 +\ds$`),
+	} {
+		if !want.MatchString(r.stdout) {
+			t.Errorf("stats output does not match %s:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestStatsOfAnEmptyTable(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	st := decode[statsJSON](t, ok(t, relayCLI(t, tb, "stats", "--json")))
+	if st.Counts != (statusCounts{}) || st.OldestPendingAgeSec != nil || st.OldestPendingCreatedAt != nil ||
+		st.TopEventTypes == nil || st.Leases == nil {
+		t.Errorf("stats of an empty table = %+v, want zeros, null ages and empty lists", st)
+	}
+	r := ok(t, relayCLI(t, tb, "stats"))
+	if !strings.Contains(r.stdout, "(nothing pending)") || !strings.Contains(r.stdout, "(no relay holds a lease)") {
+		t.Errorf("stats of an empty table:\n%s", r.stdout)
+	}
+}
+
+// --watch redraws with fresh numbers until interrupted, and an interrupt is
+// how it ends: exit code 0.
+func TestStatsWatchRedrawsUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	x, cancel := cmd{args: onTable(tb, "stats", "--watch", "100ms", "--json")}.start(t)
+	defer cancel()
+	stdout, err := x.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	x.Stderr = &stderr
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	snapshots := make(chan statsJSON)
+	go func() {
+		defer close(snapshots)
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() {
+			var st statsJSON
+			if err := json.Unmarshal(lines.Bytes(), &st); err != nil {
+				t.Errorf("--watch --json wrote a line that is not one JSON object: %q", lines.Text())
+				return
+			}
+			snapshots <- st
+		}
+	}()
+	next := func() statsJSON {
+		t.Helper()
+		select {
+		case st, open := <-snapshots:
+			if !open {
+				t.Fatalf("stats --watch stopped on its own; stderr:\n%s", stderr.String())
+			}
+			return st
+		case <-time.After(30 * time.Second):
+			t.Fatal("stats --watch did not redraw within 30s")
+		}
+		return statsJSON{}
+	}
+
+	if st := next(); st.Counts.Pending != 0 {
+		t.Fatalf("first snapshot counts %d pending, want 0", st.Counts.Pending)
+	}
+	tb.InsertN(t, 2, "watched")
+	for st := next(); st.Counts.Pending != 2; st = next() {
+		if st.Counts.Pending != 0 {
+			t.Fatalf("snapshot counts %d pending, want 0 or 2", st.Counts.Pending)
+		}
+	}
+
+	if err := x.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range snapshots {
+		// Drain what was drawn before the signal arrived.
+	}
+	if code := exitCode(t, x.Wait()); code != 0 {
+		t.Fatalf("stats --watch exited %d after an interrupt, want 0; stderr:\n%s", code, stderr.String())
+	}
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// Usage errors are found before any connection is tried: the URL points at a
+// port nothing listens on, so a command that got as far as the database
+// would exit 1, not 2.
+func TestUsageErrorsExit2BeforeConnecting(t *testing.T) {
+	t.Parallel()
+	const id = "0190a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no such command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"help for no such command", []string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown global flag", []string{"--colour", "stats"}, "flag provided but not defined"},
+		{"unknown command flag", []string{"stats", "--colour"}, "flag provided but not defined"},
+		{"flag without its value", []string{"list", "--limit"}, "flag needs an argument"},
+		{"arguments to a command that takes none", []string{"stats", "extra"}, "stats takes no arguments"},
+		{"invalid table name", []string{"stats", "--table", "events; DROP TABLE users"}, "invalid table name"},
+		{"unknown URL scheme", []string{"stats", "--storage-url", "mysql://op:" + secret + "@db/x"}, "unknown storage scheme"},
+		{"malformed URL", []string{"stats", "--storage-url", "postgres://op:" + secret + "@[::1"}, "malformed"},
+
+		{"migrate --print with --json", []string{"migrate", "--print", "--json"}, "cannot be combined"},
+
+		{"stats watch interval not a duration", []string{"stats", "--watch", "soon"}, `invalid duration "soon"`},
+		{"stats watch interval too short", []string{"stats", "--watch", "1ms"}, "--watch must be at least"},
+		{"stats top zero", []string{"stats", "--top", "0"}, "--top must be at least 1"},
+
+		{"prune without --older-than", []string{"prune"}, "prune needs --older-than"},
+		{"prune bad duration", []string{"prune", "--older-than", "7x"}, `invalid duration "7x"`},
+		{"prune number without unit", []string{"prune", "--older-than", "7"}, "missing unit"},
+		{"prune negative duration", []string{"prune", "--older-than", "-7d"}, "invalid duration"},
+		{"prune pending rows", []string{"prune", "--older-than", "7d", "--status", "pending"}, "--status must be delivered, dead or all"},
+		{"prune unknown status", []string{"prune", "--older-than", "7d", "--status", "old"}, "--status must be"},
+		{"prune batch size zero", []string{"prune", "--older-than", "7d", "--batch-size", "0"}, "--batch-size must be"},
+		{"prune batch size not a number", []string{"prune", "--older-than", "7d", "--batch-size", "many"}, "invalid value"},
+
+		{"retry-dead bad id", []string{"retry-dead", "--id", "42"}, `"42" is not a UUID`},
+		{"retry-dead bad since", []string{"retry-dead", "--since", "yesterday"}, "neither a duration"},
+		{"retry-dead empty event type", []string{"retry-dead", "--event-type", ""}, "--event-type must not be empty"},
+		{"retry-dead negative limit", []string{"retry-dead", "--event-type", "x", "--limit", "-1"}, "--limit must not be negative"},
+		{"retry-dead without filter or --yes off a terminal", []string{"retry-dead"}, "--yes"},
+		{"replay-dead without filter or --yes off a terminal", []string{"replay-dead", "--limit", "5"}, "--yes"},
+
+		{"list unknown status", []string{"list", "--status", "sleeping"}, "--status must be pending, delivering, delivered or dead"},
+		{"list limit zero", []string{"list", "--limit", "0"}, "--limit must be at least 1"},
+
+		{"show without an id", []string{"show"}, "show takes one EVENT_ID"},
+		{"show with two ids", []string{"show", id, id}, "show takes one EVENT_ID"},
+		{"show bad id", []string{"show", "not-a-uuid"}, `"not-a-uuid" is not an event id`},
+
+		{"emit without type", []string{"emit"}, "emit needs --type"},
+		{"emit payload and payload file", []string{"emit", "--type", "t", "--payload", "{}", "--payload-file", "x"}, "cannot be combined"},
+		{"emit payload not JSON", []string{"emit", "--type", "t", "--payload", "{oops"}, "not valid JSON"},
+		{"emit header without value", []string{"emit", "--type", "t", "--header", "novalue"}, "want KEY=VALUE"},
+		{"emit header twice", []string{"emit", "--type", "t", "--header", "a=1", "--header", "a=2"}, "given twice"},
+		{"emit count zero", []string{"emit", "--type", "t", "--count", "0"}, "--count must be"},
+		{"emit bad delay", []string{"emit", "--type", "t", "--available-in", "later"}, "invalid duration"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			args := c.args
+			if !slices.Contains(args, "--storage-url") {
+				args = append([]string{"--storage-url", unreachableURL}, args...)
+			}
+			r := cmd{args: args}.run(t)
+			if r.code != 2 {
+				t.Fatalf("want exit code 2:\n%s", r)
+			}
+			if !strings.Contains(r.stderr, c.want) {
+				t.Errorf("stderr does not say %q:\n%s", c.want, r)
+			}
+			if strings.Contains(r.stdout+r.stderr, secret) {
+				t.Errorf("output contains the password:\n%s", r)
+			}
+		})
+	}
+}
+
+func TestUnreachableDatabaseExits1WithoutThePassword(t *testing.T) {
+	t.Parallel()
+	const id = "0190a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+	urls := map[string]string{
+		"password in user info": unreachableURL,
+		"password parameter":    "postgres://operator@127.0.0.1:1/outbox?sslmode=disable&connect_timeout=5&password=" + secret,
+	}
+	commands := [][]string{
+		{"migrate"},
+		{"stats"},
+		{"stats", "--watch", "1s"},
+		{"prune", "--older-than", "7d"},
+		{"prune", "--older-than", "7d", "--dry-run"},
+		{"retry-dead", "--yes"},
+		{"retry-dead", "--event-type", "x", "--dry-run"},
+		{"list"},
+		{"show", id},
+		{"emit", "--type", "t"},
+	}
+	for urlName, url := range urls {
+		for _, args := range commands {
+			t.Run(urlName+"/"+strings.Join(args, " "), func(t *testing.T) {
+				t.Parallel()
+				r := cmd{args: append(slices.Clone(args), "--storage-url", url, "--json")}.run(t)
+				if r.code != 1 {
+					t.Fatalf("want exit code 1:\n%s", r)
+				}
+				if !strings.Contains(r.stderr, "cannot reach PostgreSQL at 127.0.0.1:1") {
+					t.Errorf("stderr does not say the database is unreachable:\n%s", r)
+				}
+				if strings.Contains(r.stdout+r.stderr, secret) {
+					t.Errorf("output contains the password:\n%s", r)
+				}
+			})
+		}
+	}
+}
+
+func TestMissingTableExits1AndSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	r := cmd{args: []string{"stats", "--storage-url", pgtest.URL(), "--table", "no_such_schema_q.outbox"}}.run(t)
+	if r.code != 1 || !strings.Contains(r.stderr, "relay-cli migrate") {
+		t.Fatalf("want exit code 1 and a hint to run migrate:\n%s", r)
+	}
+}
+
+func TestHelpAndVersionExit0(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "prune"}, {"prune", "--help"}, {"--version"}, {}} {
+		// Help shows defaults and variable names, never the values.
+		r := cmd{args: args, env: []string{"STORAGE_URL=" + unreachableURL}}.run(t)
+		if r.code != 0 || r.stdout == "" {
+			t.Errorf("relay-cli %v:\n%s", args, r)
+		}
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("relay-cli %v shows the password from STORAGE_URL:\n%s", args, r)
+		}
+	}
+	r := cmd{args: []string{"--help"}}.run(t)
+	for _, name := range []string{"migrate", "stats", "prune", "retry-dead", "list", "show", "emit", "--storage-url", "--table"} {
+		if !strings.Contains(r.stdout, name) {
+			t.Errorf("--help does not mention %s:\n%s", name, r.stdout)
+		}
+	}
+	r = cmd{args: []string{"list", "--help"}}.run(t)
+	for _, name := range []string{"--storage-url", "--table", "--json", "STORAGE_URL", "STORAGE_TABLE_NAME"} {
+		if !strings.Contains(r.stdout, name) {
+			t.Errorf("list --help does not mention %s:\n%s", name, r.stdout)
+		}
+	}
+}
+
+// The table and URL come from flags before or after the command, or from
+// the environment; a flag wins over the environment.
+func TestGlobalFlagsAnywhereAndFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.InsertN(t, 3, "e")
+	wrongEnv := []string{"STORAGE_URL=" + unreachableURL, "STORAGE_TABLE_NAME=no_such_table"}
+	cases := map[string]cmd{
+		"before the command": {args: []string{"--storage-url", pgtest.URL(), "--table", tb.Name, "stats", "--json"}},
+		"after the command":  {args: []string{"stats", "--json", "--storage-url", pgtest.URL(), "--table", tb.Name}},
+		"with =":             {args: []string{"--table=" + tb.Name, "stats", "--storage-url=" + pgtest.URL(), "--json"}},
+		"environment": {args: []string{"stats", "--json"},
+			env: []string{"STORAGE_URL=" + pgtest.URL(), "STORAGE_TABLE_NAME=" + tb.Name}},
+		"flags over environment":        {args: []string{"stats", "--json", "--storage-url", pgtest.URL(), "--table", tb.Name}, env: wrongEnv},
+		"flags before over environment": {args: []string{"--storage-url", pgtest.URL(), "--table", tb.Name, "stats", "--json"}, env: wrongEnv},
+		"table in the URL wins": {args: []string{"stats", "--json", "--table", "no_such_table"},
+			env: []string{"STORAGE_URL=" + pgtest.WithTable(pgtest.URL(), tb.Name)}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := ok(t, c.run(t))
+			st := decode[statsJSON](t, r)
+			if st.Table != tb.Name || st.Counts.Pending != 3 {
+				t.Errorf("stats of table %s with %d pending, want %s with 3", st.Table, st.Counts.Pending, tb.Name)
+			}
+		})
+	}
+}
+
+func TestReorderArgs(t *testing.T) {
+	t.Parallel()
+	app := newApp(nil, nil, nil)
+	cases := []struct{ in, want string }{
+		{"relay-cli stats", "relay-cli stats"},
+		{"relay-cli --table x stats --json", "relay-cli stats --table x --json"},
+		{"relay-cli --table=x --storage-url u stats", "relay-cli stats --table=x --storage-url u"},
+		{"relay-cli show ID --json", "relay-cli show --json -- ID"},
+		{"relay-cli show --json ID --table t", "relay-cli show --json --table t -- ID"},
+		{"relay-cli show -- --weird", "relay-cli show -- --weird"},
+		{"relay-cli list --limit -5", "relay-cli list --limit -5"},
+		{"relay-cli retry-dead --id a --id b --yes", "relay-cli retry-dead --id a --id b --yes"},
+		{"relay-cli replay-dead --event-type t", "relay-cli replay-dead --event-type t"},
+		// Left alone for urfave/cli to handle or report.
+		{"relay-cli --help stats", "relay-cli --help stats"},
+		{"relay-cli --bogus stats", "relay-cli --bogus stats"},
+		{"relay-cli frob --json", "relay-cli frob --json"},
+		{"relay-cli --table x", "relay-cli --table x"},
+	}
+	for _, c := range cases {
+		got := strings.Join(reorderArgs(app, strings.Fields(c.in)), " ")
+		if got != c.want {
+			t.Errorf("reorderArgs(%s)\n = %s\nwant %s", c.in, got, c.want)
+		}
+	}
+}
+
+// Every command and flag is documented in docs/operations.md.
+func TestOperationsGuideDocumentsEveryCommandAndFlag(t *testing.T) {
+	t.Parallel()
+	doc := readFile(t, "../../docs/operations.md")
+	app := newApp(nil, nil, nil)
+	for _, c := range app.Commands {
+		if !strings.Contains(doc, "relay-cli "+c.Name) {
+			t.Errorf("docs/operations.md does not document relay-cli %s", c.Name)
+		}
+		for _, f := range c.Flags {
+			if _, isGlobal := map[string]bool{"storage-url": true, "table": true}[f.Names()[0]]; isGlobal {
+				continue
+			}
+			if !strings.Contains(doc, "`--"+f.Names()[0]) {
+				t.Errorf("docs/operations.md does not document %s --%s", c.Name, f.Names()[0])
+			}
+		}
+		for _, alias := range c.Aliases {
+			if !strings.Contains(doc, alias) {
+				t.Errorf("docs/operations.md does not mention the alias %s", alias)
+			}
+		}
+	}
+	for _, g := range []string{"--storage-url", "--table", "STORAGE_URL", "STORAGE_TABLE_NAME", "CronJob"} {
+		if !strings.Contains(doc, g) {
+			t.Errorf("docs/operations.md does not mention %s", g)
+		}
+	}
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,183 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+)
+
+// This file holds the params and results of the queries operators run
+// (relay-cli) and the metrics endpoint reads. They are not part of Store:
+// the relay does not need them, and a driver can offer them on its own type.
+
+// ErrEventNotFound is returned when no row has the event id asked for.
+var ErrEventNotFound = errors.New("event not found")
+
+// Backlog is the work waiting in the table. It is cheap to read: every
+// number comes from rows the PENDING and DEAD partial indexes select.
+type Backlog struct {
+	// PendingNew counts PENDING rows never attempted (attempts = 0).
+	PendingNew int64
+	// PendingRetrying counts PENDING rows waiting for another attempt.
+	PendingRetrying int64
+	// OldestPendingAt is the created_at of the oldest PENDING row; zero
+	// when nothing is pending.
+	OldestPendingAt time.Time
+	// OldestPendingAge is how long that row has waited, by the database's
+	// clock; zero when nothing is pending.
+	OldestPendingAge time.Duration
+	// Dead counts DEAD rows.
+	Dead int64
+}
+
+// Pending counts every PENDING row.
+func (b Backlog) Pending() int64 { return b.PendingNew + b.PendingRetrying }
+
+// StatsTopTypesDefault is how many event types StatsParams reports when
+// TopTypes is zero.
+const StatsTopTypesDefault = 10
+
+// StatsParams chooses what Stats reports beyond the counts.
+type StatsParams struct {
+	// TopTypes is how many event types with the largest backlog to list;
+	// 0 means StatsTopTypesDefault.
+	TopTypes int
+}
+
+// Stats is a consistent snapshot of the table for operators.
+type Stats struct {
+	Backlog
+	Delivering int64
+	Delivered  int64
+	// DeliveredLastMinute and DeliveredLastHour count DELIVERED rows by
+	// delivered_at; rows pruned since do not count.
+	DeliveredLastMinute int64
+	DeliveredLastHour   int64
+	// TopTypes are the event types with the most PENDING rows, largest first.
+	TopTypes []TypeBacklog
+	// Leases are the relays holding DELIVERING rows now, most rows first.
+	Leases []LeaseHolder
+	// ObservedAt is the database's clock when the snapshot was taken.
+	ObservedAt time.Time
+}
+
+// TypeBacklog is the PENDING backlog of one event type.
+type TypeBacklog struct {
+	EventType        string
+	Pending          int64
+	OldestPendingAge time.Duration
+}
+
+// LeaseHolder is a relay (locked_by) holding DELIVERING rows.
+type LeaseHolder struct {
+	RelayID string
+	Events  int64
+	// OldestLockedAt is the earliest lease the relay holds; a lease much
+	// older than LEASE_TIMEOUT means the reaper is not running.
+	OldestLockedAt time.Time
+	OldestLeaseAge time.Duration
+}
+
+// PruneBatchSizeDefault is how many rows one prune statement deletes when
+// PruneParams.BatchSize is zero: small enough for short locks and
+// transactions, large enough that a million rows take a few hundred
+// statements.
+const PruneBatchSizeDefault = 5000
+
+// PruneParams selects finished rows to delete.
+type PruneParams struct {
+	// Status is DELIVERED (aged by delivered_at) or DEAD (aged by
+	// updated_at, the moment it died). Other statuses are refused.
+	Status outbox.Status
+	// OlderThan is the age a row must exceed to be deleted.
+	OlderThan time.Duration
+	// BatchSize bounds the rows one statement (and transaction) deletes;
+	// 0 means PruneBatchSizeDefault.
+	BatchSize int
+	// DryRun only counts the rows that would be deleted.
+	DryRun bool
+	// Progress, when set, is called after every batch with the rows
+	// deleted so far.
+	Progress func(deleted int64)
+}
+
+// PruneResult says how many rows a prune deleted (or, in a dry run, would
+// delete) and in how many statements.
+type PruneResult struct {
+	Deleted int64
+	Batches int
+}
+
+// DeadFilter selects DEAD rows. Every set field must match; an empty filter
+// selects every DEAD row.
+type DeadFilter struct {
+	IDs       []uuid.UUID
+	EventType string
+	// Since selects rows that went DEAD (updated_at) at or after it.
+	Since time.Time
+	// ErrorContains selects rows whose last_error contains it, ignoring case.
+	ErrorContains string
+}
+
+// Empty reports whether the filter selects every DEAD row.
+func (f DeadFilter) Empty() bool {
+	return len(f.IDs) == 0 && f.EventType == "" && f.Since.IsZero() && f.ErrorContains == ""
+}
+
+// RetryDeadParams selects DEAD rows to send back to PENDING.
+type RetryDeadParams struct {
+	DeadFilter
+	// Limit bounds the rows moved, oldest deaths first; 0 means no limit.
+	Limit int
+	// DryRun only counts the rows that would be moved.
+	DryRun bool
+}
+
+// ListParams selects rows to list, newest first.
+type ListParams struct {
+	// Status, when set, keeps only rows in that status.
+	Status    outbox.Status
+	EventType string
+	Limit     int
+}
+
+// ListLimitDefault is what `relay-cli list` shows without --limit.
+const ListLimitDefault = 20
+
+// Row is one outbox row, every column. List leaves Payload and Headers
+// empty: it is for finding rows, and payloads can be large.
+type Row struct {
+	ID           uuid.UUID
+	Type         string
+	PartitionKey *string
+	Payload      []byte
+	Headers      json.RawMessage
+	Status       outbox.Status
+	Attempts     int
+	LastError    *string
+	AvailableAt  time.Time
+	LockedBy     *string
+	LockedAt     *time.Time
+	DeliveredAt  *time.Time
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	// Seq is the insertion order the relay adds; nil for rows older than it.
+	Seq *int64
+	// Age is how long ago the row was created, by the database's clock.
+	Age time.Duration
+}
+
+// EmitParams describes test events to insert.
+type EmitParams struct {
+	Type         string
+	PartitionKey string // empty: NULL
+	Payload      []byte
+	// Headers is a JSON object; empty means {}.
+	Headers     json.RawMessage
+	Count       int
+	AvailableIn time.Duration
+}

@@ -1,0 +1,338 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// The queries operators run through relay-cli, and Backlog, which the
+// metrics endpoint reads. They sit outside storage.Store because the relay
+// never needs them.
+
+// querier is what both the pool and a transaction offer, so that Backlog's
+// query can run alone or inside the Stats snapshot.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Backlog counts PENDING rows (new and retrying), dates the oldest one and
+// counts DEAD rows in one statement that reads only rows the PENDING and
+// DEAD partial indexes select, so it is cheap to call every few seconds on
+// a table with a long delivered history.
+func (s *Store) Backlog(ctx context.Context) (storage.Backlog, error) {
+	b, err := s.backlog(ctx, s.pool)
+	if err != nil {
+		return b, s.adminError(ctx, "read backlog", err)
+	}
+	return b, nil
+}
+
+func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error) {
+	var (
+		b      storage.Backlog
+		oldest *time.Time
+		ageUS  int64
+	)
+	err := q.QueryRow(ctx, s.queries["admin_backlog"]).
+		Scan(&b.PendingNew, &b.PendingRetrying, &oldest, &ageUS, &b.Dead)
+	if oldest != nil {
+		b.OldestPendingAt = *oldest
+		b.OldestPendingAge = microseconds(ageUS)
+	}
+	return b, err
+}
+
+// Stats reads the backlog, the counts of the other statuses, recent
+// deliveries, the event types with the largest backlog and the relays
+// holding leases, all from one snapshot (a read-only repeatable-read
+// transaction), so the numbers agree with each other.
+func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
+	if p.TopTypes < 0 {
+		return storage.Stats{}, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
+	}
+	if p.TopTypes == 0 {
+		p.TopTypes = storage.StatsTopTypesDefault
+	}
+	var st storage.Stats
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			var err error
+			if st.Backlog, err = s.backlog(ctx, tx); err != nil {
+				return err
+			}
+			err = tx.QueryRow(ctx, s.queries["admin_stats_counts"]).
+				Scan(&st.Delivering, &st.Delivered, &st.DeliveredLastMinute, &st.DeliveredLastHour, &st.ObservedAt)
+			if err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, s.queries["admin_stats_types"], p.TopTypes)
+			if err != nil {
+				return err
+			}
+			st.TopTypes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.TypeBacklog, error) {
+				var (
+					t     storage.TypeBacklog
+					ageUS int64
+				)
+				err := r.Scan(&t.EventType, &t.Pending, &ageUS)
+				t.OldestPendingAge = microseconds(ageUS)
+				return t, err
+			})
+			if err != nil {
+				return err
+			}
+			rows, err = tx.Query(ctx, s.queries["admin_stats_leases"])
+			if err != nil {
+				return err
+			}
+			st.Leases, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.LeaseHolder, error) {
+				var (
+					l     storage.LeaseHolder
+					at    *time.Time
+					ageUS int64
+				)
+				err := r.Scan(&l.RelayID, &l.Events, &at, &ageUS)
+				if at != nil {
+					l.OldestLockedAt = *at
+					l.OldestLeaseAge = microseconds(ageUS)
+				}
+				return l, err
+			})
+			return err
+		})
+	if err != nil {
+		return st, s.adminError(ctx, "read stats", err)
+	}
+	return st, nil
+}
+
+// Prune deletes DELIVERED or DEAD rows older than p.OlderThan in batches of
+// p.BatchSize, each its own statement and transaction, until a batch comes
+// back short. It never deletes PENDING or DELIVERING rows. When ctx ends
+// between batches, the result counts what was deleted before.
+func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
+	var res storage.PruneResult
+	var query string
+	switch p.Status {
+	case outbox.StatusDelivered:
+		query = "admin_prune_delivered"
+	case outbox.StatusDead:
+		query = "admin_prune_dead"
+	default:
+		return res, fmt.Errorf("prune: only DELIVERED and DEAD rows can be pruned, not %q", p.Status)
+	}
+	if p.OlderThan < 0 {
+		return res, fmt.Errorf("prune: OlderThan must not be negative, got %s", p.OlderThan)
+	}
+	if p.BatchSize < 0 {
+		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = storage.PruneBatchSizeDefault
+	}
+	what := "prune " + string(p.Status) + " rows"
+	age := p.OlderThan.Microseconds()
+	if p.DryRun {
+		err := s.pool.QueryRow(ctx, s.queries[query+"_count"], age).Scan(&res.Deleted)
+		if err != nil {
+			return res, s.adminError(ctx, what, err)
+		}
+		return res, nil
+	}
+	for {
+		tag, err := s.pool.Exec(ctx, s.queries[query], age, p.BatchSize)
+		if err != nil {
+			return res, s.adminError(ctx, what, err)
+		}
+		res.Batches++
+		res.Deleted += tag.RowsAffected()
+		if p.Progress != nil {
+			p.Progress(res.Deleted)
+		}
+		if tag.RowsAffected() < int64(p.BatchSize) {
+			return res, nil
+		}
+	}
+}
+
+// RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
+// due now, and notifies the table's channel in the same transaction so
+// listening relays claim them at once. It returns how many rows it moved,
+// or in a dry run how many it would move.
+func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
+	if p.Limit < 0 {
+		return 0, fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
+	}
+	args := deadFilterArgs(p.DeadFilter, p.Limit)
+	if p.DryRun {
+		var n int64
+		if err := s.pool.QueryRow(ctx, s.queries["admin_retry_dead_count"], args...).Scan(&n); err != nil {
+			return 0, s.adminError(ctx, "count dead rows", err)
+		}
+		return n, nil
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, s.queries["admin_retry_dead"], args...)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		if n == 0 {
+			return nil
+		}
+		// Delivered on commit, like the insert trigger's notification.
+		_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Channel())
+		return err
+	})
+	if err != nil {
+		return 0, s.adminError(ctx, "retry dead rows", err)
+	}
+	return n, nil
+}
+
+// deadFilterArgs turns a filter into the parameters of the retry-dead
+// queries, where NULL matches everything.
+func deadFilterArgs(f storage.DeadFilter, limit int) []any {
+	args := make([]any, 5)
+	if len(f.IDs) > 0 {
+		args[0] = f.IDs
+	}
+	if f.EventType != "" {
+		args[1] = f.EventType
+	}
+	if !f.Since.IsZero() {
+		args[2] = f.Since
+	}
+	if f.ErrorContains != "" {
+		args[3] = f.ErrorContains
+	}
+	if limit > 0 {
+		args[4] = limit
+	}
+	return args
+}
+
+// List returns up to p.Limit rows, newest first, without payload and
+// headers.
+func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
+	if p.Limit <= 0 {
+		p.Limit = storage.ListLimitDefault
+	}
+	var status, eventType any
+	if p.Status != "" {
+		if !p.Status.Valid() {
+			return nil, fmt.Errorf("list: unknown status %q", p.Status)
+		}
+		status = string(p.Status)
+	}
+	if p.EventType != "" {
+		eventType = p.EventType
+	}
+	rows, err := s.pool.Query(ctx, s.queries["admin_list"], status, eventType, p.Limit)
+	if err != nil {
+		return nil, s.adminError(ctx, "list rows", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Row, error) {
+		var row storage.Row
+		var ageUS int64
+		err := r.Scan(&row.ID, &row.Type, &row.PartitionKey, &row.Status, &row.Attempts, &row.LastError,
+			&row.AvailableAt, &row.LockedBy, &row.LockedAt, &row.DeliveredAt, &row.CreatedAt, &row.UpdatedAt,
+			&row.Seq, &ageUS)
+		row.Age = microseconds(ageUS)
+		return row, err
+	})
+	if err != nil {
+		return nil, s.adminError(ctx, "list rows", err)
+	}
+	return list, nil
+}
+
+// Get returns every column of one row, or an error wrapping
+// storage.ErrEventNotFound.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (storage.Row, error) {
+	var row storage.Row
+	var ageUS int64
+	err := s.pool.QueryRow(ctx, s.queries["admin_get"], id).Scan(
+		&row.ID, &row.Type, &row.PartitionKey, &row.Status, &row.Attempts, &row.LastError,
+		&row.AvailableAt, &row.LockedBy, &row.LockedAt, &row.DeliveredAt, &row.CreatedAt, &row.UpdatedAt,
+		&row.Seq, &ageUS, &row.Payload, &row.Headers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, fmt.Errorf("event %s in table %s: %w", id, s.table, storage.ErrEventNotFound)
+	}
+	if err != nil {
+		return row, s.adminError(ctx, "read event", err)
+	}
+	row.Age = microseconds(ageUS)
+	return row, nil
+}
+
+// EmitCountMax bounds one Emit: the events are one statement and one
+// transaction, and test traffic does not need more.
+const EmitCountMax = 100000
+
+// Emit inserts p.Count identical test events in one statement, so they
+// commit together and relays are notified once, and returns their ids (new
+// UUIDv7s) in insertion order.
+func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, error) {
+	switch {
+	case p.Type == "":
+		return nil, errors.New("emit: an event type is required")
+	case p.Count < 1 || p.Count > EmitCountMax:
+		return nil, fmt.Errorf("emit: count must be 1 to %d, got %d", EmitCountMax, p.Count)
+	case p.AvailableIn < 0:
+		return nil, fmt.Errorf("emit: AvailableIn must not be negative, got %s", p.AvailableIn)
+	}
+	headers := p.Headers
+	if len(headers) == 0 {
+		headers = json.RawMessage("{}")
+	}
+	payload := p.Payload
+	if payload == nil {
+		payload = []byte{} // payload is NOT NULL
+	}
+	var key any
+	if p.PartitionKey != "" {
+		key = p.PartitionKey
+	}
+	ids := make([]uuid.UUID, p.Count)
+	for i := range ids {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("emit: new event id: %w", err)
+		}
+		ids[i] = id
+	}
+	_, err := s.pool.Exec(ctx, s.queries["admin_emit"], ids, p.Type, key, payload, string(headers),
+		p.AvailableIn.Microseconds())
+	if err != nil {
+		return nil, s.adminError(ctx, "emit events", err)
+	}
+	return ids, nil
+}
+
+// adminError explains err like queryError, and also says what to do about
+// a missing table and that an interruption was one.
+func (s *Store) adminError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, s.table, storage.ErrTableMissing)
+	}
+	return s.queryError(what, err)
+}
+
+func microseconds(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

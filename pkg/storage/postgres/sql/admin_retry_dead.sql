@@ -1,0 +1,23 @@
+-- Send DEAD rows back to PENDING for a fresh start: attempts 0, due now.
+-- last_error stays until the next attempt overwrites it, so the reason is
+-- not lost if the retry succeeds. NULL parameters match everything:
+-- $1 ids, $2 event type, $3 died (updated_at) at or after, $4 text last_error
+-- contains (any case), $5 limit, oldest deaths first. Keep the conditions in
+-- step with admin_retry_dead_count.sql.
+WITH picked AS MATERIALIZED (
+    SELECT event_id
+    FROM {{table}}
+    WHERE status = 'DEAD'
+      AND ($1::uuid[] IS NULL OR event_id = ANY($1::uuid[]))
+      AND ($2::text IS NULL OR event_type = $2::text)
+      AND ($3::timestamptz IS NULL OR updated_at >= $3::timestamptz)
+      AND ($4::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($4::text)) > 0)
+    ORDER BY updated_at
+    LIMIT $5::bigint
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{table}} AS t
+SET status = 'PENDING', attempts = 0, available_at = now(),
+    locked_by = NULL, locked_at = NULL, updated_at = now()
+FROM picked
+WHERE t.event_id = picked.event_id AND t.status = 'DEAD'
