@@ -95,17 +95,25 @@ func watchStats(c *cli.Context, store *postgres.Store, p storage.StatsParams, in
 
 // statsJSON is the --json form; keys are stable, ages in seconds.
 type statsJSON struct {
-	Table                  string       `json:"table"`
-	ObservedAt             time.Time    `json:"observed_at"`
-	Counts                 statusCounts `json:"counts"`
-	PendingNew             int64        `json:"pending_new"`
-	PendingRetrying        int64        `json:"pending_retrying"`
-	OldestPendingAgeSec    *float64     `json:"oldest_pending_age_seconds"`
-	OldestPendingCreatedAt *time.Time   `json:"oldest_pending_created_at"`
-	DeliveredLastMinute    int64        `json:"delivered_last_minute"`
-	DeliveredLastHour      int64        `json:"delivered_last_hour"`
-	TopEventTypes          []typeJSON   `json:"top_event_types"`
-	Leases                 []leaseJSON  `json:"leases"`
+	Table                  string        `json:"table"`
+	ObservedAt             time.Time     `json:"observed_at"`
+	Counts                 statusCounts  `json:"counts"`
+	PendingNew             int64         `json:"pending_new"`
+	PendingRetrying        int64         `json:"pending_retrying"`
+	OldestPendingAgeSec    *float64      `json:"oldest_pending_age_seconds"`
+	OldestPendingCreatedAt *time.Time    `json:"oldest_pending_created_at"`
+	DeliveredLastMinute    int64         `json:"delivered_last_minute"`
+	DeliveredLastHour      int64         `json:"delivered_last_hour"`
+	TopEventTypes          []typeJSON    `json:"top_event_types"`
+	Leases                 []leaseJSON   `json:"leases"`
+	BlockedKeys            []blockedJSON `json:"blocked_keys"`
+}
+
+type blockedJSON struct {
+	PartitionKey  string `json:"partition_key"`
+	DeadEventID   string `json:"dead_event_id"`
+	DeadEventType string `json:"dead_event_type"`
+	Waiting       int64  `json:"waiting"`
 }
 
 type statusCounts struct {
@@ -143,6 +151,10 @@ func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watchin
 			DeliveredLastHour:   st.DeliveredLastHour,
 			TopEventTypes:       []typeJSON{},
 			Leases:              []leaseJSON{},
+			BlockedKeys:         []blockedJSON{},
+		}
+		for _, b := range st.BlockedKeys {
+			v.BlockedKeys = append(v.BlockedKeys, blockedJSON{b.Key, b.DeadEventID.String(), b.DeadEventType, b.Waiting})
 		}
 		if !st.OldestPendingAt.IsZero() {
 			age := st.OldestPendingAge.Seconds()
@@ -208,16 +220,31 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 	fmt.Fprintln(out, "\nLEASES")
 	if len(st.Leases) == 0 {
 		fmt.Fprintln(out, "  (no relay holds a lease)")
+	} else {
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RELAY\tEVENTS\tOLDEST LEASE")
+		for _, l := range st.Leases {
+			relay := printable(l.RelayID)
+			if relay == "" {
+				relay = "(none)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", relay, l.Events, formatAge(l.OldestLeaseAge))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	// Only ORDERING_ON_DEAD=block holds these keys, so the section appears
+	// only when there is something to say.
+	if len(st.BlockedKeys) == 0 {
 		return nil
 	}
+	fmt.Fprintln(out, "\nKEYS BEHIND A DEAD EVENT (held under ORDERING_ON_DEAD=block; retry-dead --id or prune to release)")
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RELAY\tEVENTS\tOLDEST LEASE")
-	for _, l := range st.Leases {
-		relay := printable(l.RelayID)
-		if relay == "" {
-			relay = "(none)"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", relay, l.Events, formatAge(l.OldestLeaseAge))
+	fmt.Fprintln(tw, "PARTITION KEY\tWAITING\tDEAD EVENT\tTYPE")
+	for _, b := range st.BlockedKeys {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", printable(b.Key), b.Waiting, b.DeadEventID, printable(b.DeadEventType))
 	}
 	return tw.Flush()
 }

@@ -61,6 +61,9 @@ type Stats struct {
 	TopTypes []TypeBacklog
 	// Leases are the relays holding DELIVERING rows now, most rows first.
 	Leases []LeaseHolder
+	// BlockedKeys are keys whose first unfinished event is DEAD while later
+	// events wait: ORDERING_ON_DEAD=block holds them until an operator acts.
+	BlockedKeys []BlockedKey
 	// ObservedAt is the database's clock when the snapshot was taken.
 	ObservedAt time.Time
 }
@@ -70,6 +73,19 @@ type TypeBacklog struct {
 	EventType        string
 	Pending          int64
 	OldestPendingAge time.Duration
+}
+
+// StatsBlockedKeysMax bounds the blocked keys Stats lists.
+const StatsBlockedKeysMax = 20
+
+// BlockedKey is a partition key held back by a DEAD event.
+type BlockedKey struct {
+	Key string
+	// DeadEventID and DeadEventType name the DEAD event at the key's head.
+	DeadEventID   uuid.UUID
+	DeadEventType string
+	// Waiting counts the key's PENDING events behind it.
+	Waiting int64
 }
 
 // LeaseHolder is a relay (locked_by) holding DELIVERING rows.

@@ -109,6 +109,18 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 				}
 				return l, err
 			})
+			if err != nil {
+				return err
+			}
+			rows, err = tx.Query(ctx, s.queries["admin_stats_blocked"], storage.StatsBlockedKeysMax)
+			if err != nil {
+				return err
+			}
+			st.BlockedKeys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.BlockedKey, error) {
+				var b storage.BlockedKey
+				err := r.Scan(&b.Key, &b.DeadEventID, &b.DeadEventType, &b.Waiting)
+				return b, err
+			})
 			return err
 		})
 	if err != nil {

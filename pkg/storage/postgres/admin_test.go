@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -752,5 +753,30 @@ func TestAdminQueriesOnAMissingTableSayToMigrate(t *testing.T) {
 		if !errors.Is(err, storage.ErrTableMissing) || !strings.Contains(err.Error(), "relay-cli migrate") {
 			t.Errorf("%s on a missing table: %v, want ErrTableMissing and a hint to migrate", name, err)
 		}
+	}
+}
+
+func TestStatsListsKeysHeldByADeadEvent(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ctx := context.Background()
+	ids := tb.Insert(t,
+		pgtest.Event{Type: "a", PartitionKey: "held"},      // will be DEAD, first of its key
+		pgtest.Event{Type: "a", PartitionKey: "held"},      // waits behind it
+		pgtest.Event{Type: "a", PartitionKey: "held"},      // waits behind it
+		pgtest.Event{Type: "a", PartitionKey: "free"},      // DELIVERED
+		pgtest.Event{Type: "a", PartitionKey: "free"},      // waits behind nothing
+		pgtest.Event{Type: "a", PartitionKey: "dead-only"}, // DEAD, nothing behind
+	)
+	tb.Exec(t, "UPDATE {{table}} SET status = 'DEAD' WHERE event_id = ANY($1)", []uuid.UUID{ids[0], ids[5]})
+	tb.Exec(t, "UPDATE {{table}} SET status = 'DELIVERED', delivered_at = now() WHERE event_id = $1", ids[3])
+
+	st, err := tb.Store.Stats(ctx, storage.StatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []storage.BlockedKey{{Key: "held", DeadEventID: ids[0], DeadEventType: "a", Waiting: 2}}
+	if fmt.Sprint(st.BlockedKeys) != fmt.Sprint(want) {
+		t.Fatalf("BlockedKeys = %+v, want %+v", st.BlockedKeys, want)
 	}
 }
