@@ -4,10 +4,10 @@
 package tcpproxy
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy listens on a local port and forwards each connection to a target.
@@ -17,6 +17,7 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	down  bool
+	delay time.Duration
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -46,6 +47,14 @@ func (p *Proxy) Down() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
+}
+
+// DelayReplies holds every chunk the server sends for d before passing it
+// on, making the server look slow to answer.
+func (p *Proxy) DelayReplies(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
 }
 
 // Up lets connections through again.
@@ -78,8 +87,8 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.wg.Add(2)
-		go p.pipe(client, server)
-		go p.pipe(server, client)
+		go p.pipe(client, server, false)
+		go p.pipe(server, client, true)
 	}
 }
 
@@ -100,9 +109,26 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if replies {
+				p.mu.Lock()
+				d := p.delay
+				p.mu.Unlock()
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()

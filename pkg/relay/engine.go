@@ -27,6 +27,7 @@ type Store interface {
 	MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error)
 	MarkFailed(ctx context.Context, p storage.FailParams) (int, error)
 	Release(ctx context.Context, p storage.SettleParams) (int, error)
+	Renew(ctx context.Context, p storage.SettleParams) (storage.Lease, int, error)
 }
 
 // Broker backoff: how long claiming pauses after the broker was unavailable.
@@ -242,7 +243,8 @@ func (e *Engine) Run(ctx context.Context) {
 // claimed is a batch on its way from claim to settle.
 type claimed struct {
 	batch storage.Batch
-	// at is when the claim started, by this process's clock.
+	// at is when the lease was stamped (claimed or last renewed), by this
+	// process's clock: settling gives up LeaseTimeout after it.
 	at time.Time
 	// ctx is the batch's context: not cancelled by a shutdown until
 	// ShutdownTimeout runs out, and carrying what the Observer put in it.
@@ -324,12 +326,14 @@ type outcome struct {
 func (e *Engine) process(c claimed) {
 	ctx, events := c.ctx, c.batch.Events
 	pubCtx, endPublish := e.obs.StartPublish(ctx, events)
+	stopRenewing := e.keepLease(&c)
 	var results []error
 	if e.cfg.Ordering == storage.OrderingPartition {
 		results = e.publishInKeyOrder(pubCtx, events)
 	} else {
 		results = e.publish(pubCtx, events)
 	}
+	stopRenewing()
 	endPublish(results)
 	o := e.sort(ctx, events, results)
 	e.settle(ctx, c.batch.Lease, c.at, o)
@@ -347,6 +351,50 @@ func (e *Engine) process(c claimed) {
 	}
 	if len(o.failed) > 0 {
 		e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
+	}
+}
+
+// keepLease renews c's lease every third of LeaseTimeout until the returned
+// function is called, so a broker that is slow to acknowledge does not let
+// the reaper hand the batch to another relay, which would publish it again
+// while this one still waits. The function waits for the last renewal, so
+// c's lease can be read safely after it returns.
+func (e *Engine) keepLease(c *claimed) (stop func()) {
+	ids := make([]uuid.UUID, len(c.batch.Events))
+	for i, ev := range c.batch.Events {
+		ids[i] = ev.ID
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(e.cfg.LeaseTimeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			renewedAt := time.Now()
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), e.cfg.LeaseTimeout/3)
+			lease, n, err := e.store.Renew(ctx, storage.SettleParams{Lease: c.batch.Lease, IDs: ids})
+			cancel()
+			switch {
+			case err != nil:
+				e.log.Warn("renewing a lease failed; will retry", "error", err)
+			case n == 0:
+				e.log.Warn("lost the lease on a batch still being published; the reaper took it back",
+					"events", len(ids))
+				return
+			default:
+				c.batch.Lease, c.at = lease, renewedAt
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
 	}
 }
 

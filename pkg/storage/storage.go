@@ -27,6 +27,9 @@ type Store interface {
 	MarkFailed(ctx context.Context, p FailParams) (int, error)
 	// Release hands leased rows back to PENDING without counting an attempt.
 	Release(ctx context.Context, p SettleParams) (int, error)
+	// Renew extends a lease still in use and returns the new one, which
+	// covers the rows that still held the old lease (n of them).
+	Renew(ctx context.Context, p SettleParams) (lease Lease, n int, err error)
 	// Reap takes back leases older than the lease timeout.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
 

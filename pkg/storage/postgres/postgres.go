@@ -306,6 +306,22 @@ func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error
 	return int(tag.RowsAffected()), nil
 }
 
+// Renew moves the lease's rows among p.IDs to a new lease stamped now.
+func (s *Store) Renew(ctx context.Context, p storage.SettleParams) (storage.Lease, int, error) {
+	rows, err := s.pool.Query(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.LockedAt, p.IDs)
+	if err != nil {
+		return p.Lease, 0, fmt.Errorf("renew lease: %w", err)
+	}
+	stamps, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return p.Lease, 0, fmt.Errorf("renew lease: %w", err)
+	}
+	if len(stamps) == 0 {
+		return p.Lease, 0, nil
+	}
+	return storage.Lease{RelayID: p.Lease.RelayID, LockedAt: stamps[0]}, len(stamps), nil
+}
+
 // Reap takes back at most p.Limit leases older than p.LeaseTimeout.
 func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
 	var r storage.ReapResult

@@ -1272,3 +1272,32 @@ func sameStrings[T ~string](a, b []T) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+func TestRenewMovesRowsToANewLease(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ctx := context.Background()
+	ids := tb.InsertN(t, 3, "renew")
+	b, err := tb.Store.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := b.Lease
+
+	renewed, n, err := tb.Store.Renew(ctx, storage.SettleParams{Lease: old, IDs: ids[:2]})
+	if err != nil || n != 2 {
+		t.Fatalf("Renew = %d, %v; want 2 rows", n, err)
+	}
+	if !renewed.LockedAt.After(old.LockedAt) || renewed.RelayID != "r" {
+		t.Fatalf("new lease %+v is not later than %+v", renewed, old)
+	}
+	if n, _ := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: old, IDs: ids}); n != 1 {
+		t.Fatalf("the old lease settled %d rows, want only the one not renewed", n)
+	}
+	if n, _ := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: renewed, IDs: ids}); n != 2 {
+		t.Fatalf("the new lease settled %d rows, want 2", n)
+	}
+	if _, n, err := tb.Store.Renew(ctx, storage.SettleParams{Lease: old, IDs: ids}); err != nil || n != 0 {
+		t.Fatalf("renewing settled rows = %d, %v; want 0", n, err)
+	}
+}

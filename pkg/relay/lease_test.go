@@ -1,0 +1,75 @@
+package relay_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/tcpproxy"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// sendCounter counts how often each event was handed to the broker.
+type sendCounter struct {
+	publisher.Publisher
+	mu    sync.Mutex
+	sends map[string]int
+}
+
+func (s *sendCounter) Publish(ctx context.Context, batch []outbox.Event) []error {
+	s.mu.Lock()
+	for _, e := range batch {
+		s.sends[e.ID.String()]++
+	}
+	s.mu.Unlock()
+	return s.Publisher.Publish(ctx, batch)
+}
+
+// TestSlowBrokerKeepsItsLeases: acknowledgements slower than LEASE_TIMEOUT
+// must not let the reaper hand batches that are still being published to
+// another claim, which would publish every event again and again.
+func TestSlowBrokerKeepsItsLeases(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "SLOW", Subjects: []string{"slow.>"}})
+	proxy := tcpproxy.Start(t, srv.URL()[len("nats://"):])
+	pub, err := publisher.Open(context.Background(), "nats://"+proxy.Addr()+"?timeout=30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	eventually.True(t, 10*time.Second, func() bool { return pub.Ping(context.Background()) == nil },
+		func() string { return "connected through the proxy" })
+	proxy.DelayReplies(1500 * time.Millisecond)
+
+	const n = 200
+	tb.InsertN(t, n, "slow.event")
+	counter := &sendCounter{Publisher: pub, sends: map[string]int{}}
+	const lease = 600 * time.Millisecond
+	runReaper(t, tb, lease)
+	start(t, relay.Config{BatchSize: 50, LeaseTimeout: lease}, tb.Store, counter)
+
+	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	for id, sends := range counter.sends {
+		if sends != 1 {
+			t.Fatalf("event %s was sent %d times; a slow broker made the relay publish it again", id, sends)
+		}
+	}
+	if got := natstest.Count(t, st); got != n {
+		t.Errorf("stream holds %d messages, want %d", got, n)
+	}
+	if burned := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); burned != 0 {
+		t.Errorf("%d events had attempts counted", burned)
+	}
+}
