@@ -1,0 +1,716 @@
+// Package kafka publishes events to Apache Kafka with segmentio/kafka-go.
+// A batch goes out in one WriteMessages call, which sends one produce
+// request per partition and waits for the acknowledgements, so a batch costs
+// about one round trip. The partition key is the record key and picks the
+// partition with murmur2, the hash of the Java client's default partitioner,
+// so one key always lands in one partition (the same one a Java producer
+// would choose) and keeps its order there. Register it by importing the
+// package; it serves kafka:// URLs.
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+)
+
+func init() {
+	publisher.Register(func(ctx context.Context, u *url.URL) (publisher.Publisher, error) {
+		cfg, err := ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, cfg)
+	}, "kafka")
+}
+
+// Defaults for the URL options.
+const (
+	// PortDefault is used for a broker given without a port.
+	PortDefault = "9092"
+	// TimeoutDefault bounds connecting, each produce request and each
+	// health check; it matches kafka-go's own read and write timeouts.
+	TimeoutDefault = 10 * time.Second
+	// BatchBytesDefault is kafka-go's default, just under the 1 MiB that
+	// Kafka's message.max.bytes allows by default.
+	BatchBytesDefault = 1 << 20
+	// AcksDefault waits for every in-sync replica.
+	AcksDefault = "all"
+	// CompressionDefault sends records as they are.
+	CompressionDefault = "none"
+)
+
+const (
+	clientID = "outbox-relay"
+	// writerBatchSize is the most records of one partition that go in one
+	// produce request. A Publish with more for one partition sends further
+	// requests, in order. kafka-go allocates room for this many records per
+	// request, so it is generous but not huge.
+	writerBatchSize = 1000
+	// flushAfter is kafka-go's BatchTimeout. WriteMessages queues every
+	// record of a call before a partition's timer can fire, so a tiny
+	// timeout sends each call's records at once instead of waiting for
+	// records that no caller will add.
+	flushAfter = time.Nanosecond
+	// writeAttempts lets kafka-go retry a produce request that failed on a
+	// stale connection. It stays small because the relay's own answer to a
+	// broker that is gone (release, pause, ping) beats waiting here.
+	writeAttempts = 3
+)
+
+var knownOptions = []string{"acks", "batch_bytes", "compression", "sasl", "timeout", "tls", "tls_ca", "tls_cert", "tls_insecure", "tls_key", "topic", "topic_prefix"}
+
+// Config is a parsed kafka:// URL.
+type Config struct {
+	// Brokers are host:port addresses used to discover the cluster.
+	Brokers []string
+	// Topic, when set, receives every event; otherwise each event goes to
+	// TopicPrefix + its event type.
+	Topic       string
+	TopicPrefix string
+	// Acks is "all", "one" or "none".
+	Acks string
+	// Compression is "none", "gzip", "snappy", "lz4" or "zstd".
+	Compression string
+	// BatchBytes bounds one produce request per partition, and so one
+	// record: a record above it can never be sent.
+	BatchBytes int64
+	// Timeout bounds connecting, each produce request and health checks.
+	Timeout time.Duration
+	// TLS turns TLS on; the files and TLSInsecure imply it.
+	TLS                    bool
+	TLSCA, TLSCert, TLSKey string
+	TLSInsecure            bool
+	// SASL is "", "plain", "scram-sha-256" or "scram-sha-512"; User and
+	// Password come from the URL's user info.
+	SASL string
+	User string
+	// Password is never logged or put in an error.
+	Password string
+}
+
+// ParseURL reads the driver's options from u: topic, topic_prefix, acks,
+// compression, batch_bytes, timeout, tls, tls_ca, tls_cert, tls_key,
+// tls_insecure, sasl. It connects to nothing.
+func ParseURL(u *url.URL) (Config, error) {
+	cfg := Config{Acks: AcksDefault, Compression: CompressionDefault, BatchBytes: BatchBytesDefault, Timeout: TimeoutDefault}
+	if u.Host == "" {
+		return cfg, fmt.Errorf("kafka URL %q has no broker: want kafka://host:9092[,host:9092]", u.Redacted())
+	}
+	if u.Path != "" && u.Path != "/" {
+		return cfg, fmt.Errorf("kafka URL %q has a path; the topic goes in ?topic= or ?topic_prefix=", u.Redacted())
+	}
+	for _, host := range strings.Split(u.Host, ",") {
+		addr, err := brokerAddr(host)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Brokers = append(cfg.Brokers, addr)
+	}
+	q := u.Query()
+	for key := range q {
+		if !slices.Contains(knownOptions, key) {
+			return cfg, fmt.Errorf("kafka URL: unknown option %q (known: %s)", key, strings.Join(knownOptions, ", "))
+		}
+	}
+
+	cfg.Topic, cfg.TopicPrefix = q.Get("topic"), q.Get("topic_prefix")
+	switch {
+	case q.Has("topic") && q.Has("topic_prefix"):
+		return cfg, errors.New("kafka URL: topic and topic_prefix exclude each other: topic sends every event to one topic")
+	case q.Has("topic"):
+		if err := validTopic(cfg.Topic); err != nil {
+			return cfg, fmt.Errorf("kafka URL: %w", err)
+		}
+	case cfg.TopicPrefix != "":
+		if err := validTopic(cfg.TopicPrefix); err != nil {
+			return cfg, fmt.Errorf("kafka URL: topic_prefix: %w", err)
+		}
+	}
+
+	if v := q.Get("acks"); v != "" {
+		if _, ok := acksByName[v]; !ok {
+			return cfg, fmt.Errorf("kafka URL: acks=%q is not one of all, one, none", v)
+		}
+		cfg.Acks = v
+	}
+	if v := q.Get("compression"); v != "" {
+		if _, ok := compressionByName[v]; !ok {
+			return cfg, fmt.Errorf("kafka URL: compression=%q is not one of none, gzip, snappy, lz4, zstd", v)
+		}
+		cfg.Compression = v
+	}
+	if v := q.Get("batch_bytes"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n <= 0 {
+			return cfg, fmt.Errorf("kafka URL: batch_bytes=%q is not a positive number of bytes", v)
+		}
+		cfg.BatchBytes = n
+	}
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("kafka URL: timeout=%q is not a positive duration such as 10s", v)
+		}
+		cfg.Timeout = d
+	}
+
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
+	for _, name := range []string{"tls", "tls_insecure"} {
+		if v := q.Get(name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return cfg, fmt.Errorf("kafka URL: %s=%q is not true or false", name, v)
+			}
+			if name == "tls" {
+				cfg.TLS = b
+			} else {
+				cfg.TLSInsecure = b
+			}
+		}
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return cfg, errors.New("kafka URL: tls_cert and tls_key go together")
+	}
+	if cfg.TLSCA != "" || cfg.TLSCert != "" || cfg.TLSInsecure {
+		if q.Has("tls") && !cfg.TLS {
+			return cfg, errors.New("kafka URL: tls=false contradicts tls_ca, tls_cert or tls_insecure")
+		}
+		cfg.TLS = true
+	}
+
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	cfg.SASL = q.Get("sasl")
+	switch cfg.SASL {
+	case "":
+		if u.User != nil {
+			// Credentials that silently went unused would surface as a
+			// broker refusing an anonymous client, far from the cause.
+			return cfg, errors.New("kafka URL has user info but no sasl= mechanism (plain, scram-sha-256, scram-sha-512)")
+		}
+	case "plain", "scram-sha-256", "scram-sha-512":
+		if cfg.User == "" {
+			return cfg, fmt.Errorf("kafka URL: sasl=%s needs user:password@ before the brokers", cfg.SASL)
+		}
+	default:
+		return cfg, fmt.Errorf("kafka URL: sasl=%q is not one of plain, scram-sha-256, scram-sha-512", cfg.SASL)
+	}
+	return cfg, nil
+}
+
+// brokerAddr checks one host[:port] of the URL and adds the default port.
+func brokerAddr(host string) (string, error) {
+	h, port, err := net.SplitHostPort(host)
+	if err != nil {
+		h, port, err = net.SplitHostPort(host + ":" + PortDefault)
+	}
+	if err != nil || h == "" {
+		return "", fmt.Errorf("kafka URL: broker %q is not host:port", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("kafka URL: broker %q has an invalid port", host)
+	}
+	return net.JoinHostPort(h, port), nil
+}
+
+var acksByName = map[string]kafkago.RequiredAcks{
+	"all":  kafkago.RequireAll,
+	"one":  kafkago.RequireOne,
+	"none": kafkago.RequireNone,
+}
+
+var compressionByName = map[string]kafkago.Compression{
+	"none":   0,
+	"gzip":   kafkago.Gzip,
+	"snappy": kafkago.Snappy,
+	"lz4":    kafkago.Lz4,
+	"zstd":   kafkago.Zstd,
+}
+
+// maxTopicLen is Kafka's limit on a topic name.
+const maxTopicLen = 249
+
+// validTopic applies Kafka's rules for topic names, so that a bad event type
+// goes DEAD with a clear reason instead of a broker error code.
+func validTopic(topic string) error {
+	if topic == "" || topic == "." || topic == ".." || len(topic) > maxTopicLen {
+		return fmt.Errorf("invalid topic %q: Kafka topic names are 1 to %d characters of [a-zA-Z0-9._-], not \".\" or \"..\"", topic, maxTopicLen)
+	}
+	for _, c := range []byte(topic) {
+		if !legalInTopic(c) {
+			return fmt.Errorf("invalid topic %q: character %q is not allowed; Kafka topic names use [a-zA-Z0-9._-]", topic, c)
+		}
+	}
+	return nil
+}
+
+func legalInTopic(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		return true
+	}
+	return false
+}
+
+// Publisher publishes to Kafka.
+type Publisher struct {
+	cfg Config
+	// writer sends batches; isolate sends one record per produce request,
+	// to find which records of a refused request are too large.
+	writer, isolate *kafkago.Writer
+	transport       *kafkago.Transport
+	// dialer opens the direct connections of Ping and topic checks, which
+	// must reach a broker rather than the transport's cached metadata.
+	dialer *kafkago.Dialer
+	cancel context.CancelFunc
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open prepares the writer. It connects to nothing: brokers that are down are
+// not an error, Ping reports them. Only the configuration can fail here, such
+// as unreadable TLS files.
+func Open(_ context.Context, cfg Config) (*Publisher, error) {
+	var tlsCfg *tls.Config
+	if cfg.TLS {
+		var err error
+		if tlsCfg, err = tlsConfig(cfg); err != nil {
+			return nil, fmt.Errorf("kafka URL: %w", err)
+		}
+	}
+	mechanism, err := saslMechanism(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kafka URL: %w", err)
+	}
+
+	// The transport's background metadata refreshes live until Close.
+	bg, cancel := context.WithCancel(context.Background())
+	// Each address of a several-broker list gets its share of the dial
+	// timeout, so one that never answers leaves time to try the others.
+	perAddr := max(cfg.Timeout/time.Duration(len(cfg.Brokers)), time.Second)
+	transport := &kafkago.Transport{
+		Dial:        (&net.Dialer{Timeout: perAddr}).DialContext,
+		DialTimeout: cfg.Timeout,
+		ClientID:    clientID,
+		TLS:         tlsCfg,
+		SASL:        mechanism,
+		Context:     bg,
+	}
+	newWriter := func(batchSize int) *kafkago.Writer {
+		return &kafkago.Writer{
+			Addr:         kafkago.TCP(cfg.Brokers...),
+			Balancer:     kafkago.Murmur2Balancer{},
+			MaxAttempts:  writeAttempts,
+			BatchSize:    batchSize,
+			BatchBytes:   cfg.BatchBytes,
+			BatchTimeout: flushAfter,
+			ReadTimeout:  cfg.Timeout,
+			WriteTimeout: cfg.Timeout,
+			RequiredAcks: acksByName[cfg.Acks],
+			Compression:  compressionByName[cfg.Compression],
+			Transport:    transport,
+			// The cluster's auto.create.topics.enable decides, as it does
+			// for the Java producer.
+			AllowAutoTopicCreation: true,
+		}
+	}
+	return &Publisher{
+		cfg:       cfg,
+		writer:    newWriter(writerBatchSize),
+		isolate:   newWriter(1),
+		transport: transport,
+		dialer: &kafkago.Dialer{
+			ClientID:      clientID,
+			Timeout:       cfg.Timeout,
+			TLS:           tlsCfg,
+			SASLMechanism: mechanism,
+		},
+		cancel: cancel,
+	}, nil
+}
+
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	// InsecureSkipVerify only when tls_insecure=true asks for it.
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.TLSInsecure}
+	if cfg.TLSCA != "" {
+		pem, err := os.ReadFile(cfg.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca: no PEM certificate in %s", cfg.TLSCA)
+		}
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls_cert, tls_key: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func saslMechanism(cfg Config) (sasl.Mechanism, error) {
+	switch cfg.SASL {
+	case "plain":
+		return plain.Mechanism{Username: cfg.User, Password: cfg.Password}, nil
+	case "scram-sha-256", "scram-sha-512":
+		algo := scram.SHA256
+		if cfg.SASL == "scram-sha-512" {
+			algo = scram.SHA512
+		}
+		m, err := scram.Mechanism(algo, cfg.User, cfg.Password)
+		if err != nil {
+			// The library's error may quote the credentials.
+			return nil, fmt.Errorf("sasl=%s: user name or password is not valid SASLprep text", cfg.SASL)
+		}
+		return m, nil
+	}
+	return nil, nil
+}
+
+// Publish sends the batch in one WriteMessages call and maps each record's
+// outcome back to its event. Events that cannot become a valid record, or
+// whose topic is missing, are answered without being sent.
+func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
+	if p.closed.Load() {
+		return publisher.Fill(len(batch), publisher.Unavailable(errClosed))
+	}
+	errs := make([]error, len(batch))
+	msgs := make([]kafkago.Message, 0, len(batch))
+	at := make([]int, 0, len(batch)) // msgs[j] carries batch[at[j]]
+	topics := map[string]error{}     // per topic: nil, or why nothing can go there now
+	now := time.Now()
+	for i := range batch {
+		m, err := p.message(&batch[i], now)
+		if err != nil {
+			errs[i] = publisher.Permanent(err)
+			continue
+		}
+		topicErr, seen := topics[m.Topic]
+		if !seen {
+			topicErr = p.checkTopic(ctx, m.Topic)
+			topics[m.Topic] = topicErr
+		}
+		if topicErr != nil {
+			errs[i] = topicErr
+			continue
+		}
+		msgs = append(msgs, m)
+		at = append(at, i)
+	}
+
+	verdicts := map[string]error{} // per topic a broker called unknown
+	var tooLarge []int
+	for j, err := range p.write(ctx, p.writer, msgs) {
+		if isTooLarge(err) {
+			tooLarge = append(tooLarge, j)
+			continue
+		}
+		errs[at[j]] = p.classify(ctx, msgs[j].Topic, err, verdicts)
+	}
+	if len(tooLarge) == 0 {
+		return errs
+	}
+	// A broker refuses a whole produce request when one record in it is
+	// too large, so the innocent records of that request are told apart
+	// by sending each on its own, in the same order.
+	again := make([]kafkago.Message, len(tooLarge))
+	for k, j := range tooLarge {
+		again[k] = msgs[j]
+	}
+	for k, err := range p.write(ctx, p.isolate, again) {
+		errs[at[tooLarge[k]]] = p.classify(ctx, again[k].Topic, err, verdicts)
+	}
+	return errs
+}
+
+var errClosed = errors.New("kafka: publisher is closed")
+
+// write sends msgs in one call and returns each one's error.
+func (p *Publisher) write(ctx context.Context, w *kafkago.Writer, msgs []kafkago.Message) []error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	err := w.WriteMessages(ctx, msgs...)
+	var perMessage kafkago.WriteErrors
+	if errors.As(err, &perMessage) && len(perMessage) == len(msgs) {
+		return perMessage
+	}
+	return publisher.Fill(len(msgs), err)
+}
+
+// message builds the record for e, or says why it cannot exist.
+func (p *Publisher) message(e *outbox.Event, now time.Time) (kafkago.Message, error) {
+	topic := p.cfg.Topic
+	if topic == "" {
+		topic = p.cfg.TopicPrefix + e.Type
+		if err := validTopic(topic); err != nil {
+			return kafkago.Message{}, err
+		}
+	}
+	rowHeaders, err := outbox.ParseHeaders(e.Headers)
+	if err != nil {
+		return kafkago.Message{}, err
+	}
+	headers := make([]kafkago.Header, 0, len(rowHeaders)+3)
+	// Sorted, so that equal rows give byte-identical records.
+	for _, k := range slices.Sorted(maps.Keys(rowHeaders)) {
+		// The driver's own headers win: two X-Event-ID headers on one
+		// record would leave consumers guessing which is true.
+		if strings.EqualFold(k, outbox.HeaderEventID) || strings.EqualFold(k, outbox.HeaderEventType) || strings.EqualFold(k, outbox.HeaderPartitionKey) {
+			continue
+		}
+		headers = append(headers, kafkago.Header{Key: k, Value: []byte(rowHeaders[k])})
+	}
+	headers = append(headers,
+		kafkago.Header{Key: outbox.HeaderEventID, Value: []byte(e.ID.String())},
+		kafkago.Header{Key: outbox.HeaderEventType, Value: []byte(e.Type)})
+	var key []byte // nil, not empty: a NULL partition_key is no key at all
+	if e.PartitionKey != "" {
+		key = []byte(e.PartitionKey)
+		headers = append(headers, kafkago.Header{Key: outbox.HeaderPartitionKey, Value: key})
+	}
+	value := e.Payload
+	if value == nil {
+		// A null value is a tombstone on compacted topics.
+		value = []byte{}
+	}
+	m := kafkago.Message{Topic: topic, Key: key, Value: value, Headers: headers, Time: now}
+	if size := recordSize(&m); size > p.cfg.BatchBytes {
+		// kafka-go would refuse the whole WriteMessages call for it.
+		return kafkago.Message{}, fmt.Errorf("message too large: %d bytes with key and headers, above batch_bytes=%d", size, p.cfg.BatchBytes)
+	}
+	return m, nil
+}
+
+// recordSize is the size kafka-go's Writer gives a message (its unexported
+// Message.totalSize) and compares with BatchBytes before sending anything.
+func recordSize(m *kafkago.Message) int64 {
+	n := 4 + 1 + 1 + 8 + (4 + len(m.Key)) + (4 + len(m.Value)) + varintLen(len(m.Headers))
+	for _, h := range m.Headers {
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// varintLen is the length of n as a zig-zag varint.
+func varintLen(n int) int {
+	u := uint64(n) << 1
+	size := 1
+	for ; u >= 0x80; u >>= 7 {
+		size++
+	}
+	return size
+}
+
+// checkTopic asks for the topic's partitions the way WriteMessages will,
+// from the transport's cache or, for a topic the cache does not know, from
+// a broker. WriteMessages fails a whole call when one topic is missing, so
+// the events of a missing topic are answered here and kept out of it.
+func (p *Publisher) checkTopic(ctx context.Context, topic string) error {
+	res, err := p.transport.RoundTrip(ctx, p.writer.Addr, &metadataAPI.Request{
+		TopicNames:             []string{topic},
+		AllowAutoTopicCreation: true,
+	})
+	if err != nil {
+		return p.classify(ctx, topic, fmt.Errorf("metadata for topic %q: %w", topic, err), nil)
+	}
+	for _, t := range res.(*metadataAPI.Response).Topics {
+		if t.Name == topic && t.ErrorCode != 0 {
+			return p.classify(ctx, topic, fmt.Errorf("metadata for topic %q: %w", topic, kafkago.Error(t.ErrorCode)), nil)
+		}
+	}
+	return nil
+}
+
+func isTooLarge(err error) bool {
+	return errors.Is(err, kafkago.MessageSizeTooLarge) || errors.Is(err, kafkago.RecordListTooLarge)
+}
+
+// unavailableCodes are broker answers that blame the cluster, not the event:
+// retrying soon may work, and every event waiting meanwhile keeps its
+// attempts.
+var unavailableCodes = []kafkago.Error{
+	kafkago.LeaderNotAvailable,
+	kafkago.NotLeaderForPartition,
+	kafkago.RequestTimedOut,
+	kafkago.BrokerNotAvailable,
+	kafkago.ReplicaNotAvailable,
+	kafkago.NetworkException,
+	kafkago.NotEnoughReplicas,
+	kafkago.NotEnoughReplicasAfterAppend,
+	kafkago.KafkaStorageError,
+	kafkago.SASLAuthenticationFailed,
+}
+
+// classify sorts a send error into permanent (the event can never be
+// stored), unavailable (the cluster cannot take anything now) or retryable.
+// missing caches, per Publish, the verdicts on topics a broker called
+// unknown; nil skips the cache.
+func (p *Publisher) classify(ctx context.Context, topic string, err error, missing map[string]error) error {
+	if err == nil {
+		return nil
+	}
+	var code kafkago.Error
+	if !errors.As(err, &code) {
+		// Not an answer from a broker: the connection failed (refused,
+		// reset, DNS, TLS, timeout), the context ended, or the writer is
+		// closed. Checked before net.Error, which kafka-go's Error also
+		// satisfies.
+		return publisher.Unavailable(fmt.Errorf("kafka: %w", err))
+	}
+	switch {
+	case isTooLarge(err):
+		return publisher.Permanent(fmt.Errorf("message too large for the broker (message.max.bytes, or the topic's max.message.bytes): %w", err))
+	case code == kafkago.InvalidTopic:
+		return publisher.Permanent(fmt.Errorf("invalid topic %q: %w", topic, err))
+	case code == kafkago.UnknownTopicOrPartition:
+		if verdict, ok := missing[topic]; ok {
+			return verdict
+		}
+		verdict := p.missingTopic(ctx, topic, err)
+		if missing != nil {
+			missing[topic] = verdict
+		}
+		return verdict
+	case slices.Contains(unavailableCodes, code):
+		return publisher.Unavailable(fmt.Errorf("kafka: topic %q: %w", topic, err))
+	}
+	return fmt.Errorf("kafka: topic %q: %w", topic, err)
+}
+
+// missingTopic asks the brokers themselves whether a topic that a broker
+// called unknown really is missing: only then is the event beyond help. A
+// broker whose metadata lags behind a new topic says unknown too.
+func (p *Publisher) missingTopic(ctx context.Context, topic string, err error) error {
+	answer := p.askBrokers(ctx, func(c *kafkago.Conn) error {
+		_, err := c.ReadPartitions(topic)
+		return err
+	})
+	var code kafkago.Error
+	switch {
+	case errors.Is(answer, kafkago.UnknownTopicOrPartition):
+		return publisher.Permanent(fmt.Errorf("topic %q does not exist and the cluster does not create topics on demand; create it (kafka-topics.sh --create --topic %s) or fix the event type or topic_prefix", topic, topic))
+	case answer == nil:
+		return fmt.Errorf("kafka: topic %q exists, yet a broker called it unknown: %w", topic, err)
+	case errors.As(answer, &code):
+		return fmt.Errorf("kafka: topic %q: %w", topic, answer)
+	}
+	return publisher.Unavailable(fmt.Errorf("kafka: cannot check whether topic %q exists: %w", topic, answer))
+}
+
+// askBrokers puts question to every broker at once, each on a connection of
+// its own, and returns the first answer: nil, or an error code a broker sent
+// back. Only when no broker answers within the timeout does it return the
+// connection errors, one per broker. Asking all at once means a broker that
+// is down or silent costs nothing while another one answers.
+func (p *Publisher) askBrokers(ctx context.Context, question func(*kafkago.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	results := make(chan error, len(p.cfg.Brokers))
+	for _, addr := range p.cfg.Brokers {
+		go func() { results <- p.ask(ctx, addr, question) }()
+	}
+	failures := make([]string, 0, len(p.cfg.Brokers))
+	for range p.cfg.Brokers {
+		err := <-results
+		var code kafkago.Error
+		if err == nil || errors.As(err, &code) {
+			return err
+		}
+		failures = append(failures, err.Error())
+	}
+	slices.Sort(failures)
+	return fmt.Errorf("no broker answered: %s", strings.Join(failures, "; "))
+}
+
+func (p *Publisher) ask(ctx context.Context, addr string, question func(*kafkago.Conn) error) error {
+	conn, err := p.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	defer func() { _ = conn.Close() }()
+	// A kafka-go Conn honours deadlines, not contexts.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if err := question(conn); err != nil {
+		if ctx.Err() != nil {
+			// Closing the connection on time made the error "use of
+			// closed network connection"; the real story is the wait.
+			return fmt.Errorf("%s: no answer: %w", addr, ctx.Err())
+		}
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	return nil
+}
+
+// Ping succeeds when any broker of the URL answers a metadata request. It
+// opens a connection of its own to each, so it reports the brokers as they
+// are now, not as the writer's cached metadata last saw them.
+func (p *Publisher) Ping(ctx context.Context) error {
+	if p.closed.Load() {
+		return errClosed
+	}
+	err := p.askBrokers(ctx, func(c *kafkago.Conn) error {
+		_, err := c.Brokers()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+// Close waits for the writes in flight, until ctx ends, and stops the
+// transport's background work. Calling it again does nothing.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		done := make(chan struct{})
+		go func() {
+			_ = p.writer.Close()
+			_ = p.isolate.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			p.closeErr = fmt.Errorf("kafka: close: gave up waiting for writes in flight: %w", ctx.Err())
+		}
+		p.cancel()
+		p.transport.CloseIdleConnections()
+	})
+	return p.closeErr
+}
