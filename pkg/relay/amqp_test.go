@@ -1,0 +1,276 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/tcpproxy"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// amqpURL is the RabbitMQ the tests use: TEST_AMQP_URL, or the local one
+// `make test` starts.
+func amqpURL() string {
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672"
+}
+
+// amqpChannel is a direct connection for setting up and reading back,
+// closed at the end of the test.
+func amqpChannel(t testing.TB) *amqp091.Channel {
+	t.Helper()
+	conn, err := amqp091.Dial(amqpURL())
+	if err != nil {
+		t.Fatalf("connect to RabbitMQ: %v (is it running? `make test` starts it)", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	return ch
+}
+
+// amqpDestination declares a private topic exchange and a durable queue
+// (with queueArgs) bound to it for bindingKey, both deleted at the end of
+// the test.
+func amqpDestination(t testing.TB, bindingKey string, queueArgs amqp091.Table) (exchange, queue string) {
+	t.Helper()
+	ch := amqpChannel(t)
+	exchange, queue = "test-"+uuid.NewString(), "test-"+uuid.NewString()
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		t.Fatalf("declare exchange: %v", err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, queueArgs); err != nil {
+		t.Fatalf("declare queue: %v", err)
+	}
+	if err := ch.QueueBind(queue, bindingKey, exchange, false, nil); err != nil {
+		t.Fatalf("bind queue: %v", err)
+	}
+	t.Cleanup(func() {
+		// A connection of its own: the test's may be closed by now.
+		ch := amqpChannel(t)
+		if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+			t.Errorf("delete queue: %v", err)
+		}
+		if err := ch.ExchangeDelete(exchange, false, false); err != nil {
+			t.Errorf("delete exchange: %v", err)
+		}
+	})
+	return exchange, queue
+}
+
+// openAMQP opens the driver on the exchange, through host (host:port) when
+// given, and closes it at the end of the test.
+func openAMQP(t testing.TB, host, exchange, query string) publisher.Publisher {
+	t.Helper()
+	u, err := url.Parse(amqpURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		u.Host = host
+	}
+	u.RawQuery = "exchange=" + exchange + query
+	pub, err := publisher.Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatalf("open amqp publisher: %v", err)
+	}
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	return pub
+}
+
+// amqpQueued is the number of messages waiting in queue.
+func amqpQueued(t testing.TB, ch *amqp091.Channel, queue string) int {
+	t.Helper()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("inspect queue %s: %v", queue, err)
+	}
+	return q.Messages
+}
+
+// amqpConsume takes n messages off queue.
+func amqpConsume(t testing.TB, ch *amqp091.Channel, queue string, n int) []amqp091.Delivery {
+	t.Helper()
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", queue, err)
+	}
+	deadline := time.After(time.Minute)
+	got := make([]amqp091.Delivery, 0, n)
+	for len(got) < n {
+		select {
+		case d := <-deliveries:
+			got = append(got, d)
+		case <-deadline:
+			t.Fatalf("received %d of %d messages from %s", len(got), n, queue)
+		}
+	}
+	return got
+}
+
+func TestAMQPDeliversEveryEventOnceWithHeaders(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	exchange, queue := amqpDestination(t, "orders.*", nil)
+
+	const n = 1200
+	events := make([]pgtest.Event, n)
+	for i := range events {
+		events[i] = pgtest.Event{
+			Type:         "orders.created",
+			PartitionKey: fmt.Sprintf("customer-%d", i%7),
+			Payload:      pgtest.Payload(i, 200),
+			Headers:      fmt.Sprintf(`{"tenant":"acme","seq":%d,"replayed":false,"content-type":"application/json"}`, i),
+		}
+		if i%10 == 9 {
+			events[i].PartitionKey = ""
+		}
+	}
+	ids := tb.Insert(t, events...)
+
+	start(t, relay.Config{BatchSize: 100}, tb.Store, openAMQP(t, "", exchange, ""))
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+
+	ch := amqpChannel(t)
+	// Every event was confirmed, so every message is in the queue by now.
+	if got := amqpQueued(t, ch, queue); got != n {
+		t.Fatalf("queue holds %d messages, want %d", got, n)
+	}
+	byID := map[string]int{}
+	for i, id := range ids {
+		byID[id.String()] = i
+	}
+	seen := map[string]bool{}
+	for _, m := range amqpConsume(t, ch, queue, n) {
+		i, ok := byID[m.MessageId]
+		if !ok {
+			t.Fatalf("unknown message_id %q", m.MessageId)
+		}
+		if seen[m.MessageId] {
+			t.Fatalf("event %d arrived twice", i)
+		}
+		seen[m.MessageId] = true
+		e := events[i]
+		if m.RoutingKey != "orders.created" || m.Type != "orders.created" || m.DeliveryMode != amqp091.Persistent ||
+			m.ContentType != "application/json" || string(m.Body) != string(e.Payload) {
+			t.Fatalf("event %d arrived as key %q type %q mode %d content type %q body %q",
+				i, m.RoutingKey, m.Type, m.DeliveryMode, m.ContentType, m.Body)
+		}
+		want := map[string]any{
+			outbox.HeaderEventID:   m.MessageId,
+			outbox.HeaderEventType: "orders.created",
+			"tenant":               "acme",
+			"seq":                  fmt.Sprint(i),
+			"replayed":             "false",
+		}
+		if e.PartitionKey != "" {
+			want[outbox.HeaderPartitionKey] = e.PartitionKey
+		}
+		if fmt.Sprint(m.Headers) != fmt.Sprint(amqp091.Table(want)) {
+			t.Fatalf("event %d headers %v, want %v", i, m.Headers, want)
+		}
+	}
+}
+
+func TestAMQPUnroutableEventsGoDeadWhileTheRestFlow(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	exchange, queue := amqpDestination(t, "orders.#", nil)
+
+	good := tb.InsertN(t, 200, "orders.created")
+	bad := tb.Insert(t,
+		pgtest.Event{Type: "payments.created"},
+		pgtest.Event{Type: "orders.created", Headers: `{"tags":["a","b"]}`},
+		pgtest.Event{Type: "orders.created", Payload: make([]byte, 4096)},
+		pgtest.Event{Type: "orders." + strings.Repeat("x", 300)},
+	)
+	wantErr := []string{`no queue is bound to exchange "` + exchange + `" for routing key "payments.created"`,
+		`header "tags"`, "too large", "invalid routing key"}
+
+	start(t, relay.Config{BatchSize: 50, Retry: relay.RetryPolicy{MaxAttempts: 25}}, tb.Store,
+		openAMQP(t, "", exchange, "&max_message_size=1024"))
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: len(good), outbox.StatusDead: len(bad)})
+
+	for i, id := range bad {
+		row := tb.Get(t, id)
+		if row.Attempts != 1 {
+			t.Errorf("dead event %d has %d attempts, want 1 (permanent errors are not retried)", i, row.Attempts)
+		}
+		if !strings.Contains(row.LastError, wantErr[i]) {
+			t.Errorf("dead event %d last_error = %q, want it to mention %q", i, row.LastError, wantErr[i])
+		}
+	}
+	if got := amqpQueued(t, amqpChannel(t), queue); got != len(good) {
+		t.Errorf("queue holds %d messages, want the %d good events", got, len(good))
+	}
+}
+
+func TestAMQPConnectionCutMidDrainSendsNothingDead(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	exchange, queue := amqpDestination(t, "outage.#", nil)
+	uri, err := amqp091.ParseURI(amqpURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := tcpproxy.Start(t, fmt.Sprintf("%s:%d", uri.Host, uri.Port))
+	const n = 20000
+	ids := tb.InsertN(t, n, "outage.event")
+
+	// Two attempts would kill any event the outage were counted against.
+	r := start(t, relay.Config{BatchSize: 100, MaxInFlightBatches: 2, Retry: relay.RetryPolicy{MaxAttempts: 2}},
+		tb.Store, openAMQP(t, proxy.Addr(), exchange, "&timeout=2s"))
+
+	eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] > 0 },
+		func() string { return "first deliveries" })
+	proxy.Down()
+	eventually.True(t, 30*time.Second, func() bool { return r.engine.State() == relay.StatePaused },
+		func() string { return fmt.Sprintf("engine paused, state %s", r.engine.State()) })
+	if c := tb.Counts(t); c[outbox.StatusDelivered] == n {
+		t.Fatal("the backlog drained before the outage; raise n")
+	}
+	proxy.Up()
+
+	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
+	if r.engine.State() != relay.StateActive {
+		t.Errorf("state after recovery = %s, want active", r.engine.State())
+	}
+	if burned := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); burned != 0 {
+		t.Errorf("%d events had an attempt counted for the outage", burned)
+	}
+	// Batches cut off by the outage may have reached the queue and be
+	// published again: at least once, so every event is there, some maybe
+	// twice.
+	ch := amqpChannel(t)
+	queued := amqpQueued(t, ch, queue)
+	if queued < n {
+		t.Fatalf("queue holds %d messages, want at least %d", queued, n)
+	}
+	seen := map[string]bool{}
+	for _, m := range amqpConsume(t, ch, queue, queued) {
+		seen[m.MessageId] = true
+	}
+	for i, id := range ids {
+		if !seen[id.String()] {
+			t.Fatalf("event %d (%s) is DELIVERED but not in the queue", i, id)
+		}
+	}
+	t.Logf("%d messages for %d events after the outage", queued, n)
+}
