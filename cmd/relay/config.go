@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/telemetry"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -48,6 +50,21 @@ type config struct {
 	HTTPAddr  string `env:"HTTP_ADDR"`
 	LogLevel  string `env:"LOG_LEVEL"`
 	LogFormat string `env:"LOG_FORMAT"`
+
+	// Telemetry. The OTEL_* names are the OpenTelemetry specification's;
+	// the exporters read the rest of theirs (OTEL_EXPORTER_OTLP_ENDPOINT,
+	// ...) from the process environment themselves.
+	ServiceName         string        `env:"OTEL_SERVICE_NAME"`
+	MetricsExporter     string        `env:"OTEL_METRICS_EXPORTER"`
+	TracesExporter      string        `env:"OTEL_TRACES_EXPORTER"`
+	OTLPProtocol        string        `env:"OTEL_EXPORTER_OTLP_PROTOCOL"`
+	OTLPMetricsProtocol string        `env:"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"`
+	OTLPTracesProtocol  string        `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"`
+	BacklogInterval     time.Duration `env:"BACKLOG_INTERVAL"`
+
+	// spanExporter, when set, also receives every span; tests set it to
+	// an in-memory exporter. No environment variable sets it.
+	spanExporter sdktrace.SpanExporter
 }
 
 // WAKEUP values.
@@ -86,6 +103,11 @@ func defaultConfig() config {
 		HTTPAddr:           httpAddrDefault,
 		LogLevel:           "info",
 		LogFormat:          "json",
+		ServiceName:        telemetry.ServiceNameDefault,
+		MetricsExporter:    telemetry.MetricsExporterDefault,
+		TracesExporter:     telemetry.TracesExporterDefault,
+		OTLPProtocol:       telemetry.OTLPProtocolDefault,
+		BacklogInterval:    telemetry.BacklogIntervalDefault,
 	}
 }
 
@@ -174,6 +196,10 @@ func (c config) validate() error {
 	if c.HTTPAddr == "" {
 		add(fmt.Errorf("HTTP_ADDR must not be empty (use 127.0.0.1:8080 to listen locally only)"))
 	}
+	add(c.telemetryConfig(nil).Validate())
+	if c.BacklogInterval <= 0 {
+		add(fmt.Errorf("BACKLOG_INTERVAL must be positive, got %s", c.BacklogInterval))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}
 	}
@@ -208,6 +234,29 @@ func (c config) reaperConfig(log *slog.Logger) reaper.Config {
 		BatchSize:    c.ReapBatchSize,
 		MaxAttempts:  c.RetryMaxAttempts,
 		Logger:       log,
+	}
+}
+
+// telemetryConfig is what the relay exports where. A signal's own OTLP
+// protocol variable wins over OTEL_EXPORTER_OTLP_PROTOCOL, as the
+// specification says.
+func (c config) telemetryConfig(log *slog.Logger) telemetry.Config {
+	or := func(specific, general string) string {
+		if specific != "" {
+			return specific
+		}
+		return general
+	}
+	return telemetry.Config{
+		ServiceName:         c.ServiceName,
+		ServiceVersion:      version,
+		InstanceID:          c.RelayID,
+		MetricsExporter:     c.MetricsExporter,
+		TracesExporter:      c.TracesExporter,
+		OTLPMetricsProtocol: or(c.OTLPMetricsProtocol, c.OTLPProtocol),
+		OTLPTracesProtocol:  or(c.OTLPTracesProtocol, c.OTLPProtocol),
+		Logger:              log,
+		SpanExporter:        c.spanExporter,
 	}
 }
 

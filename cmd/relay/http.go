@@ -1,31 +1,211 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outbox-relay/relay/pkg/redact"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 var httpServerClosed = http.ErrServerClosed
 
-// healthState is what the probes report.
+// healthState is what the liveness probe reports.
 type healthState struct {
 	running atomic.Bool
 }
 
 func (h *healthState) setRunning(v bool) { h.running.Store(v) }
 
-func newHTTPServer(h *healthState) *http.Server {
+// httpDeps is what the HTTP endpoints read.
+type httpDeps struct {
+	health *healthState
+	ready  *readiness
+	// metrics serves /metrics; nil when Prometheus is not an exporter, and
+	// metricsNote then says what is configured instead.
+	metrics     http.Handler
+	metricsNote string
+	// backlog serves /stats; nil when the storage driver cannot read it.
+	backlog *telemetry.BacklogPoller
+}
+
+func newHTTPServer(d httpDeps) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !h.running.Load() {
+		if !d.health.running.Load() {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "stopped"})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		rep := d.ready.check()
+		code := http.StatusOK
+		if rep.Status != statusOK {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, rep)
+	})
+	if d.metrics != nil {
+		mux.Handle("GET /metrics", d.metrics)
+	} else {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "metrics are not served here ("+d.metricsNote+"); set OTEL_METRICS_EXPORTER=prometheus", http.StatusNotFound)
+		})
+	}
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		if d.backlog == nil {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "this storage driver cannot read the backlog"})
+			return
+		}
+		writeStats(w, d.backlog)
+	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// Readiness timing: each check gets readyTimeout, and an answer is reused
+// for readyCacheFor, so however often probes come the database and the
+// broker see at most one check a second from each relay.
+const (
+	readyTimeout  = 2 * time.Second
+	readyCacheFor = time.Second
+)
+
+// Readiness values.
+const (
+	statusOK          = "ok"
+	statusUnavailable = "unavailable"
+)
+
+type storeChecker interface {
+	Check(ctx context.Context) error
+}
+type brokerPinger interface {
+	Ping(ctx context.Context) error
+}
+type engineStater interface{ State() relay.State }
+
+// readiness answers /readyz by asking the database and the broker
+// themselves, not by looking at recent traffic: an idle relay is ready, and
+// a relay whose broker went away is not, whether or not it had anything to
+// send.
+type readiness struct {
+	store  storeChecker
+	broker brokerPinger
+	engine engineStater
+	health *healthState
+	// cacheFor is how long an answer is reused; readyCacheFor but in tests.
+	cacheFor time.Duration
+
+	mu        sync.Mutex
+	checkedAt time.Time
+	last      readyReport
+}
+
+// readyReport is the /readyz body: every check is "ok" or says what is
+// wrong, with any secret removed.
+type readyReport struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+func newReadiness(store storeChecker, broker brokerPinger, engine engineStater, health *healthState) *readiness {
+	return &readiness{store: store, broker: broker, engine: engine, health: health, cacheFor: readyCacheFor}
+}
+
+// check returns the cached answer if it is fresh, else checks again.
+// Concurrent probes wait for one check instead of each starting their own.
+func (r *readiness) check() readyReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.checkedAt.IsZero() && time.Since(r.checkedAt) < r.cacheFor {
+		return r.last
+	}
+	// Not the request's context: a probe that gives up must not leave a
+	// cancelled check in the cache.
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var dbErr, brokerErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { dbErr = r.store.Check(ctx) })
+	wg.Go(func() { brokerErr = r.broker.Ping(ctx) })
+	wg.Wait()
+
+	rep := readyReport{Status: statusOK, Checks: map[string]string{
+		"database": checkResult(dbErr),
+		"broker":   checkResult(brokerErr),
+		"engine":   r.engineResult(),
+	}}
+	for _, v := range rep.Checks {
+		if v != statusOK {
+			rep.Status = statusUnavailable
+		}
+	}
+	r.last, r.checkedAt = rep, time.Now()
+	return rep
+}
+
+func (r *readiness) engineResult() string {
+	if !r.health.running.Load() {
+		return "not running"
+	}
+	if s := r.engine.State(); s != relay.StateActive {
+		return s.String()
+	}
+	return statusOK
+}
+
+func checkResult(err error) string {
+	if err == nil {
+		return statusOK
+	}
+	return redact.URL(err.Error())
+}
+
+// statsBody is the /stats answer: the backlog poller's last reading.
+type statsBody struct {
+	Pending         int64 `json:"pending"`
+	PendingNew      int64 `json:"pending_new"`
+	PendingRetrying int64 `json:"pending_retrying"`
+	Dead            int64 `json:"dead"`
+	// OldestPendingAt is null when nothing is pending.
+	OldestPendingAt         *time.Time `json:"oldest_pending_at"`
+	OldestPendingAgeSeconds float64    `json:"oldest_pending_age_seconds"`
+	ReadAt                  time.Time  `json:"read_at"`
+	// Error says that the latest read failed; the numbers are from ReadAt.
+	Error string `json:"error,omitempty"`
+}
+
+func writeStats(w http.ResponseWriter, p *telemetry.BacklogPoller) {
+	r, ok, err := p.Last()
+	if !ok {
+		msg := "the backlog has not been read yet"
+		if err != nil {
+			msg = "reading the backlog failed: " + redact.URL(err.Error())
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": statusUnavailable, "error": msg})
+		return
+	}
+	body := statsBody{
+		Pending:                 r.Pending(),
+		PendingNew:              r.PendingNew,
+		PendingRetrying:         r.PendingRetrying,
+		Dead:                    r.Dead,
+		OldestPendingAgeSeconds: r.OldestPendingAge.Seconds(),
+		ReadAt:                  r.ReadAt,
+	}
+	if !r.OldestPendingAt.IsZero() {
+		body.OldestPendingAt = &r.OldestPendingAt
+	}
+	if err != nil {
+		body.Error = redact.URL(err.Error())
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

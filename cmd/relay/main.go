@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/pkg/publisher"
+	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
+	_ "github.com/outbox-relay/relay/pkg/publisher/kafka"
 	_ "github.com/outbox-relay/relay/pkg/publisher/nats"
 	_ "github.com/outbox-relay/relay/pkg/publisher/null"
 	_ "github.com/outbox-relay/relay/pkg/publisher/stdout"
@@ -28,6 +30,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -136,13 +139,37 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 
-	engine, err := relay.New(cfg.engineConfig(log), store, pub)
+	tel, err := telemetry.New(ctx, cfg.telemetryConfig(log))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Runs after the engine and reaper stopped: what they recorded last
+		// is flushed to OTLP or the console before the process exits.
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(flushCtx); err != nil {
+			log.Warn("flushing telemetry failed", "error", err)
+		}
+	}()
+
+	engineCfg := cfg.engineConfig(log)
+	engineCfg.Observer = tel.Observer()
+	engine, err := relay.New(engineCfg, store, pub)
 	if err != nil {
 		return usageError{err}
 	}
-	rp, err := reaper.New(cfg.reaperConfig(log), store)
+	reaperCfg := cfg.reaperConfig(log)
+	reaperCfg.OnReap = tel.OnReap
+	rp, err := reaper.New(reaperCfg, tel.InstrumentReap(store))
 	if err != nil {
 		return usageError{err}
+	}
+	var backlog *telemetry.BacklogPoller
+	if src, ok := store.(telemetry.BacklogSource); ok {
+		backlog = tel.PollBacklog(src, cfg.BacklogInterval, log)
+	} else {
+		log.Warn("this storage driver cannot read the backlog; no backlog gauges and no /stats")
 	}
 
 	health := &healthState{}
@@ -150,7 +177,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	srv := newHTTPServer(health)
+	srv := newHTTPServer(httpDeps{
+		health:      health,
+		ready:       newReadiness(store, pub, engine, health),
+		metrics:     tel.MetricsHandler(),
+		metricsNote: "OTEL_METRICS_EXPORTER=" + cfg.MetricsExporter,
+		backlog:     backlog,
+	})
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, httpServerClosed) {
 			log.Error("HTTP server failed", "error", err)
@@ -167,7 +200,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"batch_size", cfg.BatchSize,
 		"max_in_flight_batches", cfg.MaxInFlightBatches,
 		"wakeup", cfg.Wakeup,
-		"ordering", cfg.Ordering)
+		"ordering", cfg.Ordering,
+		"metrics_exporter", cfg.MetricsExporter,
+		"traces_exporter", cfg.TracesExporter)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -175,6 +210,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer wg.Done()
 		rp.Run(ctx)
 	}()
+	if backlog != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			backlog.Run(ctx)
+		}()
+	}
 	if cfg.Wakeup == wakeupNotify {
 		wg.Add(1)
 		go func() {

@@ -1,0 +1,106 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// BacklogIntervalDefault is how often the backlog is read (BACKLOG_INTERVAL).
+const BacklogIntervalDefault = 15 * time.Second
+
+// backlogTimeout bounds one backlog query, so a hung database cannot stall
+// the poller past a few intervals.
+const backlogTimeout = 10 * time.Second
+
+// BacklogSource reads the table's backlog in one cheap query;
+// *postgres.Store implements it.
+type BacklogSource interface {
+	Backlog(ctx context.Context) (storage.Backlog, error)
+}
+
+// BacklogReading is one successful read of the backlog.
+type BacklogReading struct {
+	storage.Backlog
+	// ReadAt is when it was read, by the relay's clock.
+	ReadAt time.Time
+}
+
+// BacklogPoller reads the backlog on an interval, not per batch or per
+// scrape, so that the gauges cost the database one small query per
+// interval however many relays and scrapers there are. The gauges and
+// /stats report its last reading.
+type BacklogPoller struct {
+	src      BacklogSource
+	interval time.Duration
+	log      *slog.Logger
+	t        *Telemetry
+
+	mu      sync.Mutex
+	last    BacklogReading
+	read    bool
+	lastErr error
+}
+
+// PollBacklog returns a poller whose readings feed the backlog gauges
+// (pending_count, oldest_age_seconds, dead_count); start it with Run.
+// interval 0 means BacklogIntervalDefault; log nil discards its warnings.
+func (t *Telemetry) PollBacklog(src BacklogSource, interval time.Duration, log *slog.Logger) *BacklogPoller {
+	if interval <= 0 {
+		interval = BacklogIntervalDefault
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &BacklogPoller{src: src, interval: interval, log: log, t: t}
+	t.backlog.Store(p)
+	return p
+}
+
+// Run reads the backlog at once and then every interval until ctx ends.
+func (p *BacklogPoller) Run(ctx context.Context) {
+	tick := time.NewTicker(p.interval)
+	defer tick.Stop()
+	for {
+		if err := p.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("reading the backlog failed; the gauges keep the last reading", "error", err, "retry_in", p.interval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// RunOnce reads the backlog now. A failed read keeps the last reading: a
+// gap in the gauges would fire "absent" alerts, while relay.state and
+// /readyz already say that the database is down.
+func (p *BacklogPoller) RunOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
+	defer cancel()
+	began := time.Now()
+	b, err := p.src.Backlog(ctx)
+	p.t.inst.storageLatency.Record(ctx, time.Since(began).Seconds(), storageSet(opBacklog, err))
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastErr = err
+	if err != nil {
+		return err
+	}
+	p.last = BacklogReading{Backlog: b, ReadAt: time.Now()}
+	p.read = true
+	return nil
+}
+
+// Last returns the latest successful reading (ok is false before the first
+// one) and the error of the most recent read if it failed.
+func (p *BacklogPoller) Last() (r BacklogReading, ok bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last, p.read, p.lastErr
+}
