@@ -1,0 +1,121 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// relayBinary is built once for the whole package.
+var relayBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "chaos-relay-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	relayBinary = filepath.Join(dir, "relay")
+	build := exec.Command("go", "build", "-o", relayBinary, "../../cmd/relay")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build relay:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// relayProc is one run of the relay binary.
+type relayProc struct {
+	cmd    *exec.Cmd
+	exited chan error
+	mu     sync.Mutex
+	log    bytes.Buffer
+}
+
+func (p *relayProc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Write(b)
+}
+
+// Log returns what the relay logged so far.
+func (p *relayProc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// startRelay runs the relay with env added to the defaults below; it is
+// killed when the test ends if still running.
+func startRelay(t *testing.T, env ...string) *relayProc {
+	t.Helper()
+	p := &relayProc{exited: make(chan error, 1)}
+	p.cmd = exec.Command(relayBinary)
+	p.cmd.Env = append(os.Environ(),
+		"HTTP_ADDR=127.0.0.1:0",
+		"LOG_FORMAT=text",
+		"POLL_INTERVAL=100ms",
+		"LEASE_TIMEOUT=2s",
+		"REAPER_INTERVAL=200ms",
+		"OTEL_METRICS_EXPORTER=none",
+	)
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start relay: %v", err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// kill ends the relay with SIGKILL, as an OOM killer or a node failure
+// would: no shutdown, no settling.
+func (p *relayProc) kill(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("relay did not die on SIGKILL")
+	}
+}
+
+// stop sends SIGTERM and requires exit code 0.
+func (p *relayProc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM; log:\n%s", err, p.Log())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("relay did not stop within a minute; log:\n%s", p.Log())
+	}
+}
+
+// requireRunning fails the test if the relay has exited.
+func (p *relayProc) requireRunning(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("relay exited (%v); log:\n%s", err, p.Log())
+	default:
+	}
+}
