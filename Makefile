@@ -6,7 +6,7 @@ GO      ?= go
 EVENTS  ?= 100000
 BENCHTIME ?= 3x
 
-.PHONY: all build run demo test services lint bench clean
+.PHONY: all build run demo test services compose-check chaos up down lint bench clean
 
 all: build
 
@@ -23,13 +23,32 @@ demo: build
 	scripts/demo.sh
 
 # Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
-# and Kafka run inside the tests), then runs every test with the race
-# detector.
-test: services
+# and Kafka run inside the tests), checks docker-compose.yml, then runs every
+# test with the race detector, the chaos suite included.
+test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
 	scripts/services.sh postgres rabbitmq
+
+# docker-compose.yml must parse; no Docker engine is needed for that.
+compose-check:
+	scripts/services.sh docker-compose
+	docker-compose config -q
+	docker-compose --profile kafka --profile amqp --profile tools config -q
+
+# The fault-injection suite alone, verbose: kills, outages, restarts.
+chaos: services
+	$(GO) test -race -count=1 -v ./internal/chaos/
+
+# The docker-compose stack (needs a Docker engine): postgres, nats, relay,
+# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers.
+PROFILES ?=
+COMPOSE := docker compose $(foreach p,$(PROFILES),--profile $(p))
+up:
+	$(COMPOSE) up -d --build
+down:
+	$(COMPOSE) --profile kafka --profile amqp --profile tools down -v
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(shell $(GO) env GOPATH)/bin/golangci-lint
@@ -43,10 +62,22 @@ lint:
 		$(GOLANGCI) run ./...; \
 	else echo "golangci-lint did not install; skipped"; fi
 
-# Drains EVENTS pending 200-byte events into an in-process JetStream server
-# (or BENCH_NATS_URL) and into null:// (the storage side alone); prints events/s.
+# Throughput (default): drains EVENTS pending 200-byte events into BROKER
+# (nats, kafka or amqp; in-process NATS and Kafka, the local RabbitMQ) and
+# into null:// (the storage side alone), printing events/s.
+# MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
+# MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
+BROKER ?= nats
+MODE ?= throughput
+BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,NATS))
 bench: services
-	$(GO) test -run '^$$' -bench 'Drain(NATS|Null)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+ifeq ($(MODE),latency)
+	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay
+else ifeq ($(MODE),ordering)
+	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+else
+	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+endif
 
 clean:
 	rm -rf bin relay-demo.log

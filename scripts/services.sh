@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the services that `make test` and `make demo` talk to answer on
 # 127.0.0.1, installing them from Debian packages and starting them when they
-# do not. Usage: scripts/services.sh postgres [nats] [rabbitmq]
+# do not, and that the tools they use are installed.
+# Usage: scripts/services.sh postgres [nats] [rabbitmq] [docker-compose]
 #
 # A service that already answers is left alone. For each service this script
 # starts, it prints "started <name> <pid-or-how-to-stop>" so callers can stop
@@ -85,11 +86,20 @@ rabbitmq() {
 	echo "started rabbitmq rabbitmqctl-stop"
 }
 
+# docker-compose (the Debian package) checks docker-compose.yml's syntax; no
+# Docker engine is needed for that.
+docker_compose() {
+	command -v docker-compose >/dev/null && return 0
+	echo "services.sh: installing docker-compose from Debian packages" >&2
+	apt_install docker-compose
+}
+
 for svc in "$@"; do
 	case "$svc" in
 	postgres | nats | rabbitmq) "$svc" ;;
+	docker-compose) docker_compose ;;
 	*)
-		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq)" >&2
+		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq, docker-compose)" >&2
 		exit 2
 		;;
 	esac

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -212,4 +215,35 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// healthcheck asks a running relay for /healthz on the port of HTTP_ADDR.
+func healthcheck(ctx context.Context, environ map[string]string, stderr io.Writer) int {
+	addr := environ["HTTP_ADDR"]
+	if addr == "" {
+		addr = httpAddrDefault
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay healthcheck: HTTP_ADDR %q: %v\n", addr, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+port+"/healthz", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
+		return 1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "relay healthcheck: /healthz answered %s\n", resp.Status)
+		return 1
+	}
+	return 0
 }

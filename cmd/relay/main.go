@@ -55,16 +55,22 @@ func environ() map[string]string {
 	return m
 }
 
-const usage = `Usage: relay [--version | --help]
+const usage = `Usage: relay [--version | --help | healthcheck]
 
 The relay is configured from the environment (STORAGE_URL, PUBLISHER_URL,
 BATCH_SIZE, ...); see docs/configuration.md. It runs until SIGINT or SIGTERM,
 then finishes the batches in flight and exits 0.
+
+relay healthcheck asks the relay running on HTTP_ADDR for /healthz and exits 0
+when it answers 200, for container health checks in images without curl.
 `
 
 // run is the whole program; it returns the exit code: 0 after a clean stop,
 // 1 when something failed at run time, 2 for a configuration mistake.
 func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "healthcheck" {
+		return healthcheck(ctx, environ, stderr)
+	}
 	for _, a := range args {
 		switch a {
 		case "--version", "-version", "version":

@@ -196,6 +196,14 @@ func TestSIGTERMDrainsAndExits0(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		return resp.StatusCode == 200 && body["status"] == "ok"
 	}, func() string { return "/healthz 200; relay log:\n" + stderr.String() })
+	healthcheck := func() error {
+		hc := exec.Command(bin, "healthcheck")
+		hc.Env = append(os.Environ(), "HTTP_ADDR="+addr)
+		return hc.Run()
+	}
+	if err := healthcheck(); err != nil {
+		t.Errorf("relay healthcheck against a running relay: %v", err)
+	}
 
 	fresh := &pgtest.Table{Store: tb.Store, Name: table}
 	const n = 20000
@@ -225,5 +233,8 @@ func TestSIGTERMDrainsAndExits0(t *testing.T) {
 		if !strings.Contains(stderr.String(), line) {
 			t.Errorf("log lacks %q:\n%s", line, stderr.String())
 		}
+	}
+	if err := healthcheck(); err == nil {
+		t.Error("relay healthcheck succeeded with no relay running")
 	}
 }
