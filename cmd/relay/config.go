@@ -62,6 +62,9 @@ type config struct {
 	OTLPTracesProtocol  string        `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"`
 	BacklogInterval     time.Duration `env:"BACKLOG_INTERVAL"`
 
+	// notes say which Open Outbox settings were translated or ignored.
+	notes []string
+
 	// spanExporter, when set, also receives every span; tests set it to
 	// an in-memory exporter. No environment variable sets it.
 	spanExporter sdktrace.SpanExporter
@@ -124,6 +127,11 @@ func loadConfig(environ map[string]string) (config, error) {
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
 		return cfg, usageError{explainEnvError(err)}
 	}
+	notes, err := applyOpenOutbox(&cfg, environ)
+	if err != nil {
+		return cfg, usageError{err}
+	}
+	cfg.notes = notes
 	if cfg.RelayID == "" {
 		cfg.RelayID = defaultRelayID()
 	}

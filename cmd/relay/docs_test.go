@@ -16,12 +16,17 @@ func TestConfigurationReferenceListsEverySetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	typ := reflect.TypeOf(config{})
-	for i := range typ.NumField() {
-		name := typ.Field(i).Tag.Get("env")
-		if name == "" {
-			continue
+	var names []string
+	for _, v := range []any{config{}, openOutboxConfig{}} {
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			if name := typ.Field(i).Tag.Get("env"); name != "" {
+				names = append(names, name)
+			}
 		}
+	}
+	names = append(names, ignoredOpenOutboxSettings...)
+	for _, name := range names {
 		if !strings.Contains(string(doc), "| `"+name+"` |") {
 			t.Errorf("docs/configuration.md has no table row for %s", name)
 		}

@@ -91,6 +91,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return 2
 	}
 	log := newLogger(cfg, stderr)
+	for _, note := range cfg.notes {
+		log.Info("Open Outbox setting: " + note)
+	}
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("relay stopped with an error", "error", redact.URL(err.Error()))
 		var ue usageError
