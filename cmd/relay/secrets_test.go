@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// syncBuffer is a bytes.Buffer that the relay's goroutines can log into.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestNoSecretInAnyOutput runs the relay with a recognisable password in
+// both URLs, against brokers that refuse it or are not there, so every
+// error path that might quote a URL is taken, and reads every output: the
+// log, /healthz, /readyz, /stats and /metrics.
+func TestNoSecretInAnyOutput(t *testing.T) {
+	t.Parallel()
+	const password = "Zq9SecretPassw0rd"
+	tb := pgtest.New(t)
+	storageURL := strings.Replace(pgtest.URL(), "postgres@", "postgres:"+password+"@", 1) // trust auth ignores it
+	publishers := map[string]string{
+		"nats":  "nats://relay:" + password + "@127.0.0.1:1?timeout=1s",
+		"kafka": "kafka://relay:" + password + "@127.0.0.1:1?sasl=scram-sha-512&timeout=1s",
+		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s", // RabbitMQ refuses the login
+	}
+	for name, pubURL := range publishers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			addr := freeAddr(t)
+			var logs syncBuffer
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, nil, map[string]string{
+					"STORAGE_URL":        storageURL,
+					"STORAGE_TABLE_NAME": tb.Name,
+					"PUBLISHER_URL":      pubURL,
+					"HTTP_ADDR":          addr,
+					"LOG_LEVEL":          "debug",
+					"BACKLOG_INTERVAL":   "100ms",
+				}, io.Discard, &logs)
+			}()
+			tb.InsertN(t, 5, "secret.event") // something to fail to publish
+
+			bodies := map[string]string{}
+			eventually.True(t, 30*time.Second, func() bool {
+				for _, path := range []string{"/healthz", "/readyz", "/stats", "/metrics"} {
+					resp, err := http.Get("http://" + addr + path)
+					if err != nil {
+						return false
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					bodies[path] = string(b)
+				}
+				// Wait until publishing was tried and failed, pausing the
+				// engine, so the publish error paths have run too.
+				return strings.Contains(bodies["/readyz"], `"engine":"paused"`)
+			}, func() string { return fmt.Sprintf("a failed broker check; log:\n%s\nreadyz: %s", logs.String(), bodies["/readyz"]) })
+			cancel()
+			if code := <-done; code != 0 {
+				t.Errorf("exit code %d after cancel, want 0", code)
+			}
+
+			outputs := map[string]string{"log": logs.String()}
+			for path, body := range bodies {
+				outputs[path] = body
+			}
+			for where, text := range outputs {
+				if strings.Contains(text, password) {
+					t.Errorf("%s contains the password:\n%s", where, text)
+				}
+			}
+		})
+	}
+}
