@@ -24,8 +24,9 @@ type Backlog struct {
 	PendingNew int64
 	// PendingRetrying counts PENDING rows waiting for another attempt.
 	PendingRetrying int64
-	// OldestPendingAt is the created_at of the oldest PENDING row; zero
-	// when nothing is pending.
+	// OldestPendingAt is the created_at of the oldest PENDING row that is
+	// due (available_at has passed); zero when none is. Events scheduled for
+	// later, or backing off before a retry, are not late and do not count.
 	OldestPendingAt time.Time
 	// OldestPendingAge is how long that row has waited, by the database's
 	// clock; zero when nothing is pending.

@@ -780,3 +780,17 @@ func TestStatsListsKeysHeldByADeadEvent(t *testing.T) {
 		t.Fatalf("BlockedKeys = %+v, want %+v", st.BlockedKeys, want)
 	}
 }
+
+func TestBacklogOldestAgeIgnoresEventsNotYetDue(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.Insert(t, pgtest.Event{Type: "later", AvailableIn: 30 * 24 * time.Hour})
+	tb.Exec(t, "UPDATE {{table}} SET created_at = now() - interval '1 hour'")
+	b, err := tb.Store.Backlog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.PendingNew != 1 || !b.OldestPendingAt.IsZero() || b.OldestPendingAge != 0 {
+		t.Fatalf("backlog %+v: an event due next month is pending but not late", b)
+	}
+}
