@@ -67,12 +67,15 @@ lint:
 # into null:// (the storage side alone), printing events/s.
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
+# MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 BROKER ?= nats
 MODE ?= throughput
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,NATS))
 bench: services
 ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay
+else ifeq ($(MODE),memory)
+	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),ordering)
 	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
 else

@@ -130,11 +130,20 @@ func TestVersionAndUnknownArguments(t *testing.T) {
 	}
 }
 
-// buildRelay compiles this command once per test binary run.
+// buildRelay compiles this command with the race detector.
 func buildRelay(t *testing.T) string {
 	t.Helper()
+	return buildRelayBinary(t, true)
+}
+
+func buildRelayBinary(t testing.TB, race bool) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "relay")
-	cmd := exec.Command("go", "build", "-race", "-o", bin, ".")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("build relay: %v", err)
