@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,7 +67,7 @@ func listCommand() *cli.Command {
 				fmt.Fprintln(c.App.ErrWriter, "no events match")
 				return nil
 			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			tw := newTable(c.App.Writer)
 			fmt.Fprintln(tw, "EVENT ID\tTYPE\tKEY\tSTATUS\tATTEMPTS\tAGE\tLAST ERROR")
 			for _, r := range rows {
 				key := "-"

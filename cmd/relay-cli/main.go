@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"unicode"
 
 	"github.com/urfave/cli/v2"
@@ -259,6 +260,10 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// newTable is what every table goes through, so that they all look alike:
+// tab-separated cells aligned in columns two spaces apart.
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 // isTerminal reports whether v is an *os.File open on a terminal. A
 // character device alone is not enough: /dev/null, a cron job's usual

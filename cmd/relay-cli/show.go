@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -120,7 +119,7 @@ func writeRowText(out io.Writer, r storage.Row) error {
 	if r.Seq != nil {
 		seq = fmt.Sprint(*r.Seq)
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fields := [][2]string{
 		{"event_id", r.ID.String()},
 		{"event_type", printable(r.Type)},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -189,7 +188,7 @@ func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watchin
 
 func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 	fmt.Fprintf(out, "table %s at %s\n\n", table, st.ObservedAt.UTC().Format(time.RFC3339))
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "STATUS\tEVENTS\tDETAIL")
 	pendingDetail := fmt.Sprintf("new %d, retrying %d", st.PendingNew, st.PendingRetrying)
 	if !st.OldestPendingAt.IsZero() {
@@ -207,7 +206,7 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 	if len(st.TopTypes) == 0 {
 		fmt.Fprintln(out, "  (nothing pending)")
 	} else {
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		tw = newTable(out)
 		fmt.Fprintln(tw, "EVENT TYPE\tPENDING\tOLDEST")
 		for _, t := range st.TopTypes {
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", printable(t.EventType), t.Pending, formatAge(t.OldestPendingAge))
@@ -221,7 +220,7 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 	if len(st.Leases) == 0 {
 		fmt.Fprintln(out, "  (no relay holds a lease)")
 	} else {
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		tw = newTable(out)
 		fmt.Fprintln(tw, "RELAY\tEVENTS\tOLDEST LEASE")
 		for _, l := range st.Leases {
 			relay := printable(l.RelayID)
@@ -241,7 +240,7 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 		return nil
 	}
 	fmt.Fprintln(out, "\nKEYS BEHIND A DEAD EVENT (held under ORDERING_ON_DEAD=block; retry-dead --id or prune to release)")
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw = newTable(out)
 	fmt.Fprintln(tw, "PARTITION KEY\tWAITING\tDEAD EVENT\tTYPE")
 	for _, b := range st.BlockedKeys {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", printable(b.Key), b.Waiting, b.DeadEventID, printable(b.DeadEventType))

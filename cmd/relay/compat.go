@@ -111,10 +111,20 @@ func applyPublisherType(cfg *config, environ map[string]string, typ string) erro
 		cfg.PublisherURL = scheme + "://"
 	case !strings.Contains(raw, "://"):
 		cfg.PublisherURL = scheme + "://" + raw
-	case schemeOf(raw) != scheme && !(scheme == "nats" && schemeOf(raw) == "tls") && !(scheme == "amqp" && schemeOf(raw) == "amqps"):
+	case !sameDriver(scheme, schemeOf(raw)):
 		return fmt.Errorf("PUBLISHER_TYPE=%s contradicts PUBLISHER_URL's scheme %q; remove PUBLISHER_TYPE", typ, schemeOf(raw))
 	}
 	return nil
+}
+
+// sameDriver reports whether two schemes select the same driver: tls:// is
+// NATS with TLS, amqps:// RabbitMQ with TLS.
+func sameDriver(a, b string) bool {
+	secure := map[string]string{"tls": "nats", "amqps": "amqp"}
+	if s, ok := secure[b]; ok {
+		b = s
+	}
+	return a == b
 }
 
 func schemeOf(raw string) string {

@@ -80,7 +80,9 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 				// Wait until publishing was tried and failed, pausing the
 				// engine, so the publish error paths have run too.
 				return strings.Contains(bodies["/readyz"], `"engine":"paused"`)
-			}, func() string { return fmt.Sprintf("a failed broker check; log:\n%s\nreadyz: %s", logs.String(), bodies["/readyz"]) })
+			}, func() string {
+				return fmt.Sprintf("a failed broker check; log:\n%s\nreadyz: %s", logs.String(), bodies["/readyz"])
+			})
 			cancel()
 			if code := <-done; code != 0 {
 				t.Errorf("exit code %d after cancel, want 0", code)

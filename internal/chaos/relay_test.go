@@ -35,8 +35,11 @@ func TestMain(m *testing.M) {
 
 // relayProc is one run of the relay binary.
 type relayProc struct {
-	cmd    *exec.Cmd
-	exited chan error
+	cmd *exec.Cmd
+	// exited is closed when the process has ended; err is then its Wait
+	// result.
+	exited chan struct{}
+	err    error
 	mu     sync.Mutex
 	log    bytes.Buffer
 }
@@ -58,7 +61,7 @@ func (p *relayProc) Log() string {
 // killed when the test ends if still running.
 func startRelay(t *testing.T, env ...string) *relayProc {
 	t.Helper()
-	p := &relayProc{exited: make(chan error, 1)}
+	p := &relayProc{exited: make(chan struct{})}
 	p.cmd = exec.Command(relayBinary)
 	p.cmd.Env = append(os.Environ(),
 		"HTTP_ADDR=127.0.0.1:0",
@@ -73,9 +76,14 @@ func startRelay(t *testing.T, env ...string) *relayProc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start relay: %v", err)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		select {
+		case <-p.exited:
+		default:
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
@@ -100,9 +108,9 @@ func (p *relayProc) stop(t *testing.T) {
 	t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("relay exited with %v after SIGTERM; log:\n%s", err, p.Log())
+	case <-p.exited:
+		if p.err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM; log:\n%s", p.err, p.Log())
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("relay did not stop within a minute; log:\n%s", p.Log())
@@ -113,9 +121,8 @@ func (p *relayProc) stop(t *testing.T) {
 func (p *relayProc) requireRunning(t *testing.T) {
 	t.Helper()
 	select {
-	case err := <-p.exited:
-		p.exited <- err
-		t.Fatalf("relay exited (%v); log:\n%s", err, p.Log())
+	case <-p.exited:
+		t.Fatalf("relay exited (%v); log:\n%s", p.err, p.Log())
 	default:
 	}
 }

@@ -109,7 +109,7 @@ func TestWriteWithDatabaseSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	ctx := context.Background()
 
 	tx, err := db.BeginTx(ctx, nil)

@@ -7,6 +7,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"net/url"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -85,6 +86,23 @@ var drivers = driver.NewRegistry[Publisher]("publisher")
 // driver packages call it from init.
 func Register(opener driver.Opener[Publisher], schemes ...string) {
 	drivers.Register(opener, schemes...)
+}
+
+// RegisterConfig registers a driver in two steps under the given URL
+// schemes: parse turns the URL into the driver's Config, reporting every
+// mistake in it, and open makes the publisher from that Config.
+func RegisterConfig[C any, P Publisher](parse func(*url.URL) (C, error), open func(context.Context, C) (P, error), schemes ...string) {
+	Register(func(ctx context.Context, u *url.URL) (Publisher, error) {
+		cfg, err := parse(u)
+		if err != nil {
+			return nil, err
+		}
+		p, err := open(ctx, cfg)
+		if err != nil {
+			return nil, err // not p: a nil *T in a Publisher is not a nil Publisher
+		}
+		return p, nil
+	}, schemes...)
 }
 
 // Open connects the driver registered for rawURL's scheme.

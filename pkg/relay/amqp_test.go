@@ -3,126 +3,44 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
+	_ "github.com/outbox-relay/relay/pkg/publisher/amqp" // registers amqp://
+	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
-
-// amqpURL is the RabbitMQ the tests use: TEST_AMQP_URL, or the local one
-// `make test` starts.
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672"
-}
-
-// amqpChannel is a direct connection for setting up and reading back,
-// closed at the end of the test.
-func amqpChannel(t testing.TB) *amqp091.Channel {
-	t.Helper()
-	conn, err := amqp091.Dial(amqpURL())
-	if err != nil {
-		t.Fatalf("connect to RabbitMQ: %v (is it running? `make test` starts it)", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatalf("open channel: %v", err)
-	}
-	return ch
-}
 
 // amqpDestination declares a private topic exchange and a durable queue
 // (with queueArgs) bound to it for bindingKey, both deleted at the end of
 // the test.
 func amqpDestination(t testing.TB, bindingKey string, queueArgs amqp091.Table) (exchange, queue string) {
 	t.Helper()
-	ch := amqpChannel(t)
-	exchange, queue = "test-"+uuid.NewString(), "test-"+uuid.NewString()
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		t.Fatalf("declare exchange: %v", err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, queueArgs); err != nil {
-		t.Fatalf("declare queue: %v", err)
-	}
-	if err := ch.QueueBind(queue, bindingKey, exchange, false, nil); err != nil {
-		t.Fatalf("bind queue: %v", err)
-	}
-	t.Cleanup(func() {
-		// A connection of its own: the test's may be closed by now.
-		ch := amqpChannel(t)
-		if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
-			t.Errorf("delete queue: %v", err)
-		}
-		if err := ch.ExchangeDelete(exchange, false, false); err != nil {
-			t.Errorf("delete exchange: %v", err)
-		}
-	})
+	ch := amqptest.Channel(t)
+	exchange = amqptest.Exchange(t, ch, "topic")
+	queue = amqptest.Queue(t, ch, "", queueArgs)
+	amqptest.Bind(t, ch, queue, exchange, bindingKey)
 	return exchange, queue
 }
 
-// openAMQP opens the driver on the exchange, through host (host:port) when
+// openAMQP opens the driver on the exchange, through via (host:port) when
 // given, and closes it at the end of the test.
-func openAMQP(t testing.TB, host, exchange, query string) publisher.Publisher {
+func openAMQP(t testing.TB, via, exchange, query string) publisher.Publisher {
 	t.Helper()
-	u, err := url.Parse(amqpURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		u.Host = host
-	}
-	u.RawQuery = "exchange=" + exchange + query
-	pub, err := publisher.Open(context.Background(), u.String())
+	pub, err := publisher.Open(context.Background(), amqptest.DriverURL(via, "exchange="+exchange+query))
 	if err != nil {
 		t.Fatalf("open amqp publisher: %v", err)
 	}
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 	return pub
-}
-
-// amqpQueued is the number of messages waiting in queue.
-func amqpQueued(t testing.TB, ch *amqp091.Channel, queue string) int {
-	t.Helper()
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatalf("inspect queue %s: %v", queue, err)
-	}
-	return q.Messages
-}
-
-// amqpConsume takes n messages off queue.
-func amqpConsume(t testing.TB, ch *amqp091.Channel, queue string, n int) []amqp091.Delivery {
-	t.Helper()
-	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatalf("consume %s: %v", queue, err)
-	}
-	deadline := time.After(time.Minute)
-	got := make([]amqp091.Delivery, 0, n)
-	for len(got) < n {
-		select {
-		case d := <-deliveries:
-			got = append(got, d)
-		case <-deadline:
-			t.Fatalf("received %d of %d messages from %s", len(got), n, queue)
-		}
-	}
-	return got
 }
 
 func TestAMQPDeliversEveryEventOnceWithHeaders(t *testing.T) {
@@ -148,9 +66,9 @@ func TestAMQPDeliversEveryEventOnceWithHeaders(t *testing.T) {
 	start(t, relay.Config{BatchSize: 100}, tb.Store, openAMQP(t, "", exchange, ""))
 	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
 
-	ch := amqpChannel(t)
+	ch := amqptest.Channel(t)
 	// Every event was confirmed, so every message is in the queue by now.
-	if got := amqpQueued(t, ch, queue); got != n {
+	if got := amqptest.Queued(t, ch, queue); got != n {
 		t.Fatalf("queue holds %d messages, want %d", got, n)
 	}
 	byID := map[string]int{}
@@ -158,7 +76,7 @@ func TestAMQPDeliversEveryEventOnceWithHeaders(t *testing.T) {
 		byID[id.String()] = i
 	}
 	seen := map[string]bool{}
-	for _, m := range amqpConsume(t, ch, queue, n) {
+	for _, m := range amqptest.Consume(t, ch, queue, n) {
 		i, ok := byID[m.MessageId]
 		if !ok {
 			t.Fatalf("unknown message_id %q", m.MessageId)
@@ -217,7 +135,7 @@ func TestAMQPUnroutableEventsGoDeadWhileTheRestFlow(t *testing.T) {
 			t.Errorf("dead event %d last_error = %q, want it to mention %q", i, row.LastError, wantErr[i])
 		}
 	}
-	if got := amqpQueued(t, amqpChannel(t), queue); got != len(good) {
+	if got := amqptest.Queued(t, amqptest.Channel(t), queue); got != len(good) {
 		t.Errorf("queue holds %d messages, want the %d good events", got, len(good))
 	}
 }
@@ -226,11 +144,7 @@ func TestAMQPConnectionCutMidDrainSendsNothingDead(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
 	exchange, queue := amqpDestination(t, "outage.#", nil)
-	uri, err := amqp091.ParseURI(amqpURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := tcpproxy.Start(t, fmt.Sprintf("%s:%d", uri.Host, uri.Port))
+	proxy := tcpproxy.Start(t, amqptest.Host(t))
 	const n = 20000
 	ids := tb.InsertN(t, n, "outage.event")
 
@@ -258,13 +172,13 @@ func TestAMQPConnectionCutMidDrainSendsNothingDead(t *testing.T) {
 	// Batches cut off by the outage may have reached the queue and be
 	// published again: at least once, so every event is there, some maybe
 	// twice.
-	ch := amqpChannel(t)
-	queued := amqpQueued(t, ch, queue)
+	ch := amqptest.Channel(t)
+	queued := amqptest.Queued(t, ch, queue)
 	if queued < n {
 		t.Fatalf("queue holds %d messages, want at least %d", queued, n)
 	}
 	seen := map[string]bool{}
-	for _, m := range amqpConsume(t, ch, queue, queued) {
+	for _, m := range amqptest.Consume(t, ch, queue, queued) {
 		seen[m.MessageId] = true
 	}
 	for i, id := range ids {

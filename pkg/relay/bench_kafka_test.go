@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 )
 
 // BenchmarkDrainKafka drains into the topic bench.event: on BENCH_KAFKA_URL
@@ -16,9 +17,9 @@ import (
 func BenchmarkDrainKafka(b *testing.B) {
 	url := os.Getenv("BENCH_KAFKA_URL")
 	if url == "" {
-		c := startKafka(b, kfake.NumBrokers(3))
-		c.createTopic(b, "bench.event", 6)
-		url = "kafka://" + c.addrs()[0]
+		c := kafkatest.Start(b, kfake.NumBrokers(3))
+		c.CreateTopic(b, "bench.event", 6, nil)
+		url = "kafka://" + c.Addrs()[0]
 	}
 	pub, err := publisher.Open(context.Background(), url)
 	if err != nil {

@@ -13,12 +13,10 @@ package amqp
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,13 +32,7 @@ import (
 )
 
 func init() {
-	publisher.Register(func(ctx context.Context, u *url.URL) (publisher.Publisher, error) {
-		cfg, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, cfg)
-	}, "amqp", "amqps")
+	publisher.RegisterConfig(ParseURL, Open, "amqp", "amqps")
 }
 
 // Defaults for the URL options.
@@ -260,35 +252,14 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 	if cfg.TLS {
 		scheme = "amqps"
 		var err error
-		if p.tls, err = tlsConfig(cfg); err != nil {
-			return nil, err
+		p.tls, err = publisher.TLSConfig(publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure})
+		if err != nil {
+			return nil, fmt.Errorf("amqp URL: %w", err)
 		}
 	}
 	p.dialURL = scheme + "://" + cfg.Host
 	p.maxSize.Store(cfg.MaxMessageSize)
 	return p, nil
-}
-
-func tlsConfig(cfg Config) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.TLSInsecure} //nolint:gosec // only on request
-	if cfg.TLSCA != "" {
-		pem, err := os.ReadFile(cfg.TLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("amqp URL: tls_ca: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("amqp URL: tls_ca %s holds no PEM certificate", cfg.TLSCA)
-		}
-	}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("amqp URL: tls_cert/tls_key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }
 
 // session is one connection with its confirm-mode channel. It is replaced as

@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 )
 
 // waitLong bounds every eventually-wait: reconnecting takes a dial and a
@@ -29,21 +30,11 @@ const waitLong = 20 * time.Second
 // it for one event type, both deleted at the end of the test.
 func exchangeWithQueue(t *testing.T) (exchange, eventType string) {
 	t.Helper()
-	exchange = "test-" + uuid.NewString()
-	ch := adminChannel(t)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		t.Fatalf("declare exchange: %v", err)
-	}
-	t.Cleanup(func() { deleteExchange(t, exchange) })
+	ch := amqptest.Channel(t)
+	exchange = amqptest.Exchange(t, ch, "topic")
 	eventType = "orders." + strings.ReplaceAll(uuid.NewString(), "-", "")
-	boundQueue(t, ch, exchange, eventType)
+	amqptest.BoundQueue(t, ch, exchange, eventType)
 	return exchange, eventType
-}
-
-func directURL(query string) string {
-	u, _ := url.Parse(brokerURL())
-	u.RawQuery = query
-	return u.String()
 }
 
 func newEvent(typ, key, payload, headers string) outbox.Event {
@@ -92,14 +83,14 @@ func requireUnavailable(t *testing.T, errs []error, mention string) {
 func TestMessageCarriesEventFields(t *testing.T) {
 	t.Parallel()
 	exchange, typ := exchangeWithQueue(t)
-	p := openPublisher(t, directURL("exchange="+exchange))
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 
 	withKey := newEvent(typ, "customer-7", `{"id":1}`,
 		`{"Content-Type":"application/json","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tenant":"acme","n":42,"yes":true,"nothing":null}`)
 	noKey := newEvent(typ, "", "\x00\xffbinary", "")
 	requireOK(t, publishAll(t, p, withKey, noKey))
 
-	got := drain(t, typ, 2)
+	got := amqptest.Drain(t, typ, 2)
 	if len(got) != 2 {
 		t.Fatalf("queue holds %d messages, want 2", len(got))
 	}
@@ -162,7 +153,7 @@ func TestMessageCarriesEventFields(t *testing.T) {
 func TestReturnsReachTheirOwnBatch(t *testing.T) {
 	t.Parallel()
 	exchange, typ := exchangeWithQueue(t)
-	p := openPublisher(t, directURL("exchange="+exchange))
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 
 	const batches, size = 8, 60
 	var wg sync.WaitGroup
@@ -201,29 +192,20 @@ func TestReturnsReachTheirOwnBatch(t *testing.T) {
 	for n := range delivered {
 		total += n
 	}
-	if got := len(drain(t, typ, total)); got != total {
+	if got := len(amqptest.Drain(t, typ, total)); got != total {
 		t.Errorf("queue holds %d messages, want the %d routable ones", got, total)
 	}
 }
 
 func TestNackIsRetryable(t *testing.T) {
 	t.Parallel()
-	exchange := "test-" + uuid.NewString()
-	ch := adminChannel(t)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteExchange(t, exchange) })
+	ch := amqptest.Channel(t)
+	exchange := amqptest.Exchange(t, ch, "topic")
 	// A full queue that rejects new messages makes RabbitMQ nack them.
 	typ := "full." + strings.ReplaceAll(uuid.NewString(), "-", "")
-	if _, err := ch.QueueDeclare(typ, true, false, false, false, amqp091.Table{"x-max-length": 1, "x-overflow": "reject-publish"}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteQueue(t, typ) })
-	if err := ch.QueueBind(typ, typ, exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	p := openPublisher(t, directURL("exchange="+exchange))
+	amqptest.Queue(t, ch, typ, amqp091.Table{"x-max-length": 1, "x-overflow": "reject-publish"})
+	amqptest.Bind(t, ch, typ, exchange, typ)
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 
 	errs := publishAll(t, p, newEvent(typ, "k", "1", ""), newEvent(typ, "k", "2", ""), newEvent(typ, "k", "3", ""))
 	if errs[0] != nil {
@@ -249,7 +231,7 @@ func TestNackIsRetryable(t *testing.T) {
 func TestMissingExchangePausesUntilItExists(t *testing.T) {
 	t.Parallel()
 	exchange := "test-missing-" + uuid.NewString()
-	p := openPublisher(t, directURL("exchange="+exchange))
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 	typ := "orders.created"
 
 	requireUnavailable(t, publishAll(t, p, newEvent(typ, "k", "1", ""), newEvent(typ, "k", "2", "")), "does not exist")
@@ -257,15 +239,15 @@ func TestMissingExchangePausesUntilItExists(t *testing.T) {
 		t.Fatalf("Ping with the exchange missing: %v, want an error that says how to fix it", err)
 	}
 
-	ch := adminChannel(t)
+	ch := amqptest.Channel(t)
 	declare := func() {
 		if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	declare()
-	t.Cleanup(func() { deleteExchange(t, exchange) })
-	boundQueue(t, ch, exchange, typ+"."+exchange)
+	t.Cleanup(func() { amqptest.DeleteExchange(t, exchange) })
+	amqptest.BoundQueue(t, ch, exchange, typ+"."+exchange)
 	typ += "." + exchange
 	waitPing(t, p)
 	requireOK(t, publishAll(t, p, newEvent(typ, "k", "3", "")))
@@ -282,7 +264,7 @@ func TestMissingExchangePausesUntilItExists(t *testing.T) {
 	}
 	waitPing(t, p)
 	requireOK(t, publishAll(t, p, newEvent(typ, "k", "5", "")))
-	if got := drain(t, typ, 2); len(got) != 2 || string(got[0].Body) != "3" || string(got[1].Body) != "5" {
+	if got := amqptest.Drain(t, typ, 2); len(got) != 2 || string(got[0].Body) != "3" || string(got[1].Body) != "5" {
 		t.Errorf("queue holds %d messages, want events 3 and 5", len(got))
 	}
 }
@@ -301,26 +283,26 @@ func waitPing(t *testing.T, p publisher.Publisher) {
 func TestDeclareCreatesADurableExchange(t *testing.T) {
 	t.Parallel()
 	exchange := "test-declared-" + uuid.NewString()
-	t.Cleanup(func() { deleteExchange(t, exchange) })
-	p := openPublisher(t, directURL("exchange="+exchange+"&declare=true&exchange_type=direct"))
+	t.Cleanup(func() { amqptest.DeleteExchange(t, exchange) })
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange+"&declare=true&exchange_type=direct"))
 	if err := p.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
 
 	// Redeclaring with the same properties succeeds only if they match.
-	ch := adminChannel(t)
+	ch := amqptest.Channel(t)
 	if err := ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
 		t.Fatalf("the exchange is not a durable direct exchange: %v", err)
 	}
 	typ := "orders.created"
-	q := boundQueue(t, ch, exchange, typ+"-"+exchange)
+	q := amqptest.BoundQueue(t, ch, exchange, typ+"-"+exchange)
 	requireOK(t, publishAll(t, p, newEvent(q, "k", "1", "")))
-	if got := drain(t, q, 1); len(got) != 1 {
+	if got := amqptest.Drain(t, q, 1); len(got) != 1 {
 		t.Fatalf("queue holds %d messages, want 1", len(got))
 	}
 
 	// An existing exchange of another type cannot be declared: Ping says why.
-	other := openPublisher(t, directURL("exchange="+exchange+"&declare=true&exchange_type=fanout"))
+	other := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange+"&declare=true&exchange_type=fanout"))
 	if err := other.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "inequivalent") {
 		t.Errorf("Ping declaring a fanout over a direct exchange: %v, want RabbitMQ's refusal", err)
 	}
@@ -328,13 +310,8 @@ func TestDeclareCreatesADurableExchange(t *testing.T) {
 
 func TestDefaultExchangeRoutesToTheQueueNamedByTheEventType(t *testing.T) {
 	t.Parallel()
-	ch := adminChannel(t)
-	queue := "test-default-" + uuid.NewString()
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteQueue(t, queue) })
-	p := openPublisher(t, directURL("exchange="))
+	queue := amqptest.Queue(t, amqptest.Channel(t), "", nil)
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="))
 	if err := p.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
@@ -346,7 +323,7 @@ func TestDefaultExchangeRoutesToTheQueueNamedByTheEventType(t *testing.T) {
 	if !publisher.IsPermanent(errs[1]) || !strings.Contains(errs[1].Error(), "no queue is bound") {
 		t.Errorf("event for a missing queue: %v, want permanent", errs[1])
 	}
-	if got := drain(t, queue, 1); len(got) != 1 {
+	if got := amqptest.Drain(t, queue, 1); len(got) != 1 {
 		t.Errorf("queue holds %d messages, want 1", len(got))
 	}
 }
@@ -354,10 +331,10 @@ func TestDefaultExchangeRoutesToTheQueueNamedByTheEventType(t *testing.T) {
 func TestOpenWhileBrokerDownThenRecovers(t *testing.T) {
 	t.Parallel()
 	exchange, typ := exchangeWithQueue(t)
-	proxy := tcpproxy.Start(t, brokerHost(t))
+	proxy := tcpproxy.Start(t, amqptest.Host(t))
 	proxy.Down()
 
-	p := openPublisher(t, "amqp://guest:guest@"+proxy.Addr()+"?timeout=2s&exchange="+exchange)
+	p := openPublisher(t, amqptest.DriverURL(proxy.Addr(), "timeout=2s&exchange="+exchange))
 	if err := p.Ping(context.Background()); err == nil {
 		t.Fatal("Ping succeeded with the broker unreachable")
 	}
@@ -366,7 +343,7 @@ func TestOpenWhileBrokerDownThenRecovers(t *testing.T) {
 	proxy.Up()
 	waitPing(t, p)
 	requireOK(t, publishAll(t, p, newEvent(typ, "k", "2", "")))
-	if got := drain(t, typ, 1); len(got) != 1 || string(got[0].Body) != "2" {
+	if got := amqptest.Drain(t, typ, 1); len(got) != 1 || string(got[0].Body) != "2" {
 		t.Errorf("queue holds %d messages, want only event 2", len(got))
 	}
 }
@@ -374,7 +351,7 @@ func TestOpenWhileBrokerDownThenRecovers(t *testing.T) {
 func TestCredentialsAreNeverRevealed(t *testing.T) {
 	t.Parallel()
 	const wrong = "wr0ng-Pa55"
-	u, _ := url.Parse(brokerURL())
+	u, _ := url.Parse(amqptest.URL())
 	u.User = url.UserPassword("guest", wrong)
 	p := openPublisher(t, u.String()+"?timeout=2s")
 
@@ -465,19 +442,19 @@ func TestChannelCloseClassification(t *testing.T) {
 func TestInternalExchangePausesTheRelay(t *testing.T) {
 	t.Parallel()
 	exchange := "test-internal-" + uuid.NewString()
-	ch := adminChannel(t)
+	ch := amqptest.Channel(t)
 	if err := ch.ExchangeDeclare(exchange, "topic", true, false, true, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteExchange(t, exchange) })
-	p := openPublisher(t, directURL("exchange="+exchange))
+	t.Cleanup(func() { amqptest.DeleteExchange(t, exchange) })
+	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 	requireUnavailable(t, publishAll(t, p, newEvent("orders.created", "k", "1", "")), "refused to take messages")
 }
 
 func TestCloseIsFinal(t *testing.T) {
 	t.Parallel()
 	exchange, typ := exchangeWithQueue(t)
-	p, err := publisher.Open(context.Background(), directURL("exchange="+exchange))
+	p, err := publisher.Open(context.Background(), amqptest.DriverURL("", "exchange="+exchange))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +477,7 @@ func TestCloseIsFinal(t *testing.T) {
 		t.Error("Ping after Close succeeded")
 	}
 	requireUnavailable(t, publishAll(t, p, newEvent(typ, "k", "2", "")), "closed")
-	if got := drain(t, typ, 1); len(got) != 1 {
+	if got := amqptest.Drain(t, typ, 1); len(got) != 1 {
 		t.Errorf("queue holds %d messages, want 1: a publish after Close reconnected", len(got))
 	}
 }

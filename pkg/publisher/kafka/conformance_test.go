@@ -10,13 +10,14 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 
 // kafkaBroker gives each subtest a three-broker kfake cluster of its own.
 // Stop closes the cluster, which cuts every connection and leaves the ports
 // refusing; Start opens it again on the same ports with the same data.
-type kafkaBroker struct{ c *cluster }
+type kafkaBroker struct{ c *kafkatest.Cluster }
 
 func (b *kafkaBroker) Open(t *testing.T) publisher.Publisher {
 	p, err := publisher.Open(context.Background(), b.c.URL("?timeout=2s"))
@@ -29,29 +30,29 @@ func (b *kafkaBroker) Open(t *testing.T) publisher.Publisher {
 
 func (b *kafkaBroker) Destination(t *testing.T) string {
 	topic := newTopic()
-	b.c.createTopic(t, topic, 3, nil)
+	b.c.CreateTopic(t, topic, 3, nil)
 	return topic
 }
 
 func (b *kafkaBroker) Received(t *testing.T, eventType string, want int) []publishertest.Message {
 	var out []publishertest.Message
-	for _, r := range b.c.records(t, eventType, want) {
+	for _, r := range b.c.Records(t, eventType, want) {
 		out = append(out, publishertest.Message{
-			ID: headerValue(r, outbox.HeaderEventID), Type: r.Topic, Key: string(r.Key),
-			Payload: r.Value, Headers: headerMap(r),
+			ID: kafkatest.Header(r, outbox.HeaderEventID), Type: r.Topic, Key: string(r.Key),
+			Payload: r.Value, Headers: kafkatest.Headers(r),
 		})
 	}
 	return out
 }
 
-func (b *kafkaBroker) Stop(t *testing.T)  { b.c.Stop(t) }
+func (b *kafkaBroker) Stop(*testing.T)    { b.c.Stop() }
 func (b *kafkaBroker) Start(t *testing.T) { b.c.Start(t) }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	publishertest.Run(t, publishertest.Driver{
 		NewBroker: func(t *testing.T) publishertest.Broker {
-			return &kafkaBroker{c: startCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "65536"}))}
+			return &kafkaBroker{c: kafkatest.Start(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "65536"}))}
 		},
 		HeaderEventID: true,
 		Permanent: []publishertest.PermanentCase{

@@ -11,13 +11,11 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,13 +34,7 @@ import (
 )
 
 func init() {
-	publisher.Register(func(ctx context.Context, u *url.URL) (publisher.Publisher, error) {
-		cfg, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, cfg)
-	}, "kafka")
+	publisher.RegisterConfig(ParseURL, Open, "kafka")
 }
 
 // Defaults for the URL options.
@@ -300,7 +292,8 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 	var tlsCfg *tls.Config
 	if cfg.TLS {
 		var err error
-		if tlsCfg, err = tlsConfig(cfg); err != nil {
+		tlsCfg, err = publisher.TLSConfig(publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure})
+		if err != nil {
 			return nil, fmt.Errorf("kafka URL: %w", err)
 		}
 	}
@@ -353,29 +346,6 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 		},
 		cancel: cancel,
 	}, nil
-}
-
-func tlsConfig(cfg Config) (*tls.Config, error) {
-	// InsecureSkipVerify only when tls_insecure=true asks for it.
-	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.TLSInsecure}
-	if cfg.TLSCA != "" {
-		pem, err := os.ReadFile(cfg.TLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca: no PEM certificate in %s", cfg.TLSCA)
-		}
-	}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert, tls_key: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }
 
 func saslMechanism(cfg Config) (sasl.Mechanism, error) {

@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,156 +36,12 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/kafka"
+	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 )
 
 // waitLong bounds every eventually-wait: kafka-go refreshes its cluster
 // metadata every few seconds, and the machine is shared.
 const waitLong = 45 * time.Second
-
-// cluster is an in-process kfake cluster that keeps its data on disk, so a
-// test can stop it (every connection cut, the ports refusing) and start it
-// again on the same ports with the same topics and records.
-type cluster struct {
-	t     testing.TB
-	opts  []kfake.Opt
-	dir   string
-	ports []int
-
-	mu sync.Mutex
-	kc *kfake.Cluster
-}
-
-func startCluster(t testing.TB, opts ...kfake.Opt) *cluster {
-	t.Helper()
-	c := &cluster{t: t, opts: opts, dir: t.TempDir()}
-	c.Start(t)
-	t.Cleanup(func() { c.Stop(t) })
-	return c
-}
-
-// Start runs the cluster, on the ports it had before if it ran already.
-func (c *cluster) Start(t testing.TB) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kc != nil {
-		return
-	}
-	opts := append(slices.Clone(c.opts), kfake.DataDir(c.dir))
-	if c.ports != nil {
-		opts = append(opts, kfake.Ports(c.ports...))
-	}
-	kc, err := kfake.NewCluster(opts...)
-	if err != nil {
-		t.Fatalf("kfake: start cluster: %v", err)
-	}
-	if c.ports == nil {
-		for _, addr := range kc.ListenAddrs() {
-			_, port, _ := net.SplitHostPort(addr)
-			n, _ := strconv.Atoi(port)
-			c.ports = append(c.ports, n)
-		}
-	}
-	c.kc = kc
-}
-
-// Stop shuts every broker down; the data stays for Start.
-func (c *cluster) Stop(testing.TB) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kc != nil {
-		c.kc.Close()
-		c.kc = nil
-	}
-}
-
-func (c *cluster) addrs() []string {
-	out := make([]string, len(c.ports))
-	for i, p := range c.ports {
-		out[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-	}
-	return out
-}
-
-// URL is a kafka:// URL listing every broker, followed by query.
-func (c *cluster) URL(query string) string {
-	return "kafka://" + strings.Join(c.addrs(), ",") + query
-}
-
-// client is a franz-go client: records are read back with a client other
-// than the one under test.
-func (c *cluster) client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addrs()...)}, opts...)...)
-	if err != nil {
-		t.Fatalf("kgo client: %v", err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-func (c *cluster) createTopic(t testing.TB, name string, partitions int32, configs map[string]string) {
-	t.Helper()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, -1
-	for k, v := range configs {
-		cfg := kmsg.NewCreateTopicsRequestTopicConfig()
-		cfg.Name, cfg.Value = k, kmsg.StringPtr(v)
-		rt.Configs = append(rt.Configs, cfg)
-	}
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, c.client(t))
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-}
-
-// records reads topic from the start until want records arrived, in
-// partition order, through a fresh connection (it works after a restart).
-func (c *cluster) records(t testing.TB, topic string, want int) []*kgo.Record {
-	t.Helper()
-	cl := c.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(200*time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-	defer cancel()
-	var got []*kgo.Record
-	for len(got) < want {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("topic %s: %d records after %s, want %d", topic, len(got), waitLong, want)
-		}
-		for _, fe := range fetches.Errors() {
-			if !errors.Is(fe.Err, kerr.UnknownTopicOrPartition) {
-				t.Fatalf("fetch %s: %v", topic, fe.Err)
-			}
-		}
-		fetches.EachRecord(func(r *kgo.Record) { got = append(got, r) })
-	}
-	return got
-}
-
-func headerMap(r *kgo.Record) map[string]string {
-	h := map[string]string{}
-	for _, x := range r.Headers {
-		h[x.Key] = string(x.Value)
-	}
-	return h
-}
-
-func headerValue(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
 
 func newTopic() string { return "t-" + uuid.NewString() }
 
@@ -233,9 +88,9 @@ func requireDelivered(t *testing.T, errs []error) {
 
 func TestPublishRecordLayout(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	topic := newTopic()
-	c.createTopic(t, topic, 3, nil)
+	c.CreateTopic(t, topic, 3, nil)
 
 	t.Run("topic_prefix", func(t *testing.T) {
 		t.Parallel()
@@ -250,8 +105,8 @@ func TestPublishRecordLayout(t *testing.T) {
 		requireDelivered(t, publish(t, pub, withKey, noKey, empty))
 
 		byID := map[string]*kgo.Record{}
-		for _, r := range c.records(t, topic, 3) {
-			byID[headerValue(r, outbox.HeaderEventID)] = r
+		for _, r := range c.Records(t, topic, 3) {
+			byID[kafkatest.Header(r, outbox.HeaderEventID)] = r
 		}
 		r := byID[withKey.ID.String()]
 		if r == nil || string(r.Key) != "customer-7" || string(r.Value) != string(withKey.Payload) {
@@ -273,7 +128,7 @@ func TestPublishRecordLayout(t *testing.T) {
 		if r == nil || r.Key != nil || string(r.Value) != "second" {
 			t.Fatalf("event without key arrived as %+v, want a null key", r)
 		}
-		if _, has := headerMap(r)[outbox.HeaderPartitionKey]; has || len(r.Headers) != 2 {
+		if _, has := kafkatest.Headers(r)[outbox.HeaderPartitionKey]; has || len(r.Headers) != 2 {
 			t.Errorf("event without key has headers %v, want only X-Event-ID and X-Event-Type", r.Headers)
 		}
 
@@ -286,13 +141,13 @@ func TestPublishRecordLayout(t *testing.T) {
 	t.Run("topic", func(t *testing.T) {
 		t.Parallel()
 		fixed := newTopic()
-		c.createTopic(t, fixed, 1, nil)
+		c.CreateTopic(t, fixed, 1, nil)
 		pub := open(t, c.URL("?topic="+fixed))
 		batch := []outbox.Event{event("orders.created", "k", "1", ""), event("orders.paid", "k", "2", "")}
 		requireDelivered(t, publish(t, pub, batch...))
-		recs := c.records(t, fixed, 2)
+		recs := c.Records(t, fixed, 2)
 		for i, r := range recs {
-			if got := headerValue(r, outbox.HeaderEventType); got != batch[i].Type {
+			if got := kafkatest.Header(r, outbox.HeaderEventType); got != batch[i].Type {
 				t.Errorf("record %d: %s = %q, want %q", i, outbox.HeaderEventType, got, batch[i].Type)
 			}
 		}
@@ -301,10 +156,10 @@ func TestPublishRecordLayout(t *testing.T) {
 
 func TestKeysPickPartitionsLikeTheJavaClient(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	topic := newTopic()
 	const partitions = 7
-	c.createTopic(t, topic, partitions, nil)
+	c.CreateTopic(t, topic, partitions, nil)
 	pub := open(t, c.URL(""))
 
 	var batch []outbox.Event
@@ -319,7 +174,7 @@ func TestKeysPickPartitionsLikeTheJavaClient(t *testing.T) {
 	java := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
 	partitionOf := map[string]int32{}
 	order := map[string][]string{}
-	for _, r := range c.records(t, topic, len(batch)) {
+	for _, r := range c.Records(t, topic, len(batch)) {
 		if want := java.Partition(r, partitions); int(r.Partition) != want {
 			t.Fatalf("key %q went to partition %d; a Java producer would pick %d", r.Key, r.Partition, want)
 		}
@@ -351,13 +206,13 @@ func TestKeysPickPartitionsLikeTheJavaClient(t *testing.T) {
 
 func TestPublishPermanentErrors(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "65536"}))
+	c := kafkatest.Start(t, kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "65536"}))
 	good := newTopic()
-	c.createTopic(t, good, 1, nil)
+	c.CreateTopic(t, good, 1, nil)
 	small := newTopic()
-	c.createTopic(t, small, 1, map[string]string{"max.message.bytes": "2048"})
+	c.CreateTopic(t, small, 1, map[string]string{"max.message.bytes": "2048"})
 	longPrefix := strings.Repeat("p", 200)
-	c.createTopic(t, longPrefix+"ok", 1, nil)
+	c.CreateTopic(t, longPrefix+"ok", 1, nil)
 
 	cases := []struct {
 		name  string
@@ -595,10 +450,10 @@ func TestOpenSucceedsWithBrokersDownAndFailsOnlyOnConfiguration(t *testing.T) {
 
 func TestStartsPausedThenPublishesWhenTheClusterComesUp(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	topic := newTopic()
-	c.createTopic(t, topic, 1, nil)
-	c.Stop(t)
+	c.CreateTopic(t, topic, 1, nil)
+	c.Stop()
 
 	pub := open(t, c.URL("?timeout=2s"))
 	if err := pub.Ping(context.Background()); err == nil {
@@ -616,21 +471,21 @@ func TestStartsPausedThenPublishesWhenTheClusterComesUp(t *testing.T) {
 		last = publish(t, pub, event(topic, "k", "late", ""))[0]
 		return last == nil
 	}, func() string { return fmt.Sprintf("a publish to succeed, last error %v", last) })
-	if got := c.records(t, topic, 1); string(got[0].Value) != "late" {
+	if got := c.Records(t, topic, 1); string(got[0].Value) != "late" {
 		t.Errorf("topic holds %q, want only the late event", got[0].Value)
 	}
 }
 
 func TestPingAsksEachBrokerOnItsOwn(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	dead, silent := deadAddr(t), silentAddr(t)
 	const timeout = 8 * time.Second
 
 	// A broker that refuses and one that never answers are listed first:
 	// dialling the comma-joined list, or trying brokers one after another,
 	// would fail or take the whole timeout.
-	pub := open(t, "kafka://"+silent+","+dead+","+c.addrs()[0]+"?timeout="+timeout.String())
+	pub := open(t, "kafka://"+silent+","+dead+","+c.Addrs()[0]+"?timeout="+timeout.String())
 	began := time.Now()
 	if err := pub.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping with one live broker among three: %v", err)
@@ -641,9 +496,10 @@ func TestPingAsksEachBrokerOnItsOwn(t *testing.T) {
 
 	// A loaded or distant broker answers slowly and is still up.
 	const latency = 500 * time.Millisecond
-	c.kc.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.kc.KeepControl()
-		c.kc.SleepControl(func() { <-time.After(latency) })
+	kc := c.Fake()
+	kc.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		kc.SleepControl(func() { <-time.After(latency) })
 		return nil, nil, false // then answer as usual
 	})
 	pub = open(t, c.URL(""))
@@ -665,10 +521,10 @@ func TestPingAsksEachBrokerOnItsOwn(t *testing.T) {
 
 func TestPublishesThroughTheLiveBrokerOfAList(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	topic := newTopic()
-	c.createTopic(t, topic, 1, nil)
-	pub := open(t, "kafka://"+deadAddr(t)+","+c.addrs()[0]+"?timeout=3s")
+	c.CreateTopic(t, topic, 1, nil)
+	pub := open(t, "kafka://"+deadAddr(t)+","+c.Addrs()[0]+"?timeout=3s")
 	var last error
 	eventually.True(t, waitLong, func() bool {
 		last = publish(t, pub, event(topic, "k", "x", ""))[0]
@@ -729,34 +585,34 @@ func TestUnknownTopic(t *testing.T) {
 
 	t.Run("created by a cluster that creates topics on demand", func(t *testing.T) {
 		t.Parallel()
-		c := startCluster(t, kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+		c := kafkatest.Start(t, kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 		pub := open(t, c.URL(""))
 		topic := newTopic()
 		requireDelivered(t, publish(t, pub, event(topic, "k", "x", "")))
-		c.records(t, topic, 1)
+		c.Records(t, topic, 1)
 	})
 
 	t.Run("found once created", func(t *testing.T) {
 		t.Parallel()
-		c := startCluster(t, kfake.NumBrokers(1))
+		c := kafkatest.Start(t, kfake.NumBrokers(1))
 		pub := open(t, c.URL(""))
 		topic := newTopic()
 		if err := publish(t, pub, event(topic, "k", "x", ""))[0]; !publisher.IsPermanent(err) {
 			t.Fatalf("before the topic exists: %v, want permanent", err)
 		}
 		// The driver's cached metadata must not keep calling it missing.
-		c.createTopic(t, topic, 1, nil)
+		c.CreateTopic(t, topic, 1, nil)
 		requireDelivered(t, publish(t, pub, event(topic, "k", "y", "")))
 	})
 
 	t.Run("not permanent while no broker can tell", func(t *testing.T) {
 		t.Parallel()
-		c := startCluster(t, kfake.NumBrokers(1))
+		c := kafkatest.Start(t, kfake.NumBrokers(1))
 		known := newTopic()
-		c.createTopic(t, known, 1, nil)
+		c.CreateTopic(t, known, 1, nil)
 		pub := open(t, c.URL("?timeout=2s"))
 		requireDelivered(t, publish(t, pub, event(known, "k", "x", "")))
-		c.Stop(t)
+		c.Stop()
 		for i, err := range publish(t, pub, event(newTopic(), "k", "x", ""), event(known, "k", "y", "")) {
 			if !publisher.IsUnavailable(err) || publisher.IsPermanent(err) {
 				t.Errorf("event %d with the cluster down: %v, want unavailable", i, err)
@@ -767,9 +623,10 @@ func TestUnknownTopic(t *testing.T) {
 
 // produceAnswers makes the cluster answer every produce request with code
 // for each partition, as a broker in trouble would.
-func produceAnswers(c *cluster, code int16) {
-	c.kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.kc.KeepControl()
+func produceAnswers(c *kafkatest.Cluster, code int16) {
+	kc := c.Fake()
+	kc.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
 		pr := req.(*kmsg.ProduceRequest)
 		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range pr.Topics {
@@ -805,9 +662,9 @@ func TestBrokerErrorCodesAreClassified(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.err.Message, func(t *testing.T) {
 			t.Parallel()
-			c := startCluster(t, kfake.NumBrokers(1))
+			c := kafkatest.Start(t, kfake.NumBrokers(1))
 			topic := newTopic()
-			c.createTopic(t, topic, 1, nil)
+			c.CreateTopic(t, topic, 1, nil)
 			produceAnswers(c, tc.err.Code)
 			pub := open(t, c.URL(""))
 			err := publish(t, pub, event(topic, "k", "x", ""))[0]
@@ -822,9 +679,9 @@ func TestBrokerErrorCodesAreClassified(t *testing.T) {
 		t.Parallel()
 		// A broker whose metadata lags says unknown for a topic that
 		// exists: asking again shows it is there, so retry.
-		c := startCluster(t, kfake.NumBrokers(1))
+		c := kafkatest.Start(t, kfake.NumBrokers(1))
 		topic := newTopic()
-		c.createTopic(t, topic, 1, nil)
+		c.CreateTopic(t, topic, 1, nil)
 		produceAnswers(c, kerr.UnknownTopicOrPartition.Code)
 		err := publish(t, open(t, c.URL("")), event(topic, "k", "x", ""))[0]
 		if err == nil || publisher.IsPermanent(err) || publisher.IsUnavailable(err) || !strings.Contains(err.Error(), "exists, yet a broker called it unknown") {
@@ -835,9 +692,9 @@ func TestBrokerErrorCodesAreClassified(t *testing.T) {
 
 func TestContextCancelledWhileAwaitingTheBrokerIsUnavailable(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	topic := newTopic()
-	c.createTopic(t, topic, 1, nil)
+	c.CreateTopic(t, topic, 1, nil)
 	pub := open(t, c.URL("?timeout=30s"))
 	requireDelivered(t, publish(t, pub, event(topic, "k", "warm-up", "")))
 
@@ -845,8 +702,9 @@ func TestContextCancelledWhileAwaitingTheBrokerIsUnavailable(t *testing.T) {
 	defer cancel()
 	// The broker swallows the produce request and cancels the context, so
 	// the driver is certainly waiting for the answer when it ends.
-	c.kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.kc.KeepControl()
+	kc := c.Fake()
+	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
 		cancel()
 		return nil, nil, true
 	})
@@ -864,7 +722,7 @@ func TestContextCancelledWhileAwaitingTheBrokerIsUnavailable(t *testing.T) {
 
 func TestOptionsReachTheBroker(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, kfake.NumBrokers(1))
+	c := kafkatest.Start(t, kfake.NumBrokers(1))
 	for _, q := range []string{
 		"compression=gzip", "compression=snappy", "compression=lz4", "compression=zstd", "compression=none",
 		"acks=one", "acks=none", "acks=all&timeout=5s&batch_bytes=100000",
@@ -872,14 +730,14 @@ func TestOptionsReachTheBroker(t *testing.T) {
 		t.Run(q, func(t *testing.T) {
 			t.Parallel()
 			topic := newTopic()
-			c.createTopic(t, topic, 1, nil)
+			c.CreateTopic(t, topic, 1, nil)
 			pub := open(t, c.URL("?"+q))
 			var batch []outbox.Event
 			for i := range 50 {
 				batch = append(batch, event(topic, "k", strings.Repeat(strconv.Itoa(i), 100), ""))
 			}
 			requireDelivered(t, publish(t, pub, batch...))
-			for i, r := range c.records(t, topic, len(batch)) {
+			for i, r := range c.Records(t, topic, len(batch)) {
 				if string(r.Value) != string(batch[i].Payload) {
 					t.Fatalf("record %d = %q, want %q", i, r.Value, batch[i].Payload)
 				}
@@ -896,14 +754,14 @@ func TestSASL(t *testing.T) {
 	} {
 		t.Run(mech.option, func(t *testing.T) {
 			t.Parallel()
-			c := startCluster(t, kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(mech.kfake, user, password))
+			c := kafkatest.Start(t, kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(mech.kfake, user, password))
 			topic := newTopic()
 			// The test's own client is the superuser too.
-			cl := c.client(t, kgo.SASL(saslFor(t, mech.kfake, user, password)))
-			createTopicWith(t, cl, topic)
+			cl := c.Client(t, kgo.SASL(saslFor(t, mech.kfake, user, password)))
+			kafkatest.CreateTopic(t, cl, topic, 1, nil)
 
 			url := func(pw string) string {
-				return "kafka://" + user + ":" + pw + "@" + strings.Join(c.addrs(), ",") + "?sasl=" + mech.option + "&timeout=3s"
+				return "kafka://" + user + ":" + pw + "@" + strings.Join(c.Addrs(), ",") + "?sasl=" + mech.option + "&timeout=3s"
 			}
 			good := open(t, url(password))
 			if err := good.Ping(context.Background()); err != nil {
@@ -929,21 +787,6 @@ func TestSASL(t *testing.T) {
 	}
 }
 
-func createTopicWith(t *testing.T, cl *kgo.Client, topic string) {
-	t.Helper()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-}
-
 func TestTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -957,13 +800,13 @@ func TestTLS(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	// Mutual TLS: the broker wants a client certificate signed by the CA.
-	c := startCluster(t, kfake.NumBrokers(1), kfake.TLS(&tls.Config{
+	c := kafkatest.Start(t, kfake.NumBrokers(1), kfake.TLS(&tls.Config{
 		Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	}))
 	topic := newTopic()
-	createTopicWith(t, c.client(t, kgo.DialTLSConfig(&tls.Config{
+	kafkatest.CreateTopic(t, c.Client(t, kgo.DialTLSConfig(&tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{loadPair(t, dir, "client")}, MinVersion: tls.VersionTLS12,
-	})), topic)
+	})), topic, 1, nil)
 
 	file := func(name string) string { return filepath.Join(dir, name) }
 	client := "&tls_cert=" + file("client.pem") + "&tls_key=" + file("client-key.pem")

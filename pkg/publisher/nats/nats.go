@@ -24,13 +24,7 @@ import (
 )
 
 func init() {
-	publisher.Register(func(ctx context.Context, u *url.URL) (publisher.Publisher, error) {
-		cfg, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, cfg)
-	}, "nats", "tls")
+	publisher.RegisterConfig(ParseURL, Open, "nats", "tls")
 }
 
 // Defaults for the URL options.
