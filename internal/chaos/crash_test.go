@@ -63,6 +63,7 @@ func waitFor(t *testing.T, tb *pgtest.Table, timeout time.Duration, want map[out
 	t.Helper()
 	var got map[outbox.Status]int
 	eventually.True(t, timeout, func() bool {
+		p.requireRunning(t)
 		got = tb.Counts(t)
 		if len(got) != len(want) {
 			return false
