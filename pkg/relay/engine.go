@@ -378,7 +378,9 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 			}
 			renewedAt := time.Now()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), e.cfg.LeaseTimeout/3)
+			ctx, end := e.obs.StartSettle(ctx, OpRenew, len(ids))
 			lease, n, err := e.store.Renew(ctx, storage.SettleParams{Lease: c.batch.Lease, IDs: ids})
+			end(err)
 			cancel()
 			switch {
 			case err != nil:
@@ -398,16 +400,49 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 	}
 }
 
+// errNoType is the fate of an event without an event_type: every broker
+// routes by it, and some would take an empty one silently (a Kafka topic
+// prefix alone, RabbitMQ's empty routing key).
+var errNoType = publisher.Permanent(errors.New("event_type is empty: nothing to route the event by"))
+
 // publish sends events in one call and checks the driver kept its contract.
+// Events without a type never reach the driver.
 func (e *Engine) publish(ctx context.Context, events []outbox.Event) []error {
-	results := e.pub.Publish(ctx, events)
-	if len(results) != len(events) {
+	send, idx := events, []int(nil)
+	for i := range events {
+		if events[i].Type == "" {
+			send, idx = routable(events)
+			break
+		}
+	}
+	sent := e.pub.Publish(ctx, send)
+	if len(sent) != len(send) {
 		// A driver bug must not lose events: release the lot.
-		err := fmt.Errorf("publisher returned %d results for %d events", len(results), len(events))
+		err := fmt.Errorf("publisher returned %d results for %d events", len(sent), len(send))
 		e.log.Error("publisher broke its contract; releasing batch", "error", err)
-		results = publisher.Fill(len(events), publisher.Unavailable(err))
+		sent = publisher.Fill(len(send), publisher.Unavailable(err))
+	}
+	if idx == nil {
+		return sent
+	}
+	results := publisher.Fill(len(events), errNoType)
+	for j, i := range idx {
+		results[i] = sent[j]
 	}
 	return results
+}
+
+// routable returns the events that have a type and their positions.
+func routable(events []outbox.Event) ([]outbox.Event, []int) {
+	var send []outbox.Event
+	idx := []int{}
+	for i := range events {
+		if events[i].Type != "" {
+			send = append(send, events[i])
+			idx = append(idx, i)
+		}
+	}
+	return send, idx
 }
 
 // errHeldBack marks an event that was not sent because an earlier event

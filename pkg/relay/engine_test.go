@@ -220,8 +220,10 @@ func TestPermanentErrorsGoDeadAtOnceWhileTheRestFlow(t *testing.T) {
 		pgtest.Event{Type: "orders.created", Headers: `{"tags":["a","b"]}`},
 		pgtest.Event{Type: "orders.created", Payload: make([]byte, 4096)},
 		pgtest.Event{Type: "orders..created"},
+		pgtest.Event{Type: "made.empty.below"},
 	)
-	wantErr := []string{"no JetStream stream captures subject", `header "tags"`, "too large", "invalid subject"}
+	tb.Exec(t, "UPDATE {{table}} SET event_type = '' WHERE event_id = $1", bad[4])
+	wantErr := []string{"no JetStream stream captures subject", `header "tags"`, "too large", "invalid subject", "event_type is empty"}
 
 	start(t, relay.Config{BatchSize: 50, Retry: relay.RetryPolicy{MaxAttempts: 25}}, tb.Store, openNATS(t, srv, ""))
 	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: len(good), outbox.StatusDead: len(bad)})

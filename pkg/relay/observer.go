@@ -17,8 +17,8 @@ type Observer interface {
 	// StartPublish begins sending events to the broker; end gets one result
 	// per event.
 	StartPublish(ctx context.Context, events []outbox.Event) (_ context.Context, end func(results []error))
-	// StartSettle begins recording an outcome: op is mark_delivered,
-	// mark_failed or release, and events how many rows it settles.
+	// StartSettle begins a statement on leased rows: op is mark_delivered,
+	// mark_failed, release or renew, and events how many rows it covers.
 	StartSettle(ctx context.Context, op string, events int) (_ context.Context, end func(err error))
 	// Finished reports what became of a claimed batch.
 	Finished(ctx context.Context, o Outcome)
@@ -39,11 +39,13 @@ type Outcome struct {
 	Released int
 }
 
-// Settle operations, as reported to StartSettle.
+// Operations on leased rows, as reported to StartSettle.
 const (
 	OpMarkDelivered = "mark_delivered"
 	OpMarkFailed    = "mark_failed"
 	OpRelease       = "release"
+	// OpRenew extends the lease of a batch still at the broker.
+	OpRenew = "renew"
 )
 
 // NopObserver observes nothing.
