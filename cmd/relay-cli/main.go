@@ -93,6 +93,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Action: rootAction,
 		Commands: []*cli.Command{
 			migrateCommand(),
+			grantsCommand(),
 			statsCommand(),
 			pruneCommand(),
 			retryDeadCommand(),

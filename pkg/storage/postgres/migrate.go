@@ -73,3 +73,17 @@ func (s *Store) schemaObjects(ctx context.Context, tx pgx.Tx) ([]string, error) 
 	slices.Sort(objs)
 	return objs, err
 }
+
+// GrantsSQL returns the least-privilege roles and grants for the table, for
+// `relay-cli grants --print`.
+func (s *Store) GrantsSQL() string { return schema.RenderGrants(s.table) }
+
+// ApplyGrants creates the outbox_relay, outbox_producer and outbox_admin
+// roles if missing and grants them what each needs on the table. It must
+// run as the table's owner, after Migrate.
+func (s *Store) ApplyGrants(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, s.GrantsSQL(), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return s.queryError("grant roles on", err)
+	}
+	return nil
+}
