@@ -193,25 +193,31 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 
 // claimOrdered serialises ordered claims on a per-table advisory lock: the
 // claim statement's snapshot is taken after the lock is held, so it sees
-// every run another relay claimed and cannot take a later part of it.
+// every run another relay claimed and cannot take a later part of it. The
+// two statements go out as one pipeline, which PostgreSQL runs as one
+// implicit transaction (the lock is held until it ends) in one round trip.
 func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	query := s.queries["claim_ordered_skip"]
 	if p.OnDead == storage.DeadBlock {
 		query = s.queries["claim_ordered_block"]
 	}
-	var batch storage.Batch
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", claimLockClass, s.table.String()); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, query, p.RelayID, p.Limit, p.After)
-		if err != nil {
-			return err
-		}
-		batch, err = s.readBatch(rows, p)
-		return err
-	})
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", claimLockClass, s.table.String())
+	b.Queue(query, p.RelayID, p.Limit, p.After)
+	results := s.pool.SendBatch(ctx, b)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return storage.Batch{}, fmt.Errorf("claim ordered batch: lock: %w", err)
+	}
+	rows, err := results.Query()
 	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim ordered batch: %w", err)
+	}
+	batch, err := s.readBatch(rows, p)
+	if err != nil {
+		return storage.Batch{}, err
+	}
+	if err := results.Close(); err != nil {
 		return storage.Batch{}, fmt.Errorf("claim ordered batch: %w", err)
 	}
 	return batch, nil

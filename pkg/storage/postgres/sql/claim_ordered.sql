@@ -4,9 +4,10 @@
 -- run in order. {{holding}} lists the statuses that hold a key back. An empty
 -- partition_key counts as no key, like NULL.
 --
--- This statement runs in a transaction that first takes an advisory lock,
--- so its snapshot sees every claim committed before it: two relays can
--- never both see a key free and claim parts of it.
+-- This statement runs in the same transaction as, and right after, a
+-- statement that takes an advisory lock, so its snapshot sees every claim
+-- committed before it: two relays can never both see a key free and claim
+-- parts of it.
 --
 -- $1 relay id, $2 batch size, $3 cursor: the last key the previous claim
 -- took ('' at first). The walk over keys starts after it and wraps around, so every key
@@ -49,32 +50,40 @@ WITH RECURSIVE after_cursor AS (
     SELECT k, status, available_at FROM after_cursor
     UNION ALL
     SELECT k, status, available_at FROM up_to_cursor WHERE k <= $3
+), due_heads AS (
+    -- Keys whose first unfinished event is due, in walk order.
+    SELECT k FROM heads WHERE status = 'PENDING' AND available_at <= now()
 ), keyed AS (
-    -- For each key whose first event is due, the run of due PENDING events
-    -- from the start, stopping at the first that is not.
-    SELECT r.event_id, r.pos
-    FROM heads h
-    CROSS JOIN LATERAL (
-        SELECT x.event_id, x.pos
-        FROM (
-            SELECT event_id,
-                   row_number() OVER w AS pos,
-                   bool_and(status = 'PENDING' AND available_at <= now()) OVER w AS due
+    -- For each of those keys, the run of due PENDING events from the start,
+    -- stopping at the first that is not, and at 20 events. A batch then
+    -- holds whole runs of a few keys when keys have long backlogs, leaving
+    -- other keys for the next claim while this batch is at the broker, and
+    -- many keys when each has few events. The walk stops as soon as the
+    -- batch is full.
+    SELECT event_id, row_number() OVER () AS rank
+    FROM (
+        SELECT r.event_id
+        FROM due_heads h
+        CROSS JOIN LATERAL (
+            SELECT x.event_id
             FROM (
-                SELECT event_id, status, available_at, created_at, seq
-                FROM {{table}}
-                WHERE partition_key = h.k AND status IN ({{holding}})
-                ORDER BY created_at, seq
-                LIMIT $2
-            ) run
-            WINDOW w AS (ORDER BY created_at, seq ROWS UNBOUNDED PRECEDING)
-        ) x
-        WHERE x.due
-    ) r
-    WHERE h.status = 'PENDING' AND h.available_at <= now()
-    LIMIT $2
+                SELECT event_id,
+                       bool_and(status = 'PENDING' AND available_at <= now())
+                           OVER (ORDER BY created_at, seq ROWS UNBOUNDED PRECEDING) AS due
+                FROM (
+                    SELECT event_id, status, available_at, created_at, seq
+                    FROM {{table}}
+                    WHERE partition_key = h.k AND status IN ({{holding}})
+                    ORDER BY created_at, seq
+                    LIMIT 20
+                ) run
+            ) x
+            WHERE x.due
+        ) r
+        LIMIT $2
+    ) walked
 ), unkeyed AS (
-    SELECT event_id, row_number() OVER (ORDER BY available_at, created_at) AS pos
+    SELECT event_id, row_number() OVER (ORDER BY available_at, created_at) AS rank
     FROM (
         SELECT event_id, available_at, created_at
         FROM {{table}}
@@ -84,11 +93,10 @@ WITH RECURSIVE after_cursor AS (
         LIMIT $2
     ) u
 ), picked AS (
-    -- Interleave: every key's first event before any key's second, so one
-    -- long run cannot crowd out the rest.
+    -- Keyed and unkeyed events alternate, so neither crowds out the other.
     SELECT event_id
-    FROM (SELECT event_id, pos FROM keyed UNION ALL SELECT event_id, pos FROM unkeyed) c
-    ORDER BY pos
+    FROM (SELECT event_id, rank FROM keyed UNION ALL SELECT event_id, rank FROM unkeyed) c
+    ORDER BY rank
     LIMIT $2
 )
 UPDATE {{table}} AS t
