@@ -174,6 +174,7 @@ func TestSIGTERMDrainsAndExits0(t *testing.T) {
 	addr := freeAddr(t)
 
 	cmd := exec.Command(bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test
 	cmd.Env = append(os.Environ(),
 		"STORAGE_URL="+pgtest.URL(),
 		"STORAGE_TABLE_NAME="+table,

@@ -38,6 +38,7 @@ func BenchmarkDrainMemory(b *testing.B) {
 
 	b.ResetTimer()
 	cmd := exec.Command(bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test
 	cmd.Env = append(os.Environ(), "STORAGE_URL="+pgtest.URL(), "STORAGE_TABLE_NAME="+tb.Name,
 		"PUBLISHER_URL="+srv.URL(), "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=warn")
 	if err := cmd.Start(); err != nil {

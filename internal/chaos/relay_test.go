@@ -63,6 +63,9 @@ func startRelay(t *testing.T, env ...string) *relayProc {
 	t.Helper()
 	p := &relayProc{exited: make(chan struct{})}
 	p.cmd = exec.Command(relayBinary)
+	// If the test binary dies (a timeout, a panic), the relay dies with it
+	// instead of draining other tests' tables in the background.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.cmd.Env = append(os.Environ(),
 		"HTTP_ADDR=127.0.0.1:0",
 		"LOG_FORMAT=text",
