@@ -205,7 +205,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", claimLockClass, s.table.String())
 	b.Queue(query, p.RelayID, p.Limit, p.After)
 	results := s.pool.SendBatch(ctx, b)
-	defer results.Close()
+	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
 	if _, err := results.Exec(); err != nil {
 		return storage.Batch{}, fmt.Errorf("claim ordered batch: lock: %w", err)
 	}
