@@ -215,7 +215,7 @@ func TestRetryDeadWakesRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	channel := tb.Store.Table().Channel()
+	channel := tb.Name
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,9 @@ const (
 	NotifyDebounceDefault     = 5 * time.Millisecond
 	OrderingDefault           = storage.OrderingNone
 	OnDeadDefault             = storage.DeadSkip
+	// LeaseTimeoutMin leaves room for a claim, a publish and the renewals
+	// every third of the lease; shorter leases expire under a working relay.
+	LeaseTimeoutMin = 500 * time.Millisecond
 )
 
 // Config tunes an Engine. Zero fields take their XxxDefault.
@@ -79,9 +82,9 @@ type RetryPolicy struct {
 // attempts times; r in [0,1) picks the point in the jitter range.
 func (p RetryPolicy) Delay(attempts int, r float64) time.Duration {
 	exp := math.Min(float64(max(attempts-1, 0)), 62)
-	d := math.Min(float64(p.BaseDelay)*math.Pow(2, exp), float64(p.MaxDelay))
-	d *= 1 + p.Jitter*(2*r-1)
-	return time.Duration(max(d, 0))
+	d := float64(p.BaseDelay) * math.Pow(2, exp) * (1 + p.Jitter*(2*r-1))
+	// The cap applies after the jitter: RETRY_MAX_DELAY is a promise.
+	return time.Duration(max(math.Min(d, float64(p.MaxDelay)), 0))
 }
 
 func (c Config) withDefaults() Config {
@@ -128,7 +131,7 @@ func (c Config) Validate() error {
 	check(c.BatchSize > 0, "BATCH_SIZE must be positive, got %d", c.BatchSize)
 	check(c.PollInterval > 0, "POLL_INTERVAL must be positive, got %s", c.PollInterval)
 	check(c.MaxInFlightBatches > 0, "MAX_IN_FLIGHT_BATCHES must be positive, got %d", c.MaxInFlightBatches)
-	check(c.LeaseTimeout > 0, "LEASE_TIMEOUT must be positive, got %s", c.LeaseTimeout)
+	check(c.LeaseTimeout >= LeaseTimeoutMin, "LEASE_TIMEOUT must be at least %s, got %s", LeaseTimeoutMin, c.LeaseTimeout)
 	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
 	check(c.Retry.MaxAttempts > 0, "RETRY_MAX_ATTEMPTS must be positive, got %d", c.Retry.MaxAttempts)
 	check(c.Retry.BaseDelay > 0, "RETRY_BASE_DELAY must be positive, got %s", c.Retry.BaseDelay)

@@ -27,7 +27,7 @@ type Store interface {
 	MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error)
 	MarkFailed(ctx context.Context, p storage.FailParams) (int, error)
 	Release(ctx context.Context, p storage.SettleParams) (int, error)
-	Renew(ctx context.Context, p storage.SettleParams) (storage.Lease, int, error)
+	Renew(ctx context.Context, p storage.RenewParams) (int, error)
 }
 
 // Broker backoff: how long claiming pauses after the broker was unavailable.
@@ -364,6 +364,10 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 	for i, ev := range c.batch.Events {
 		ids[i] = ev.ID
 	}
+	// New stamps continue the database's clock from the claim by this
+	// process's monotonic clock, so the reaper's now() - locked_at stays
+	// meaningful whatever the two wall clocks say.
+	claimStamp, claimedAt := c.batch.Lease.LockedAt, c.at
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -377,20 +381,25 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 			case <-t.C:
 			}
 			renewedAt := time.Now()
+			to := claimStamp.Add(renewedAt.Sub(claimedAt)).Truncate(time.Microsecond)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), e.cfg.LeaseTimeout/3)
 			ctx, end := e.obs.StartSettle(ctx, OpRenew, len(ids))
-			lease, n, err := e.store.Renew(ctx, storage.SettleParams{Lease: c.batch.Lease, IDs: ids})
+			n, err := e.store.Renew(ctx, storage.RenewParams{Lease: c.batch.Lease, IDs: ids, To: to})
 			end(err)
 			cancel()
 			switch {
 			case err != nil:
+				// It may have landed all the same: the rows hold the old
+				// stamp or this one, and settles accept either.
+				c.batch.Lease.Unconfirmed = append(c.batch.Lease.Unconfirmed, to)
 				e.log.Warn("renewing a lease failed; will retry", "error", err)
 			case n == 0:
 				e.log.Warn("lost the lease on a batch still being published; the reaper took it back",
 					"events", len(ids))
 				return
 			default:
-				c.batch.Lease, c.at = lease, renewedAt
+				c.batch.Lease = storage.Lease{RelayID: c.batch.Lease.RelayID, LockedAt: to}
+				c.at = renewedAt
 			}
 		}
 	}()
@@ -545,36 +554,43 @@ func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []erro
 func (e *Engine) settle(ctx context.Context, lease storage.Lease, claimedAt time.Time, o outcome) {
 	deadline := claimedAt.Add(e.cfg.LeaseTimeout)
 	if len(o.delivered) > 0 {
-		e.retry(ctx, deadline, OpMarkDelivered, len(o.delivered), func(ctx context.Context) error {
-			_, err := e.store.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
-			return err
+		e.retry(ctx, deadline, OpMarkDelivered, len(o.delivered), func(ctx context.Context) (int, error) {
+			return e.store.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
 		})
 	}
 	if len(o.failed) > 0 {
-		e.retry(ctx, deadline, OpMarkFailed, len(o.failed), func(ctx context.Context) error {
-			_, err := e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
-			return err
+		e.retry(ctx, deadline, OpMarkFailed, len(o.failed), func(ctx context.Context) (int, error) {
+			return e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
 		})
 	}
 	if len(o.released) > 0 {
-		e.retry(ctx, deadline, OpRelease, len(o.released), func(ctx context.Context) error {
-			_, err := e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
-			return err
+		e.retry(ctx, deadline, OpRelease, len(o.released), func(ctx context.Context) (int, error) {
+			return e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
 		})
 	}
 }
 
+// settleGrace is the least time a settle gets, even when the lease has run
+// out: the reaper may not have taken the rows back yet, and the lease guard
+// makes a late settle safe.
+const settleGrace = 5 * time.Second
+
 // retry runs one settle statement until it succeeds or the lease deadline
 // passes. Its context is not the batch's: a shutdown must not stop a settle.
-func (e *Engine) retry(parent context.Context, deadline time.Time, what string, n int, fn func(context.Context) error) {
+func (e *Engine) retry(parent context.Context, deadline time.Time, what string, n int, fn func(context.Context) (int, error)) {
+	deadline = later(deadline, time.Now().Add(settleGrace))
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), deadline)
 	defer cancel()
 	ctx, end := e.obs.StartSettle(ctx, what, n)
 	wait := storageBackoffMin
 	for {
-		err := fn(ctx)
+		settled, err := fn(ctx)
 		if err == nil {
 			end(nil)
+			if settled < n {
+				e.log.Warn("some rows had changed hands before they were settled; their lease expired and another claim owns them",
+					"op", what, "events", n, "settled", settled)
+			}
 			return
 		}
 		if ctx.Err() != nil {
@@ -587,6 +603,13 @@ func (e *Engine) retry(parent context.Context, deadline time.Time, what string, 
 		sleep(ctx, wait)
 		wait = min(wait*2, storageBackoffMax)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (e *Engine) isBrokerDown() bool {
@@ -634,8 +657,10 @@ func (e *Engine) waitForBroker(ctx context.Context) {
 	}
 	e.brokerMu.Lock()
 	e.brokerDown = false
-	e.brokerMu.Unlock()
+	// Under the lock, so that a batch failing at this moment cannot have
+	// its "paused" overwritten.
 	e.setState(StateActive)
+	e.brokerMu.Unlock()
 	e.log.Info("broker available again; resuming")
 }
 

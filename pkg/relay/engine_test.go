@@ -286,7 +286,9 @@ func TestRetryPolicyDelay(t *testing.T) {
 		{1, 0.5, time.Second},
 		{2, 0.5, 2 * time.Second},
 		{5, 0.5, 16 * time.Second},
-		{7, 0.5, time.Minute}, // 64 s capped
+		{7, 0.5, time.Minute},            // 64 s capped
+		{6, 1, 36800 * time.Millisecond}, // 32 s + 15 % jitter is under the cap
+		{7, 1, time.Minute},              // jitter never lifts a wait over the cap
 		{1000, 0.5, time.Minute},
 		{1, 0, 850 * time.Millisecond},
 		{1, 1, 1150 * time.Millisecond},

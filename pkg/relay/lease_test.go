@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -71,5 +74,56 @@ func TestSlowBrokerKeepsItsLeases(t *testing.T) {
 	}
 	if burned := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); burned != 0 {
 		t.Errorf("%d events had attempts counted", burned)
+	}
+}
+
+// lostAnswerStore lets its first renewal land and then reports it failed,
+// as a connection that drops after the commit would.
+type lostAnswerStore struct {
+	relay.Store
+	lost atomic.Bool
+}
+
+func (s *lostAnswerStore) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
+	n, err := s.Store.Renew(ctx, p)
+	if err == nil && s.lost.CompareAndSwap(false, true) {
+		return 0, errors.New("connection reset after commit")
+	}
+	return n, err
+}
+
+// TestALostRenewalAnswerLosesNoLease: the relay keeps the batch it renewed
+// even when it never heard that the renewal landed, and settles it.
+func TestALostRenewalAnswerLosesNoLease(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "LOST", Subjects: []string{"lost.>"}})
+	proxy := tcpproxy.Start(t, srv.URL()[len("nats://"):])
+	pub, err := publisher.Open(context.Background(), "nats://"+proxy.Addr()+"?timeout=30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	eventually.True(t, 10*time.Second, func() bool { return pub.Ping(context.Background()) == nil },
+		func() string { return "connected through the proxy" })
+	proxy.DelayReplies(time.Second)
+
+	const n = 50
+	tb.InsertN(t, n, "lost.event")
+	store := &lostAnswerStore{Store: tb.Store}
+	counter := &sendCounter{Publisher: pub, sends: map[string]int{}}
+	start(t, relay.Config{BatchSize: n, LeaseTimeout: 600 * time.Millisecond}, store, counter)
+
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+	if !store.lost.Load() {
+		t.Fatal("no renewal happened; the broker was not slow enough")
+	}
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	for id, sends := range counter.sends {
+		if sends != 1 {
+			t.Fatalf("event %s was sent %d times", id, sends)
+		}
 	}
 }

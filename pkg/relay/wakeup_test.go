@@ -54,7 +54,7 @@ func TestListenerReconnectsWhenItsConnectionDrops(t *testing.T) {
 	tb.InsertN(t, 1, "reconnect.event")
 	waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: 1})
 
-	listening := `LISTEN "` + tb.Store.Table().Channel() + `"`
+	listening := `LISTEN "` + tb.Name + `"` // the channel is the schema-qualified name
 	killed := tb.Exec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", listening)
 	if killed != 1 {
 		t.Fatalf("terminated %d listening connections, want 1", killed)

@@ -27,9 +27,10 @@ type Store interface {
 	MarkFailed(ctx context.Context, p FailParams) (int, error)
 	// Release hands leased rows back to PENDING without counting an attempt.
 	Release(ctx context.Context, p SettleParams) (int, error)
-	// Renew extends a lease still in use and returns the new one, which
-	// covers the rows that still held the old lease (n of them).
-	Renew(ctx context.Context, p SettleParams) (lease Lease, n int, err error)
+	// Renew moves a lease still in use to a new stamp, p.To, and returns
+	// how many rows it covers now. Setting the same stamp twice is
+	// harmless, so a renewal whose answer was lost can be repeated.
+	Renew(ctx context.Context, p RenewParams) (int, error)
 	// Reap takes back leases older than the lease timeout.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
 
@@ -54,6 +55,23 @@ var ErrTableMissing = errors.New("outbox table does not exist")
 type Lease struct {
 	RelayID  string
 	LockedAt time.Time
+	// Unconfirmed are stamps of renewals whose answer was lost: any may
+	// have landed, so the rows hold LockedAt or one of these.
+	Unconfirmed []time.Time
+}
+
+// Stamps are the locked_at values the lease's rows may hold.
+func (l Lease) Stamps() []time.Time {
+	return append([]time.Time{l.LockedAt}, l.Unconfirmed...)
+}
+
+// RenewParams moves leased rows to a new stamp.
+type RenewParams struct {
+	Lease Lease
+	IDs   []uuid.UUID
+	// To is the new locked_at: the relay picks it, so that it knows the
+	// new lease even when the answer does not arrive.
+	To time.Time
 }
 
 // ClaimParams selects a batch to claim.

@@ -23,11 +23,6 @@ const DefaultTable = "openoutbox_events"
 // PostgreSQL's 63-byte identifier limit.
 const maxNameLen = 45
 
-// maxChannelLen is PostgreSQL's identifier limit (NAMEDATALEN-1). The NOTIFY
-// channel is "schema.table"; pg_notify rejects a longer channel, and the
-// notify trigger would then make every INSERT into the table fail.
-const maxChannelLen = 63
-
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // Table is a validated, optionally schema-qualified table name. Its parts are
@@ -39,8 +34,7 @@ type Table struct {
 
 // ParseTable validates name as "table" or "schema.table". Each part must be
 // lowercase letters, digits and underscores, not start with a digit, and be
-// at most 45 characters, so no name can smuggle SQL into a statement; a
-// schema-qualified name must also fit the 63-byte NOTIFY channel name.
+// at most 45 characters, so no name can smuggle SQL into a statement.
 func ParseTable(name string) (Table, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
@@ -52,9 +46,6 @@ func ParseTable(name string) (Table, error) {
 		}
 	}
 	if len(parts) == 2 {
-		if len(name) > maxChannelLen {
-			return Table{}, fmt.Errorf("invalid table name %q: schema.table must be at most %d characters, the limit of its NOTIFY channel", name, maxChannelLen)
-		}
 		return Table{Schema: parts[0], Name: parts[1]}, nil
 	}
 	return Table{Name: parts[0]}, nil
@@ -70,9 +61,6 @@ func (t Table) String() string {
 
 // Quoted returns the name ready for SQL: "schema"."table" or "table".
 func (t Table) Quoted() string { return t.schemaPrefix() + `"` + t.Name + `"` }
-
-// Channel is the LISTEN/NOTIFY channel the table's trigger notifies.
-func (t Table) Channel() string { return t.String() }
 
 // Object returns the quoted name of an object derived from the table, such
 // as an index or function, in the table's schema.
@@ -99,12 +87,11 @@ func RenderGrants(t Table) string {
 }
 
 // Expand substitutes t into SQL text written with the placeholders {{table}},
-// {{name}}, {{schema}} and {{channel}}.
+// {{name}} and {{schema}}.
 func Expand(sql string, t Table) string {
 	return strings.NewReplacer(
 		"{{table}}", t.Quoted(),
 		"{{name}}", t.Name,
 		"{{schema}}", t.schemaPrefix(),
-		"{{channel}}", t.Channel(),
 	).Replace(sql)
 }

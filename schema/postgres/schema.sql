@@ -3,9 +3,9 @@
 -- The table follows the Open Outbox table contract column for column, so the
 -- relay can take over an existing openoutbox_events table. Every statement is
 -- idempotent and nothing is ever dropped: running this file again is safe.
--- {{table}} is the (quoted) table name, {{name}} its bare name, {{schema}}
--- the quoted schema with a trailing dot when the name is schema-qualified,
--- and {{channel}} the NOTIFY channel relays listen on.
+-- {{table}} is the (quoted) table name, {{name}} its bare name, and
+-- {{schema}} the quoted schema with a trailing dot when the name is
+-- schema-qualified.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
     event_id      UUID PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -28,11 +28,19 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 -- seq records insertion order. Rows written in one transaction share
 -- created_at, so created_at alone cannot order them. The column is added
 -- without a default first so that an existing table is not rewritten; rows
--- that predate it keep NULL and sort first.
+-- that predate it keep NULL and sort first. Every change below is made only
+-- if missing: ALTER TABLE and CREATE INDEX take locks that block writers
+-- even when IF NOT EXISTS finds nothing to do, and a relay may run this at
+-- every start (STORAGE_AUTO_MIGRATE).
 CREATE SEQUENCE IF NOT EXISTS {{schema}}"{{name}}_seq";
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS seq BIGINT;
 DO $$
 BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = '{{table}}'::regclass AND attname = 'seq' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE {{table}} ADD COLUMN seq BIGINT;
+    END IF;
     IF NOT EXISTS (
         SELECT 1 FROM pg_attrdef d
         JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
@@ -44,42 +52,54 @@ BEGIN
 END
 $$;
 
--- Pickup: the claim query walks this index in order.
-CREATE INDEX IF NOT EXISTS "{{name}}_pending_idx"
-    ON {{table}} (available_at, created_at) WHERE status = 'PENDING';
-
--- Oldest pending age for stats and the backlog gauges.
-CREATE INDEX IF NOT EXISTS "{{name}}_pending_age_idx"
-    ON {{table}} (created_at) WHERE status = 'PENDING';
-
--- Strict per-key ordering (ORDERING=partition): the claim walks the keys
--- that still have unfinished events, and reads each key's events in order.
-CREATE INDEX IF NOT EXISTS "{{name}}_key_order_idx"
-    ON {{table}} (partition_key, created_at, seq)
-    WHERE status IN ('PENDING', 'DELIVERING', 'DEAD') AND partition_key IS NOT NULL;
-
--- Events without a key (NULL or empty), which ORDERING=partition claims by
--- age.
-CREATE INDEX IF NOT EXISTS "{{name}}_unkeyed_idx"
-    ON {{table}} (available_at, created_at)
-    WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '');
-
--- Stuck leases: the reaper finds expired DELIVERING rows here.
-CREATE INDEX IF NOT EXISTS "{{name}}_delivering_idx"
-    ON {{table}} (locked_at) WHERE status = 'DELIVERING';
-
--- Pruning delivered and dead rows.
-CREATE INDEX IF NOT EXISTS "{{name}}_delivered_idx"
-    ON {{table}} (delivered_at) WHERE status = 'DELIVERED';
-CREATE INDEX IF NOT EXISTS "{{name}}_dead_idx"
-    ON {{table}} (updated_at) WHERE status = 'DEAD';
+-- The indexes, all partial, so each holds only the rows one query needs:
+--   pending_idx       the claim walks it oldest first;
+--   pending_age_idx   the oldest pending age (stats, backlog gauges);
+--   key_order_idx     ORDERING=partition walks the keys with unfinished
+--                     events and reads each key's events in order; "C"
+--                     collation so that the database and the relay agree on
+--                     the order of keys;
+--   key_dead_idx      ORDERING_ON_DEAD=block finds a DEAD event ahead of a
+--                     key's first unfinished one;
+--   unkeyed_idx       events without a key, which ORDERING=partition claims
+--                     by age;
+--   delivering_idx    the reaper finds expired leases;
+--   delivered_idx,
+--   dead_idx          pruning.
+DO $$
+DECLARE
+    ix record;
+BEGIN
+    FOR ix IN SELECT * FROM (VALUES
+        ('{{name}}_pending_idx', $d$(available_at, created_at) WHERE status = 'PENDING'$d$),
+        ('{{name}}_pending_age_idx', $d$(created_at) WHERE status = 'PENDING'$d$),
+        ('{{name}}_key_order_idx', $d$(partition_key COLLATE "C", created_at, seq NULLS FIRST)
+            WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL$d$),
+        ('{{name}}_key_dead_idx', $d$(partition_key COLLATE "C", created_at, seq NULLS FIRST)
+            WHERE status = 'DEAD' AND partition_key IS NOT NULL$d$),
+        ('{{name}}_unkeyed_idx', $d$(available_at, created_at)
+            WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')$d$),
+        ('{{name}}_delivering_idx', $d$(locked_at) WHERE status = 'DELIVERING'$d$),
+        ('{{name}}_delivered_idx', $d$(delivered_at) WHERE status = 'DELIVERED'$d$),
+        ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$)
+    ) AS v(name, definition)
+    LOOP
+        IF to_regclass(format('%s%I', '{{schema}}', ix.name)) IS NULL THEN
+            -- An index is always created in its table's schema.
+            EXECUTE format('CREATE INDEX %I ON {{table}} %s', ix.name, ix.definition);
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- Wake relays as soon as events are committed: one notification per
--- inserting statement, delivered when its transaction commits.
+-- inserting statement, delivered when its transaction commits. The channel
+-- is the table's schema-qualified name however a relay spells it (cut to
+-- PostgreSQL's 63-byte limit on channel names).
 CREATE OR REPLACE FUNCTION {{schema}}"{{name}}_notify"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('{{channel}}', '');
+    PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, 63), '');
     RETURN NULL;
 END
 $$;

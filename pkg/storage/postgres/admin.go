@@ -205,7 +205,7 @@ func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64
 			return nil
 		}
 		// Delivered on commit, like the insert trigger's notification.
-		_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Channel())
+		_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Quoted())
 		return err
 	})
 	if err != nil {

@@ -545,7 +545,7 @@ func TestRetryDeadNotifiesRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{tb.Store.Table().Channel()}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{tb.Name}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -563,10 +563,10 @@ func TestRetryDeadNotifiesRelays(t *testing.T) {
 	defer cancel()
 	n, err := conn.WaitForNotification(waitCtx)
 	if err != nil {
-		t.Fatalf("no notification on %q after retry-dead: %v", tb.Store.Table().Channel(), err)
+		t.Fatalf("no notification on %q after retry-dead: %v", tb.Name, err)
 	}
-	if n.Channel != tb.Store.Table().Channel() {
-		t.Errorf("notified channel %q, want %q", n.Channel, tb.Store.Table().Channel())
+	if n.Channel != tb.Name {
+		t.Errorf("notified channel %q, want %q", n.Channel, tb.Name)
 	}
 	// Only the retry that moved rows notified: nothing else is queued.
 	quiet, cancelQuiet := context.WithTimeout(ctx, 200*time.Millisecond)

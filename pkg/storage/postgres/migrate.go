@@ -17,7 +17,7 @@ const migrateLockKey = 0x6f7574626f78 // "outbox"
 // derivedObjects are the suffixes of the indexes and sequence schema.sql
 // names after the table, reported by Migrate.
 var derivedObjects = []string{
-	"pkey", "seq", "pending_idx", "pending_age_idx", "key_order_idx", "unkeyed_idx",
+	"pkey", "seq", "pending_idx", "pending_age_idx", "key_order_idx", "key_dead_idx", "unkeyed_idx",
 	"delivering_idx", "delivered_idx", "dead_idx",
 }
 
@@ -30,6 +30,12 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 	var res storage.MigrateResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+			return err
+		}
+		// Creating what is missing locks the table; behind a long
+		// transaction that lock would queue and block every producer's
+		// insert. Better to fail and say so.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
 			return err
 		}
 		before, err := s.schemaObjects(ctx, tx)

@@ -6,6 +6,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -110,11 +111,30 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	}
 	// The statuses are constants in the SQL text, not parameters, so that
 	// the planner can match the partial index on them.
+	// Block mode stops a key at a DEAD event ahead of (or within) its run;
+	// the conditions are part of the text, not parameters, so each mode
+	// gets a plan of its own.
 	ordered := queries["claim_ordered"]
 	delete(queries, "claim_ordered")
-	queries["claim_ordered_skip"] = strings.ReplaceAll(ordered, "{{holding}}", "'PENDING', 'DELIVERING'")
-	queries["claim_ordered_block"] = strings.ReplaceAll(ordered, "{{holding}}", "'PENDING', 'DELIVERING', 'DEAD'")
+	queries["claim_ordered_skip"] = strings.NewReplacer(
+		"{{dead_holds_head}}", "",
+		"{{no_dead_before_row}}", "true",
+	).Replace(ordered)
+	queries["claim_ordered_block"] = strings.NewReplacer(
+		"{{dead_holds_head}}", "AND "+noDeadBefore(table, "h"),
+		"{{no_dead_before_row}}", noDeadBefore(table, "run"),
+	).Replace(ordered)
 	return queries, nil
+}
+
+// noDeadBefore is a condition, for block mode, that no DEAD event of key h.k
+// comes before the row alias names.
+func noDeadBefore(table schema.Table, alias string) string {
+	return fmt.Sprintf(`NOT EXISTS (
+          SELECT 1 FROM %[1]s d
+          WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
+            AND (d.created_at, coalesce(d.seq, 0)) < (%[2]s.created_at, coalesce(%[2]s.seq, 0)))`,
+		table.Quoted(), alias)
 }
 
 // Table returns the validated table name.
@@ -202,7 +222,9 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		query = s.queries["claim_ordered_block"]
 	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT pg_advisory_xact_lock($1, hashtext($2))", claimLockClass, s.table.String())
+	// The lock is keyed by the table's OID, so relays that spell its name
+	// differently (events, public.events) still take turns.
+	b.Queue("SELECT pg_advisory_xact_lock(($1::bigint << 32) | $2::regclass::oid::bigint)", claimLockClass, s.table.Quoted())
 	b.Queue(query, p.RelayID, p.Limit, p.After)
 	results := s.pool.SendBatch(ctx, b)
 	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
@@ -223,8 +245,8 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	return batch, nil
 }
 
-// claimLockClass is the first key of the ordered-claim advisory lock; the
-// second is the table's name hashed.
+// claimLockClass is the high half of the ordered-claim advisory lock key;
+// the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
 
 // readBatch reads claimed rows and sorts them oldest first.
@@ -254,7 +276,12 @@ func (s *Store) readBatch(rows pgx.Rows, p storage.ClaimParams) (storage.Batch, 
 		if c := a.event.CreatedAt.Compare(b.event.CreatedAt); c != 0 {
 			return c
 		}
-		return cmpInt64(a.seq, b.seq)
+		if c := cmpInt64(a.seq, b.seq); c != 0 {
+			return c
+		}
+		// Rows older than the seq column that share created_at: their
+		// order is lost, but at least it is the same on every claim.
+		return bytes.Compare(a.event.ID[:], b.event.ID[:])
 	})
 	events := make([]outbox.Event, len(list))
 	for i := range list {
@@ -278,7 +305,7 @@ func cmpInt64(a, b int64) int {
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
 func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.LockedAt, p.IDs)
+	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), p.IDs)
 	if err != nil {
 		return 0, fmt.Errorf("mark delivered: %w", err)
 	}
@@ -296,7 +323,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	for i, f := range p.Failures {
 		ids[i], msgs[i], dead[i], delays[i] = f.ID, truncate(storableText(f.Error), maxErrorLen), f.Dead, f.Delay.Microseconds()
 	}
-	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.LockedAt, ids, msgs, dead, delays)
+	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays)
 	if err != nil {
 		return 0, fmt.Errorf("mark failed: %w", err)
 	}
@@ -305,27 +332,20 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 
 // Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.LockedAt, p.IDs)
+	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), p.IDs)
 	if err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-// Renew moves the lease's rows among p.IDs to a new lease stamped now.
-func (s *Store) Renew(ctx context.Context, p storage.SettleParams) (storage.Lease, int, error) {
-	rows, err := s.pool.Query(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.LockedAt, p.IDs)
+// Renew moves the lease's rows among p.IDs to the stamp p.To.
+func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), p.IDs, p.To)
 	if err != nil {
-		return p.Lease, 0, fmt.Errorf("renew lease: %w", err)
+		return 0, fmt.Errorf("renew lease: %w", err)
 	}
-	stamps, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
-	if err != nil {
-		return p.Lease, 0, fmt.Errorf("renew lease: %w", err)
-	}
-	if len(stamps) == 0 {
-		return p.Lease, 0, nil
-	}
-	return storage.Lease{RelayID: p.Lease.RelayID, LockedAt: stamps[0]}, len(stamps), nil
+	return int(tag.RowsAffected()), nil
 }
 
 // Reap takes back at most p.Limit leases older than p.LeaseTimeout.
@@ -381,8 +401,17 @@ func (s *Store) Listen(ctx context.Context, onNotify func()) error {
 		return s.queryError("listen on", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	// The channel is validated like the table name, so quoting suffices.
-	if _, err := conn.Exec(ctx, `LISTEN "`+s.table.Channel()+`"`); err != nil {
+	var channel string
+	if err := conn.QueryRow(ctx, s.queries["channel"], s.table.Quoted()).Scan(&channel); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("listen on table %s: %w", s.table, storage.ErrTableMissing)
+		}
+		return s.queryError("find the notify channel of", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -876,7 +876,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	want := []string{
 		"table outbox", "column seq", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
 		"index outbox_pkey", "index outbox_pending_idx", "index outbox_pending_age_idx",
-		"index outbox_key_order_idx", "index outbox_unkeyed_idx", "index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
+		"index outbox_key_order_idx", "index outbox_key_dead_idx", "index outbox_unkeyed_idx", "index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
 	}
 	if !sameStrings(first.Created, want) {
 		t.Errorf("first Migrate created %q\nwant %q", first.Created, want)
@@ -1013,7 +1013,7 @@ func TestConcurrentMigrationsAllSucceed(t *testing.T) {
 func TestInsertNotifiesTheChannel(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	channel := tb.Store.Table().Channel()
+	channel := tb.Name
 	if channel != tb.Name {
 		t.Fatalf("Channel() = %q, want the table name %q", channel, tb.Name)
 	}
@@ -1137,7 +1137,6 @@ func TestOpenRejectsInvalidTableNames(t *testing.T) {
 		`a"b`,
 		"1abc",
 		"app.",
-		strings.Repeat("s", 30) + "." + strings.Repeat("t", 40),
 	} {
 		s, err := postgres.Open(ctx, pgtest.WithTable(pgtest.URL(), table))
 		if err == nil {
@@ -1283,21 +1282,114 @@ func TestRenewMovesRowsToANewLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := b.Lease
+	to := old.LockedAt.Add(20 * time.Second)
 
-	renewed, n, err := tb.Store.Renew(ctx, storage.SettleParams{Lease: old, IDs: ids[:2]})
+	n, err := tb.Store.Renew(ctx, storage.RenewParams{Lease: old, IDs: ids[:2], To: to})
 	if err != nil || n != 2 {
 		t.Fatalf("Renew = %d, %v; want 2 rows", n, err)
 	}
-	if !renewed.LockedAt.After(old.LockedAt) || renewed.RelayID != "r" {
-		t.Fatalf("new lease %+v is not later than %+v", renewed, old)
+	// A renewal whose answer was lost is repeated with both stamps.
+	unsure := old
+	unsure.Unconfirmed = []time.Time{to}
+	if n, err := tb.Store.Renew(ctx, storage.RenewParams{Lease: unsure, IDs: ids[:2], To: to}); err != nil || n != 2 {
+		t.Fatalf("repeating the renewal = %d, %v; want the same 2 rows", n, err)
 	}
+	renewed := storage.Lease{RelayID: "r", LockedAt: to}
 	if n, _ := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: old, IDs: ids}); n != 1 {
 		t.Fatalf("the old lease settled %d rows, want only the one not renewed", n)
 	}
 	if n, _ := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: renewed, IDs: ids}); n != 2 {
 		t.Fatalf("the new lease settled %d rows, want 2", n)
 	}
-	if _, n, err := tb.Store.Renew(ctx, storage.SettleParams{Lease: old, IDs: ids}); err != nil || n != 0 {
+	if n, err := tb.Store.Renew(ctx, storage.RenewParams{Lease: renewed, IDs: ids, To: to.Add(time.Second)}); err != nil || n != 0 {
 		t.Fatalf("renewing settled rows = %d, %v; want 0", n, err)
+	}
+}
+
+func TestSettleAcceptsAnyStampARenewalMayHaveSet(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ctx := context.Background()
+	ids := tb.InsertN(t, 1, "unsure")
+	b, err := tb.Store.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := b.Lease.LockedAt.Add(time.Minute)
+	// The renewal lands, but its answer is lost.
+	if _, err := tb.Store.Renew(ctx, storage.RenewParams{Lease: b.Lease, IDs: ids, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids}); n != 0 {
+		t.Fatalf("the stale lease alone settled %d rows", n)
+	}
+	unsure := b.Lease
+	unsure.Unconfirmed = []time.Time{to}
+	if n, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: unsure, IDs: ids}); err != nil || n != 1 {
+		t.Fatalf("settling with both stamps = %d, %v; want 1", n, err)
+	}
+}
+
+// TestListenHearsInsertsHoweverTheTableIsSpelt: a relay configured with the
+// bare table name (found through search_path) and one with the
+// schema-qualified name listen on the same channel.
+func TestListenHearsInsertsHoweverTheTableIsSpelt(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	schemaName, table, _ := strings.Cut(tb.Name, ".")
+	bare, err := postgres.Open(context.Background(), pgtest.WithTable(pgtest.URL()+"&search_path="+schemaName, table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if err := bare.Check(context.Background()); err != nil {
+		t.Fatalf("the bare name does not resolve through search_path: %v", err)
+	}
+
+	heard := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- bare.Listen(ctx, func() { heard <- struct{}{} }) }()
+	defer func() { cancel(); <-done }()
+	select { // the announcement Listen makes once it listens
+	case <-heard:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen never started")
+	}
+	tb.InsertN(t, 1, "spelt") // through the qualified name
+	select {
+	case <-heard:
+	case err := <-done:
+		t.Fatalf("Listen ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an insert through the qualified name did not reach a listener using the bare name")
+	}
+}
+
+// TestMigrateOfAMigratedTableBlocksNoWriter: with nothing to create,
+// migrate takes no table lock, so it neither waits behind a long
+// transaction nor makes inserts queue behind it.
+func TestMigrateOfAMigratedTableBlocksNoWriter(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ctx := context.Background()
+	reader, err := tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Rollback(ctx) }()
+	// A long-running transaction that read the table holds a lock that
+	// ALTER TABLE or CREATE INDEX would have to wait for.
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM "+tb.Name); err != nil {
+		t.Fatal(err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := tb.Store.Migrate(quick)
+	if err != nil {
+		t.Fatalf("migrating a migrated table waited behind a reader: %v", err)
+	}
+	if len(res.Created) != 0 {
+		t.Fatalf("created %v on a migrated table", res.Created)
 	}
 }

@@ -1,20 +1,25 @@
 -- Keys whose first unfinished event is DEAD while later events wait. Under
 -- ORDERING=partition with ORDERING_ON_DEAD=block the relay holds these keys
--- until an operator retries or prunes the DEAD event. The subqueries read
--- the key-order index; the outer scan the DEAD index.
+-- until an operator retries or prunes the DEAD event. The outer scan reads
+-- the DEAD index; the subqueries the key-order indexes.
 SELECT d.partition_key, d.event_id, d.event_type,
        (SELECT count(*) FROM {{table}} w
-        WHERE w.partition_key = d.partition_key AND w.status IN ('PENDING', 'DELIVERING', 'DEAD')
-          AND w.status = 'PENDING') AS waiting
+        WHERE w.partition_key COLLATE "C" = d.partition_key COLLATE "C"
+          AND w.status IN ('PENDING', 'DELIVERING') AND w.status = 'PENDING') AS waiting
 FROM {{table}} d
 WHERE d.status = 'DEAD' AND d.partition_key > ''
   AND NOT EXISTS (
       SELECT 1 FROM {{table}} e
-      WHERE e.partition_key = d.partition_key AND e.status IN ('PENDING', 'DELIVERING', 'DEAD')
+      WHERE e.partition_key COLLATE "C" = d.partition_key COLLATE "C"
+        AND e.status IN ('PENDING', 'DELIVERING')
+        AND (e.created_at, coalesce(e.seq, 0)) < (d.created_at, coalesce(d.seq, 0)))
+  AND NOT EXISTS (
+      SELECT 1 FROM {{table}} e
+      WHERE e.partition_key COLLATE "C" = d.partition_key COLLATE "C" AND e.status = 'DEAD'
         AND (e.created_at, coalesce(e.seq, 0)) < (d.created_at, coalesce(d.seq, 0)))
   AND EXISTS (
       SELECT 1 FROM {{table}} w
-      WHERE w.partition_key = d.partition_key AND w.status IN ('PENDING', 'DELIVERING', 'DEAD')
-        AND w.status = 'PENDING')
+      WHERE w.partition_key COLLATE "C" = d.partition_key COLLATE "C"
+        AND w.status IN ('PENDING', 'DELIVERING') AND w.status = 'PENDING')
 ORDER BY d.updated_at
 LIMIT $1

@@ -1,58 +1,66 @@
 -- Claim a batch under ORDERING=partition. An event may be claimed only when
--- every earlier event with its key (by created_at, then seq) is DELIVERED
--- (or, with ORDERING_ON_DEAD=skip, DEAD); events of one key are claimed as a
--- run in order. {{holding}} lists the statuses that hold a key back. An empty
--- partition_key counts as no key, like NULL.
+-- every earlier event with its key (by created_at, then seq, NULL first) is
+-- DELIVERED or — with ORDERING_ON_DEAD=skip — DEAD; a key's events are
+-- claimed as a run in order. An empty partition_key counts as no key, like
+-- NULL. Under ORDERING_ON_DEAD=block the driver fills in two conditions
+-- that stop a key at a DEAD event (marked dead_holds_head and
+-- no_dead_before_row below); under skip they are empty and true.
 --
 -- This statement runs in the same transaction as, and right after, a
 -- statement that takes an advisory lock, so its snapshot sees every claim
 -- committed before it: two relays can never both see a key free and claim
 -- parts of it.
 --
+-- Keys are compared in the "C" collation, the order of the key-order index
+-- and of the relay's cursor.
+--
 -- $1 relay id, $2 batch size, $3 cursor: the last key the previous claim
--- took ('' at first). The walk over keys starts after it and wraps around, so every key
--- gets its turn.
+-- took ('' at first). The walk over keys starts after it and wraps around,
+-- so every key gets its turn.
 WITH RECURSIVE after_cursor AS (
-    (SELECT partition_key AS k, status, available_at
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 0 AS lap
      FROM {{table}}
-     WHERE status IN ({{holding}}) AND partition_key > $3
-     ORDER BY partition_key, created_at, seq
+     WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > $3
+     ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
      LIMIT 1)
     UNION ALL
-    SELECT nxt.k, nxt.status, nxt.available_at
+    SELECT nxt.*
     FROM after_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key AS k, status, available_at
+        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 0 AS lap
         FROM {{table}}
-        WHERE status IN ({{holding}}) AND partition_key > w.k
-        ORDER BY partition_key, created_at, seq
+        WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
+        ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
         LIMIT 1
     ) nxt
 ), up_to_cursor AS (
-    (SELECT partition_key AS k, status, available_at
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 1 AS lap
      FROM {{table}}
-     WHERE status IN ({{holding}}) AND partition_key > ''
-     ORDER BY partition_key, created_at, seq
+     WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > ''
+     ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
      LIMIT 1)
     UNION ALL
-    SELECT nxt.k, nxt.status, nxt.available_at
+    SELECT nxt.*
     FROM up_to_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key AS k, status, available_at
+        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 1 AS lap
         FROM {{table}}
-        WHERE status IN ({{holding}}) AND partition_key > w.k
-        ORDER BY partition_key, created_at, seq
+        WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
+        ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
         LIMIT 1
     ) nxt
     WHERE w.k < $3
 ), heads AS (
     -- Each row is a key and its first unfinished event.
-    SELECT k, status, available_at FROM after_cursor
+    SELECT * FROM after_cursor
     UNION ALL
-    SELECT k, status, available_at FROM up_to_cursor WHERE k <= $3
+    SELECT * FROM up_to_cursor WHERE k <= $3
 ), due_heads AS (
     -- Keys whose first unfinished event is due, in walk order.
-    SELECT k FROM heads WHERE status = 'PENDING' AND available_at <= now()
+    SELECT h.k, h.lap
+    FROM heads h
+    WHERE h.status = 'PENDING' AND h.available_at <= now()
+      {{dead_holds_head}}
 ), keyed AS (
     -- For each of those keys, the run of due PENDING events from the start,
     -- stopping at the first that is not, and at 20 events. A batch then
@@ -68,13 +76,14 @@ WITH RECURSIVE after_cursor AS (
             SELECT x.event_id
             FROM (
                 SELECT event_id,
-                       bool_and(status = 'PENDING' AND available_at <= now())
-                           OVER (ORDER BY created_at, seq ROWS UNBOUNDED PRECEDING) AS due
+                       bool_and(status = 'PENDING' AND available_at <= now() AND clear)
+                           OVER (ORDER BY created_at, seq NULLS FIRST ROWS UNBOUNDED PRECEDING) AS due
                 FROM (
-                    SELECT event_id, status, available_at, created_at, seq
-                    FROM {{table}}
-                    WHERE partition_key = h.k AND status IN ({{holding}})
-                    ORDER BY created_at, seq
+                    SELECT event_id, status, available_at, created_at, seq,
+                           {{no_dead_before_row}} AS clear
+                    FROM {{table}} run
+                    WHERE partition_key COLLATE "C" = h.k AND status IN ('PENDING', 'DELIVERING')
+                    ORDER BY created_at, seq NULLS FIRST
                     LIMIT 20
                 ) run
             ) x
@@ -103,5 +112,14 @@ UPDATE {{table}} AS t
 SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
 FROM picked
 WHERE t.event_id = picked.event_id AND t.status = 'PENDING'
+  -- The rule itself, checked row by row so that it holds whatever order
+  -- the planner produced the picks in: every earlier unfinished event of
+  -- the key is claimed by this same statement.
+  AND (coalesce(t.partition_key, '') = '' OR NOT EXISTS (
+      SELECT 1 FROM {{table}} e
+      WHERE e.partition_key COLLATE "C" = t.partition_key COLLATE "C"
+        AND e.status IN ('PENDING', 'DELIVERING')
+        AND (e.created_at, coalesce(e.seq, 0)) < (t.created_at, coalesce(t.seq, 0))
+        AND e.event_id NOT IN (SELECT event_id FROM picked)))
 RETURNING t.event_id, t.event_type, coalesce(t.partition_key, ''), t.payload, t.headers,
           t.attempts, t.created_at, coalesce(t.seq, 0), t.locked_at

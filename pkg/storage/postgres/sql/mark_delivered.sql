@@ -3,4 +3,4 @@ UPDATE {{table}}
 SET status = 'DELIVERED', delivered_at = now(), updated_at = now(),
     locked_by = NULL, locked_at = NULL
 WHERE event_id = ANY($3::uuid[])
-  AND status = 'DELIVERING' AND locked_by = $1 AND locked_at = $2
+  AND status = 'DELIVERING' AND locked_by = $1 AND locked_at = ANY($2::timestamptz[])

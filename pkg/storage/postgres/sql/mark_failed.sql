@@ -9,4 +9,4 @@ SET status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
     locked_by = NULL, locked_at = NULL, updated_at = now()
 FROM unnest($3::uuid[], $4::text[], $5::bool[], $6::bigint[]) AS f(event_id, error, dead, delay_us)
 WHERE t.event_id = f.event_id
-  AND t.status = 'DELIVERING' AND t.locked_by = $1 AND t.locked_at = $2
+  AND t.status = 'DELIVERING' AND t.locked_by = $1 AND t.locked_at = ANY($2::timestamptz[])

@@ -1,8 +1,9 @@
--- Extend the lease of events still being published, so that a slow broker
--- does not let the reaper hand them to another relay. The new locked_at is
--- the new lease.
+-- Move the rows of a lease still being published to a new stamp ($4), so
+-- that a slow broker does not let the reaper hand them to another relay.
+-- The relay picks the stamp: if the answer is lost it still knows what the
+-- rows may hold, and repeating the statement is harmless. $2 lists the
+-- stamps the rows may hold now.
 UPDATE {{table}}
-SET locked_at = now()
+SET locked_at = $4
 WHERE event_id = ANY($3::uuid[])
-  AND status = 'DELIVERING' AND locked_by = $1 AND locked_at = $2
-RETURNING locked_at
+  AND status = 'DELIVERING' AND locked_by = $1 AND locked_at = ANY($2::timestamptz[])
