@@ -27,8 +27,9 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 
 -- seq records insertion order. Rows written in one transaction share
 -- created_at, so created_at alone cannot order them. The column is added
--- without a default first so that an existing table is not rewritten; rows
--- that predate it keep NULL and sort first. Every change below is made only
+-- without a default first so that an existing table is not rewritten; the
+-- unfinished rows that predate it are numbered once, the delivered ones keep
+-- NULL (which sorts first). Every change below is made only
 -- if missing: ALTER TABLE and CREATE INDEX take locks that block writers
 -- even when IF NOT EXISTS finds nothing to do, and a relay may run this at
 -- every start (STORAGE_AUTO_MIGRATE).
@@ -48,6 +49,18 @@ BEGIN
     ) THEN
         ALTER TABLE {{table}} ALTER COLUMN seq SET DEFAULT nextval('{{schema}}"{{name}}_seq"');
         ALTER SEQUENCE {{schema}}"{{name}}_seq" OWNED BY {{table}}.seq;
+        -- Number the unfinished rows that predate the column, oldest first
+        -- (their order within a transaction is lost), so that ordered
+        -- claims can compare (created_at, seq) without NULLs. Delivered
+        -- history keeps NULL.
+        UPDATE {{table}} AS t SET seq = o.n
+        FROM (
+            SELECT event_id, nextval('{{schema}}"{{name}}_seq"') AS n
+            FROM (SELECT event_id FROM {{table}}
+                  WHERE seq IS NULL AND status <> 'DELIVERED'
+                  ORDER BY created_at, event_id) AS unfinished
+        ) AS o
+        WHERE t.event_id = o.event_id;
     END IF;
 END
 $$;

@@ -133,7 +133,7 @@ func noDeadBefore(table schema.Table, alias string) string {
 	return fmt.Sprintf(`NOT EXISTS (
           SELECT 1 FROM %[1]s d
           WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
-            AND (d.created_at, coalesce(d.seq, 0)) < (%[2]s.created_at, coalesce(%[2]s.seq, 0)))`,
+            AND (d.created_at, d.seq) < (%[2]s.created_at, %[2]s.seq))`,
 		table.Quoted(), alias)
 }
 

@@ -936,6 +936,8 @@ func TestMigrateAdoptsAnOpenOutboxTable(t *testing.T) {
 	exec(t, s, fmt.Sprintf(openOutboxDDL, table))
 	old := uuid.New()
 	exec(t, s, "INSERT INTO "+table+" (event_id, event_type, payload) VALUES ($1, 'old.event', '\\x01')", old)
+	history := uuid.New()
+	exec(t, s, "INSERT INTO "+table+" (event_id, event_type, payload, status, delivered_at) VALUES ($1, 'done.event', '\\x00', 'DELIVERED', now())", history)
 
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "seq") {
 		t.Fatalf("Check before Migrate = %v, want it to name the missing seq column", err)
@@ -961,15 +963,21 @@ func TestMigrateAdoptsAnOpenOutboxTable(t *testing.T) {
 	// A producer that knows only the Open Outbox columns still inserts.
 	newer := uuid.New()
 	exec(t, s, "INSERT INTO "+table+" (event_id, event_type, partition_key, payload, headers) VALUES ($1, 'new.event', 'k', '\\x02', '{\"a\":\"b\"}')", newer)
-	var oldSeq, newSeq *int64
-	if err := s.Pool().QueryRow(ctx, "SELECT (SELECT seq FROM "+table+" WHERE event_id = $1), (SELECT seq FROM "+table+" WHERE event_id = $2)", old, newer).Scan(&oldSeq, &newSeq); err != nil {
+	var oldSeq, newSeq, historySeq *int64
+	if err := s.Pool().QueryRow(ctx, "SELECT (SELECT seq FROM "+table+" WHERE event_id = $1), (SELECT seq FROM "+table+" WHERE event_id = $2), (SELECT seq FROM "+table+" WHERE event_id = $3)",
+		old, newer, history).Scan(&oldSeq, &newSeq, &historySeq); err != nil {
 		t.Fatal(err)
 	}
-	if oldSeq != nil {
-		t.Errorf("the existing row got seq %d; the table must not be rewritten", *oldSeq)
+	// Unfinished rows are numbered once, so ordered claims can compare
+	// seq; delivered history is left alone (no rewrite of the table).
+	if oldSeq == nil {
+		t.Error("the existing PENDING row got no seq")
 	}
-	if newSeq == nil {
-		t.Error("a new row got no seq")
+	if historySeq != nil {
+		t.Errorf("the delivered row got seq %d; history must be left alone", *historySeq)
+	}
+	if newSeq == nil || (oldSeq != nil && *newSeq <= *oldSeq) {
+		t.Errorf("a new row got seq %v, want one after the existing row's %v", newSeq, oldSeq)
 	}
 
 	b := claim(t, s, "relay-1", 10)

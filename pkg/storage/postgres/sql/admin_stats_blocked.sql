@@ -12,11 +12,11 @@ WHERE d.status = 'DEAD' AND d.partition_key > ''
       SELECT 1 FROM {{table}} e
       WHERE e.partition_key COLLATE "C" = d.partition_key COLLATE "C"
         AND e.status IN ('PENDING', 'DELIVERING')
-        AND (e.created_at, coalesce(e.seq, 0)) < (d.created_at, coalesce(d.seq, 0)))
+        AND (e.created_at, e.seq) < (d.created_at, d.seq))
   AND NOT EXISTS (
       SELECT 1 FROM {{table}} e
       WHERE e.partition_key COLLATE "C" = d.partition_key COLLATE "C" AND e.status = 'DEAD'
-        AND (e.created_at, coalesce(e.seq, 0)) < (d.created_at, coalesce(d.seq, 0)))
+        AND (e.created_at, e.seq) < (d.created_at, d.seq))
   AND EXISTS (
       SELECT 1 FROM {{table}} w
       WHERE w.partition_key COLLATE "C" = d.partition_key COLLATE "C"

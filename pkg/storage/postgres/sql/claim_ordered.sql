@@ -67,17 +67,17 @@ WITH RECURSIVE after_cursor AS (
     -- holds whole runs of a few keys when keys have long backlogs, leaving
     -- other keys for the next claim while this batch is at the broker, and
     -- many keys when each has few events. The walk stops as soon as the
-    -- batch is full.
-    SELECT event_id, row_number() OVER () AS rank
+    -- batch is full. pos is an event's place in its key's run.
+    SELECT event_id, k, pos, row_number() OVER () AS rank
     FROM (
-        SELECT r.event_id
+        SELECT r.event_id, h.k, r.pos
         FROM due_heads h
         CROSS JOIN LATERAL (
-            SELECT x.event_id
+            SELECT x.event_id, x.pos
             FROM (
                 SELECT event_id,
-                       bool_and(status = 'PENDING' AND available_at <= now() AND clear)
-                           OVER (ORDER BY created_at, seq NULLS FIRST ROWS UNBOUNDED PRECEDING) AS due
+                       row_number() OVER w AS pos,
+                       bool_and(status = 'PENDING' AND available_at <= now() AND clear) OVER w AS due
                 FROM (
                     SELECT event_id, status, available_at, created_at, seq,
                            {{no_dead_before_row}} AS clear
@@ -86,13 +86,15 @@ WITH RECURSIVE after_cursor AS (
                     ORDER BY created_at, seq NULLS FIRST
                     LIMIT 20
                 ) run
+                WINDOW w AS (ORDER BY created_at, seq NULLS FIRST ROWS UNBOUNDED PRECEDING)
             ) x
             WHERE x.due
         ) r
         LIMIT $2
     ) walked
 ), unkeyed AS (
-    SELECT event_id, row_number() OVER (ORDER BY available_at, created_at) AS rank
+    SELECT event_id, NULL::text AS k, 0::bigint AS pos,
+           row_number() OVER (ORDER BY available_at, created_at) AS rank
     FROM (
         SELECT event_id, available_at, created_at
         FROM {{table}}
@@ -103,23 +105,22 @@ WITH RECURSIVE after_cursor AS (
     ) u
 ), picked AS (
     -- Keyed and unkeyed events alternate, so neither crowds out the other.
-    SELECT event_id
-    FROM (SELECT event_id, rank FROM keyed UNION ALL SELECT event_id, rank FROM unkeyed) c
+    SELECT event_id, k, pos
+    FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) c
     ORDER BY rank
     LIMIT $2
+), checked AS (
+    -- The rule once more, in terms SQL guarantees whatever plan produced
+    -- the picks: a key's picked events must be the first places of its run,
+    -- 1, 2, … with no gap. A later place without the ones before it is not
+    -- claimed.
+    SELECT event_id
+    FROM (SELECT event_id, k, pos, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
+    WHERE k IS NULL OR pos = nth
 )
 UPDATE {{table}} AS t
 SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
-FROM picked
-WHERE t.event_id = picked.event_id AND t.status = 'PENDING'
-  -- The rule itself, checked row by row so that it holds whatever order
-  -- the planner produced the picks in: every earlier unfinished event of
-  -- the key is claimed by this same statement.
-  AND (coalesce(t.partition_key, '') = '' OR NOT EXISTS (
-      SELECT 1 FROM {{table}} e
-      WHERE e.partition_key COLLATE "C" = t.partition_key COLLATE "C"
-        AND e.status IN ('PENDING', 'DELIVERING')
-        AND (e.created_at, coalesce(e.seq, 0)) < (t.created_at, coalesce(t.seq, 0))
-        AND e.event_id NOT IN (SELECT event_id FROM picked)))
+FROM checked
+WHERE t.event_id = checked.event_id AND t.status = 'PENDING'
 RETURNING t.event_id, t.event_type, coalesce(t.partition_key, ''), t.payload, t.headers,
           t.attempts, t.created_at, coalesce(t.seq, 0), t.locked_at
