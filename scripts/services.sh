@@ -4,6 +4,9 @@
 # do not, and that the tools they use are installed.
 # Usage: scripts/services.sh postgres [nats] [rabbitmq] [docker-compose]
 #
+# The services are for `go test -race`, which needs cgo and so a C compiler:
+# asking for any of them also installs gcc when it is missing.
+#
 # A service that already answers is left alone. For each service this script
 # starts, it prints "started <name> <pid-or-how-to-stop>" so callers can stop
 # what they started.
@@ -51,12 +54,21 @@ postgres() {
 	ver=$(ls /etc/postgresql | sort -V | tail -1)
 	hba=/etc/postgresql/$ver/main/pg_hba.conf
 	# The tests connect as postgres without a password over TCP.
+	local trusted=
 	if ! as_root grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
 		echo "services.sh: trusting 127.0.0.1 connections in $hba (test server)" >&2
 		as_root sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+		trusted=1
 	fi
-	as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+	# Installing the package starts the cluster on systemd hosts, and
+	# pg_ctlcluster then exits 2 ("already running"): whether the server
+	# answers below is what counts.
+	as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
 	wait_for 5432 PostgreSQL
+	if [ -n "$trusted" ]; then
+		# A server that was already running has not read the new line yet.
+		as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+	fi
 	echo "started postgres pg_ctlcluster $ver main"
 }
 
@@ -94,9 +106,19 @@ docker_compose() {
 	apt_install docker-compose
 }
 
+# go test -race needs cgo, and cgo a C compiler and the C library headers.
+c_compiler() {
+	command -v gcc >/dev/null && return 0
+	echo "services.sh: installing gcc for go test -race (cgo)" >&2
+	apt_install gcc libc6-dev
+}
+
 for svc in "$@"; do
 	case "$svc" in
-	postgres | nats | rabbitmq) "$svc" ;;
+	postgres | nats | rabbitmq)
+		c_compiler
+		"$svc"
+		;;
 	docker-compose) docker_compose ;;
 	*)
 		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq, docker-compose)" >&2

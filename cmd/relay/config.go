@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -203,6 +205,11 @@ func (c config) validate() error {
 	}
 	if c.HTTPAddr == "" {
 		add(fmt.Errorf("HTTP_ADDR must not be empty (use 127.0.0.1:8080 to listen locally only)"))
+	} else if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		// net.Listen would fail only after the database and the broker were
+		// reached, and a bare "8080" is an easy mistake to make.
+		add(fmt.Errorf("HTTP_ADDR %q is not host:port (%v); use :%s to listen on every interface or 127.0.0.1:%s locally only",
+			c.HTTPAddr, err, portHint(c.HTTPAddr), portHint(c.HTTPAddr)))
 	}
 	add(c.telemetryConfig(nil).Validate())
 	if c.BacklogInterval <= 0 {
@@ -212,6 +219,15 @@ func (c config) validate() error {
 		return usageError{err}
 	}
 	return nil
+}
+
+// portHint is the port to suggest for a mistaken HTTP_ADDR: addr itself when
+// it is one, else the default's.
+func portHint(addr string) string {
+	if _, err := strconv.Atoi(addr); err == nil {
+		return addr
+	}
+	return strings.TrimPrefix(httpAddrDefault, ":")
 }
 
 func (c config) engineConfig(log *slog.Logger) relay.Config {

@@ -217,25 +217,33 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// healthcheck asks a running relay for /healthz on the port of HTTP_ADDR.
+// healthcheck asks the relay that the same environment configures for
+// /healthz: the configuration is read as the relay reads it, so SERVER_PORT
+// works too, and the configured host is dialled unless it listens on every
+// interface.
 func healthcheck(ctx context.Context, environ map[string]string, stderr io.Writer) int {
-	addr := environ["HTTP_ADDR"]
-	if addr == "" {
-		addr = httpAddrDefault
-	}
-	_, port, err := net.SplitHostPort(addr)
+	cfg, err := loadConfig(environ)
 	if err != nil {
-		fmt.Fprintf(stderr, "relay healthcheck: HTTP_ADDR %q: %v\n", addr, err)
+		printConfigError(stderr, "relay healthcheck", err)
 		return 2
+	}
+	host, port, _ := net.SplitHostPort(cfg.HTTPAddr) // validated by loadConfig
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+port+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
 		return 1
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// No HTTP_PROXY: the relay is on this host, or next to it in the pod.
+	client := &http.Client{Transport: &http.Transport{}}
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "relay healthcheck: %v\n", err)
 		return 1

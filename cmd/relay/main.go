@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -61,8 +62,9 @@ The relay is configured from the environment (STORAGE_URL, PUBLISHER_URL,
 BATCH_SIZE, ...); see docs/configuration.md. It runs until SIGINT or SIGTERM,
 then finishes the batches in flight and exits 0.
 
-relay healthcheck asks the relay running on HTTP_ADDR for /healthz and exits 0
-when it answers 200, for container health checks in images without curl.
+relay healthcheck reads the same environment, asks the relay it configures
+(HTTP_ADDR, or SERVER_PORT) for /healthz and exits 0 when it answers 200, for
+container health checks in images without curl.
 `
 
 // run is the whole program; it returns the exit code: 0 after a clean stop,
@@ -86,8 +88,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	}
 	cfg, err := loadConfig(environ)
 	if err != nil {
-		fmt.Fprintf(stderr, "relay: configuration error:\n  %s\n",
-			strings.ReplaceAll(redact.URL(err.Error()), "\n", "\n  "))
+		printConfigError(stderr, "relay", err)
 		return 2
 	}
 	log := newLogger(cfg, stderr)
@@ -105,6 +106,13 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	return 0
 }
 
+// printConfigError writes loadConfig's error, one problem a line, without
+// secrets.
+func printConfigError(w io.Writer, prefix string, err error) {
+	fmt.Fprintf(w, "%s: configuration error:\n  %s\n", prefix,
+		strings.ReplaceAll(redact.URL(err.Error()), "\n", "\n  "))
+}
+
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
@@ -116,7 +124,10 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 
 // serve wires the relay together and runs it until ctx ends.
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
-	storageURL := storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName)
+	storageURL := withConnectTimeout(storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName), os.LookupEnv)
+	// Said before the first query, which waits for the database: a relay
+	// that hangs here shows where it hangs.
+	log.Info("connecting to PostgreSQL", "storage", redact.URL(storageURL))
 	store, err := storage.Open(ctx, storageURL)
 	if err != nil {
 		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
@@ -140,17 +151,17 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if cfg.AutoMigrate {
 		res, err := store.Migrate(ctx)
 		if err != nil {
-			return err
+			return startError(ctx, log, err)
 		}
 		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed))
 	}
 	if err := store.Check(ctx); err != nil {
-		return err
+		return startError(ctx, log, err)
 	}
 
 	tel, err := telemetry.New(ctx, cfg.telemetryConfig(log))
 	if err != nil {
-		return err
+		return startError(ctx, log, err)
 	}
 	defer func() {
 		// Runs after the engine and reaper stopped: what they recorded last
@@ -243,6 +254,42 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	_ = srv.Shutdown(shutdownCtx)
 	log.Info("relay stopped")
 	return nil
+}
+
+// startError is err from a start-up step, or nil when ctx ended meanwhile:
+// SIGTERM while the relay still waits for the database is a clean stop
+// (exit 0, no error logged), or every rolling deploy that catches a relay
+// starting would look like a crash.
+func startError(ctx context.Context, log *slog.Logger, err error) error {
+	if ctx.Err() != nil {
+		log.Info("relay stopped before it started")
+		return nil
+	}
+	return err
+}
+
+// connectTimeoutDefault is the connect_timeout (seconds) STORAGE_URL gets
+// when it sets none. pgx has no default, so a server that accepts the TCP
+// connection and never answers (a hung server, a wrong port behind a
+// proxy) would hang start-up, and later every query, forever.
+const connectTimeoutDefault = "10"
+
+// withConnectTimeout adds connect_timeout=connectTimeoutDefault to rawURL
+// unless it sets one or the process environment has PGCONNECT_TIMEOUT,
+// which pgx reads itself (from the process, not from run's environ). An
+// unparsable URL is returned unchanged for storage.Open to report.
+func withConnectTimeout(rawURL string, lookupEnv func(string) (string, bool)) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	if _, set := lookupEnv("PGCONNECT_TIMEOUT"); set || q.Has("connect_timeout") {
+		return rawURL
+	}
+	q.Set("connect_timeout", connectTimeoutDefault)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func randomSuffix() string {

@@ -59,6 +59,10 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 			[]string{"PUBLISHER_URL", "unknown option"}},
 		{"malformed URL", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@[::1"},
 			[]string{"PUBLISHER_URL", "malformed"}},
+		{"HTTP_ADDR without a colon", map[string]string{"HTTP_ADDR": "8080"},
+			[]string{`HTTP_ADDR "8080" is not host:port`, "use :8080"}},
+		{"HTTP_ADDR with a scheme", map[string]string{"HTTP_ADDR": "http://0.0.0.0:8080"},
+			[]string{"HTTP_ADDR", "is not host:port"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -107,6 +107,53 @@ func TestURL(t *testing.T) {
 			want: `dial "postgres://u:xxxxx@db:5432/app": connection refused`,
 		},
 		{
+			// url.Parse rejects it, and the pattern for "user:password@"
+			// cannot see across the space.
+			name: "space in password",
+			in:   "amqp://u:Sup3r S3cretPW@mq:5672/",
+			want: "amqp://u:xxxxx@mq:5672/",
+		},
+		{
+			name: "tab in password",
+			in:   "postgres://u:Sup3r\tS3cretPW@db/app",
+			want: "postgres://u:xxxxx@db/app",
+		},
+		{
+			name: "spaces and at signs in password",
+			in:   "amqp://u:Sup3r S3c@ret PW@mq/",
+			want: "amqp://u:xxxxx@mq/",
+		},
+		{
+			name: "space in password, quoted in an error with another URL after it",
+			in:   `malformed publisher URL "amqp://u:Sup3r S3cretPW@mq/vh": expected scheme://host`,
+			want: `malformed publisher URL "amqp://u:xxxxx@mq/vh": expected scheme://host`,
+		},
+		{
+			name: "space in password, then another URL",
+			in:   "storage postgres://u:Sup3r S3cretPW@db/app publisher amqp://g:" + secret + "@mq/",
+			want: "storage postgres://u:xxxxx@db/app publisher amqp://g:xxxxx@mq/",
+		},
+		{
+			name: "space in password after an Azure user name",
+			in:   "postgres://relay@myserver:Sup3r S3cretPW@myserver.postgres.database.azure.com/app",
+			want: "postgres://relay@myserver:xxxxx@myserver.postgres.database.azure.com/app",
+		},
+		{
+			name: "NATS token",
+			in:   "nats://" + secret + "@nats.example.com:4222",
+			want: "nats://xxxxx@nats.example.com:4222",
+		},
+		{
+			name: "NATS token with TLS and several servers",
+			in:   "TLS://" + secret + "@h1:4222,h2:4222?name=relay",
+			want: "TLS://xxxxx@h1:4222,h2:4222?name=relay",
+		},
+		{
+			name: "NATS token in an error",
+			in:   `connect to "nats://` + secret + `@h:4222": authorization violation`,
+			want: `connect to "nats://xxxxx@h:4222": authorization violation`,
+		},
+		{
 			name: "two URLs in one message",
 			in:   "storage postgres://u:" + secret + "@db/app publisher amqp://g:" + secret + "@mq/",
 			want: "storage postgres://u:xxxxx@db/app publisher amqp://g:xxxxx@mq/",
@@ -144,6 +191,17 @@ func TestURLLeavesURLsWithoutSecretsUnchanged(t *testing.T) {
 		"cannot reach PostgreSQL at db:5432 as user \"relay\": connection refused",
 		"postgres://db/app?application_name=relay&pool_max_conns=10",
 		"postgres://db/app?passwordless=true",
+		// Log text after a URL is not taken for a password with spaces.
+		"dial nats://h:4222 failed: authorization violation for user bob@example.com",
+		"dial nats://h:4222: i/o timeout (ops@example.com)",
+		"postgres://db:5432/app: connection refused; mail admin@example.com",
+		"http://[::1]:8080/metrics scraped by prometheus@monitoring",
+		"dial tcp://host: no route to host; contact ops@example.com",
+		"kafka://relay@h1:9092 said: user bob@corp.example rejected",
+		"GET https://example.com/path: 404 for bob@example.com",
+		`{"storage":"postgres://db:5432/app","error":"role relay@myserver does not exist"}`,
+		"storage postgres://u:xxxxx@db/app failed for relay@myserver",
+		"nats://localhost:4222 and nats://h2:4222 sent by bob@example.com",
 	} {
 		if got := redact.URL(in); got != in {
 			t.Errorf("URL(%q) = %q, want it unchanged", in, got)
@@ -153,10 +211,15 @@ func TestURLLeavesURLsWithoutSecretsUnchanged(t *testing.T) {
 
 func TestURLIsIdempotent(t *testing.T) {
 	t.Parallel()
-	in := "postgres://u:" + secret + "@db/app?password=" + secret
-	once := redact.URL(in)
-	if twice := redact.URL(once); twice != once {
-		t.Errorf("URL(URL(x)) = %q, want %q", twice, once)
+	for _, in := range []string{
+		"postgres://u:" + secret + "@db/app?password=" + secret,
+		"amqp://u:Sup3r S3cretPW@mq/ failed for bob@example.com",
+		"nats://" + secret + "@h:4222",
+	} {
+		once := redact.URL(in)
+		if twice := redact.URL(once); twice != once {
+			t.Errorf("URL(URL(x)) = %q, want %q", twice, once)
+		}
 	}
 }
 
@@ -198,6 +261,12 @@ func TestError(t *testing.T) {
 			err:  errors.New("token " + secret + " expired"),
 			urls: []string{"stdout://", "nats://u:" + secret + "@h:4222"},
 			want: "token xxxxx expired",
+		},
+		{
+			name: "bare NATS token",
+			err:  errors.New("token " + secret + " rejected"),
+			urls: []string{"nats://" + secret + "@h:4222"},
+			want: "token xxxxx rejected",
 		},
 		{
 			name: "URLs not in the message are still scrubbed by pattern",

@@ -90,9 +90,9 @@ func TestTableNames(t *testing.T) {
 		wantInRender, notInRender []string
 	}{
 		{
-			in:      "openoutbox_events",
-			quoted:  `"openoutbox_events"`,
-			object:  `"openoutbox_events_notify"`,
+			in:     "openoutbox_events",
+			quoted: `"openoutbox_events"`,
+			object: `"openoutbox_events_notify"`,
 			wantInRender: []string{
 				`CREATE TABLE IF NOT EXISTS "openoutbox_events" (`,
 				`CREATE SEQUENCE IF NOT EXISTS "openoutbox_events_seq"`,
@@ -105,9 +105,9 @@ func TestTableNames(t *testing.T) {
 			},
 		},
 		{
-			in:      "app.outbox",
-			quoted:  `"app"."outbox"`,
-			object:  `"app"."outbox_notify"`,
+			in:     "app.outbox",
+			quoted: `"app"."outbox"`,
+			object: `"app"."outbox_notify"`,
 			wantInRender: []string{
 				`CREATE TABLE IF NOT EXISTS "app"."outbox" (`,
 				`CREATE SEQUENCE IF NOT EXISTS "app"."outbox_seq"`,

@@ -717,11 +717,24 @@ func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
 
 // Ping connects if needed, then checks the exchange on a channel of its
 // own (a missing exchange closes the channel it is asked on): declared when
-// declare=true, looked up otherwise. It gives RabbitMQ the timeout to
+// declare=true, looked up otherwise. The check gives RabbitMQ the timeout to
 // answer, whatever ctx allows: a broker that answers slowly is not gone,
 // one that does not answer within the timeout is, and its connection is
-// closed.
+// closed. Ping itself returns when ctx ends, so a caller with less time
+// (/readyz has 2s) gets its answer in time; the check then finishes in the
+// background, and its outcome is what the next Ping or Publish finds.
 func (p *Publisher) Ping(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.ping(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("amqp: health check: RabbitMQ did not answer in time: %w", ctx.Err())
+	}
+}
+
+func (p *Publisher) ping(ctx context.Context) error {
 	s, err := p.session(ctx)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -627,10 +628,11 @@ func TestEveryOptionIsDocumented(t *testing.T) {
 	}
 }
 
-// TestSilentServerIsUnavailableWithinTheTimeout points the driver at a port
-// that accepts connections and never speaks AMQP, like a broker that hangs.
-func TestSilentServerIsUnavailableWithinTheTimeout(t *testing.T) {
-	t.Parallel()
+// silentServer listens on a port that accepts connections and never speaks
+// AMQP, like a broker that hangs. hangUp closes it and every connection it
+// took; it also runs when the test ends.
+func silentServer(t *testing.T) (addr string, hangUp func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -650,18 +652,29 @@ func TestSilentServerIsUnavailableWithinTheTimeout(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-accepted
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
+	var once sync.Once
+	hangUp = func() {
+		once.Do(func() {
+			_ = ln.Close()
+			<-accepted
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range held {
+				_ = c.Close()
+			}
+		})
+	}
+	t.Cleanup(hangUp)
+	return ln.Addr().String(), hangUp
+}
 
+// TestSilentServerIsUnavailableWithinTheTimeout points the driver at a port
+// that accepts connections and never speaks AMQP, like a broker that hangs.
+func TestSilentServerIsUnavailableWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	addr, _ := silentServer(t)
 	const timeout = 300 * time.Millisecond
-	p := openPublisher(t, "amqp://"+ln.Addr().String()+"?timeout="+timeout.String())
+	p := openPublisher(t, "amqp://"+addr+"?timeout="+timeout.String())
 	began := time.Now()
 	if err := p.Ping(context.Background()); err == nil {
 		t.Fatal("Ping to a silent server succeeded")
@@ -669,5 +682,28 @@ func TestSilentServerIsUnavailableWithinTheTimeout(t *testing.T) {
 	requireUnavailable(t, publishAll(t, p, newEvent("orders.created", "k", "1", "")), "connect to RabbitMQ")
 	if took := time.Since(began); took > 10*timeout {
 		t.Errorf("Ping and Publish to a silent server took %s with timeout=%s", took, timeout)
+	}
+}
+
+// TestPingReturnsWithinTheCallersDeadline checks that Ping answers within a
+// context shorter than the URL's timeout, as /readyz's 2s budget needs,
+// however long RabbitMQ takes.
+func TestPingReturnsWithinTheCallersDeadline(t *testing.T) {
+	t.Parallel()
+	addr, hangUp := silentServer(t)
+	// Publisher.Close waits for the connect the abandoned check still runs.
+	defer hangUp()
+	const timeout = 20 * time.Second
+	p := openPublisher(t, "amqp://"+addr+"?timeout="+timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := p.Ping(ctx)
+	took := time.Since(began)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Ping to a silent server with a 300ms context: %v, want context.DeadlineExceeded", err)
+	}
+	if took > timeout/2 {
+		t.Errorf("Ping with a 300ms context took %s (timeout=%s)", took, timeout)
 	}
 }

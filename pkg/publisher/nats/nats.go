@@ -40,6 +40,9 @@ type Config struct {
 	User    string
 	// Password is never logged.
 	Password string
+	// Token is the user info of a URL without a password
+	// (nats://token@host), which NATS reads as a token. Never logged.
+	Token string
 	// SubjectPrefix is put before the event type to form the subject.
 	SubjectPrefix string
 	// Timeout bounds the wait for an acknowledgement and for connecting.
@@ -66,8 +69,11 @@ func ParseURL(u *url.URL) (Config, error) {
 		cfg.Servers = append(cfg.Servers, u.Scheme+"://"+host)
 	}
 	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Password, _ = u.User.Password()
+		if pw, ok := u.User.Password(); ok {
+			cfg.User, cfg.Password = u.User.Username(), pw
+		} else {
+			cfg.Token = u.User.Username()
+		}
 	}
 	q := u.Query()
 	for key := range q {
@@ -130,6 +136,9 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 	}
 	if cfg.User != "" || cfg.Password != "" {
 		opts = append(opts, natsgo.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, natsgo.Token(cfg.Token))
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, natsgo.UserCredentials(cfg.CredsFile))
@@ -208,6 +217,9 @@ func (p *Publisher) message(e *outbox.Event) (*natsgo.Msg, error) {
 	}
 	h := make(natsgo.Header, len(headers)+3)
 	for k, v := range headers {
+		if reservedHeader(k) {
+			continue
+		}
 		if err := validHeader(k, v); err != nil {
 			return nil, err
 		}
@@ -233,6 +245,19 @@ func validSubject(s string) error {
 		}
 	}
 	return nil
+}
+
+// reservedHeader reports whether a row header is left out: JetStream acts
+// on Nats-* headers (Nats-Rollup purges the stream, Nats-Expected-* make
+// publishes fail, a second Nats-Msg-Id in another case would compete with
+// the event id that deduplication relies on), and the event's own headers
+// come from its columns. NATS header names are case-sensitive, so a row's
+// "x-event-id" would otherwise travel next to the driver's X-Event-ID.
+func reservedHeader(k string) bool {
+	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") ||
+		strings.EqualFold(k, outbox.HeaderEventID) ||
+		strings.EqualFold(k, outbox.HeaderEventType) ||
+		strings.EqualFold(k, outbox.HeaderPartitionKey)
 }
 
 func validHeader(k, v string) error {
@@ -296,7 +321,10 @@ func (p *Publisher) noResponders(ctx context.Context, subject string, err error)
 	if lookupErr != nil {
 		return publisher.Unavailable(fmt.Errorf("nats: no response from JetStream for %q: %w", subject, err))
 	}
-	return fmt.Errorf("nats: no response from stream for %q: %w", subject, err)
+	// The stream exists but does not answer (no leader, or restarting):
+	// nothing sent to it can succeed now, so the relay pauses rather than
+	// spending the events' attempts.
+	return publisher.Unavailable(fmt.Errorf("nats: no response from stream for %q: %w", subject, err))
 }
 
 // Ping checks that the connection is up and JetStream answers.

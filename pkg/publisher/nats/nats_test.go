@@ -193,6 +193,39 @@ func TestPublishBatchArrivesComplete(t *testing.T) {
 	}
 }
 
+// TestReservedRowHeadersAreLeftOut sends row headers that JetStream would
+// act on, and headers named like the driver's own in another case. Sent,
+// Nats-Rollup would be refused by this stream and Nats-Expected-Stream would
+// fail the publish; X-Event-ID in lower case would travel next to the real
+// one.
+func TestReservedRowHeadersAreLeftOut(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ordersStream(t, srv, jetstream.StreamConfig{})
+	pub := open(t, srv, "")
+
+	e := event("orders.created", "k", "{}", `{"Nats-Rollup":"all","nats-expected-stream":"OTHER",`+
+		`"NATS-Msg-Id":"not-the-event-id","x-event-id":"spoofed","X-EVENT-TYPE":"spoofed",`+
+		`"x-partition-key":"spoofed","Natsy":"kept","X-Event-Source":"kept"}`)
+	requireNoErrors(t, pub.Publish(context.Background(), []outbox.Event{e}), 1)
+
+	msgs := stored(t, srv, "ORDERS")
+	if len(msgs) != 1 {
+		t.Fatalf("stream holds %d messages, want 1", len(msgs))
+	}
+	want := natsgo.Header{
+		natsgo.MsgIdHdr:           {e.ID.String()},
+		outbox.HeaderEventID:      {e.ID.String()},
+		outbox.HeaderEventType:    {e.Type},
+		outbox.HeaderPartitionKey: {e.PartitionKey},
+		"Natsy":                   {"kept"},
+		"X-Event-Source":          {"kept"},
+	}
+	if got := msgs[0].Header; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("headers\n got %v\nwant %v", got, want)
+	}
+}
+
 func TestPublishKeepsPerKeyOrderWithinBatch(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -573,6 +606,21 @@ func TestParseURL(t *testing.T) {
 		}
 	})
 
+	t.Run("token", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := parse(t, "nats://s3cr3t-t0ken@h1:4222")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Token != "s3cr3t-t0ken" || cfg.User != "" || cfg.Password != "" {
+			t.Errorf("token %q user %q password %q, want only the token", cfg.Token, cfg.User, cfg.Password)
+		}
+		// An empty password is still a user and password.
+		if cfg, _ := parse(t, "nats://alice:@h1:4222"); cfg.User != "alice" || cfg.Token != "" {
+			t.Errorf("nats://alice:@h1: user %q token %q, want user alice", cfg.User, cfg.Token)
+		}
+	})
+
 	t.Run("multiple hosts", func(t *testing.T) {
 		t.Parallel()
 		cfg, err := parse(t, "nats://h1:4222,h2:4222")
@@ -706,6 +754,37 @@ func TestCredentialsAreUsedAndNeverRevealed(t *testing.T) {
 		}
 		if strings.Contains(e.Error(), wrong) || strings.Contains(e.Error(), password) {
 			t.Errorf("error %q reveals a password", e)
+		}
+	}
+}
+
+// TestTokenIsUsedAndNeverRevealed checks that user info without a password
+// authenticates as a token, as the nats CLI and nats.go read it, and that
+// a wrong token is never quoted.
+func TestTokenIsUsedAndNeverRevealed(t *testing.T) {
+	t.Parallel()
+	const token = "S3CRET-t0ken"
+	srv := natstest.Start(t, func(o *server.Options) { o.Authorization = token })
+	host := strings.TrimPrefix(srv.URL(), "nats://")
+
+	good := openURL(t, "nats://"+token+"@"+host+"?timeout=2s")
+	var last error
+	eventually.True(t, waitLong, func() bool {
+		last = good.Ping(context.Background())
+		return last == nil
+	}, func() string { return fmt.Sprintf("Ping with the right token, last error: %v", last) })
+
+	const wrong = "wr0ng-t0ken"
+	bad := openURL(t, "nats://"+wrong+"@"+host+"?timeout=2s")
+	eventually.True(t, waitLong, func() bool {
+		last = bad.Ping(context.Background())
+		return last != nil && strings.Contains(strings.ToLower(last.Error()), "authorization")
+	}, func() string { return fmt.Sprintf("Ping to report the authorization failure, last error: %v", last) })
+	for _, e := range append(bad.Publish(context.Background(), []outbox.Event{event("orders.created", "k", "x", "")}), last) {
+		if e == nil {
+			t.Errorf("publish with a wrong token succeeded")
+		} else if strings.Contains(e.Error(), wrong) || strings.Contains(e.Error(), token) {
+			t.Errorf("error %q reveals a token", e)
 		}
 	}
 }

@@ -82,8 +82,14 @@ func (p *Publisher) Publish(_ context.Context, batch []outbox.Event) []error {
 		}
 	}
 	if err := p.w.Flush(); err != nil {
-		// Nothing written is known to have arrived.
-		return publisher.Fill(len(batch), publisher.Unavailable(fmt.Errorf("write to stdout: %w", err)))
+		// Nothing written is known to have arrived. Events that failed
+		// permanently keep that verdict: writing them again cannot help.
+		unavailable := publisher.Unavailable(fmt.Errorf("write to stdout: %w", err))
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = unavailable
+			}
+		}
 	}
 	return errs
 }

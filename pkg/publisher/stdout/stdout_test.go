@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -77,5 +78,32 @@ func TestCloseIsIdempotentAndStopsPublishing(t *testing.T) {
 	}
 	if p.Ping(context.Background()) == nil {
 		t.Fatal("Ping after Close succeeded")
+	}
+}
+
+// brokenPipe is a stdout whose reader has gone away.
+type brokenPipe struct{}
+
+func (brokenPipe) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// TestFailedFlushKeepsPermanentErrors checks that a write failure, which
+// says nothing about any one event, does not turn an event that can never be
+// written into one that is released and tried again forever.
+func TestFailedFlushKeepsPermanentErrors(t *testing.T) {
+	t.Parallel()
+	p := stdout.New(brokenPipe{})
+	batch := []outbox.Event{
+		{ID: uuid.New(), Type: "a.ok", Payload: []byte(`{}`)},
+		{ID: uuid.New(), Type: "a.bad", Payload: []byte(`{}`), Headers: []byte(`[1,2]`)},
+		{ID: uuid.New(), Type: "a.ok", Payload: []byte(`{}`)},
+	}
+	errs := p.Publish(context.Background(), batch)
+	if !publisher.IsPermanent(errs[1]) || publisher.IsUnavailable(errs[1]) {
+		t.Errorf("bad headers: err = %v, want permanent", errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if !publisher.IsUnavailable(errs[i]) || !strings.Contains(errs[i].Error(), "broken pipe") {
+			t.Errorf("event %d: err = %v, want unavailable with the write error", i, errs[i])
+		}
 	}
 }

@@ -1358,7 +1358,12 @@ func TestListenHearsInsertsHoweverTheTableIsSpelt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bare.Listen(ctx, func() { heard <- struct{}{} }) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Listen: %v", err)
+		}
+	}()
 	select { // the announcement Listen makes once it listens
 	case <-heard:
 	case <-time.After(10 * time.Second):

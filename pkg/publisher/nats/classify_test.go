@@ -1,0 +1,49 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+)
+
+// TestNoResponseFromAnExistingStreamIsUnavailable classifies the errors a
+// publish gets when the stream capturing its subject exists but does not
+// answer, as while a replicated stream has no leader, which one in-process
+// server cannot stage. JetStream is not taking messages then: the relay
+// must pause, not spend the events' attempts.
+func TestNoResponseFromAnExistingStreamIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	u, err := url.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+
+	for _, cause := range []error{natsgo.ErrNoResponders, jetstream.ErrNoStreamResponse} {
+		err := p.classify(context.Background(), "orders.created", cause)
+		if !publisher.IsUnavailable(err) || publisher.IsPermanent(err) || !errors.Is(err, cause) {
+			t.Errorf("%v for a subject a stream captures: got %v, want Unavailable wrapping it", cause, err)
+		}
+	}
+	// Without a stream for the subject, the same answer is the event's fault.
+	if err := p.classify(context.Background(), "payments.created", natsgo.ErrNoResponders); !publisher.IsPermanent(err) {
+		t.Errorf("no responders for a subject no stream captures: got %v, want permanent", err)
+	}
+}
