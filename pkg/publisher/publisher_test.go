@@ -3,7 +3,9 @@ package publisher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+	"sync/atomic"
 	"testing"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -17,6 +19,8 @@ type fakePublisher struct{ cfg fakeConfig }
 func (*fakePublisher) Publish(context.Context, []outbox.Event) []error { return nil }
 func (*fakePublisher) Ping(context.Context) error                      { return nil }
 func (*fakePublisher) Close(context.Context) error                     { return nil }
+
+var registerRuns atomic.Int64
 
 func TestRegisterConfig(t *testing.T) {
 	t.Parallel()
@@ -32,15 +36,18 @@ func TestRegisterConfig(t *testing.T) {
 		}
 		return &fakePublisher{cfg}, nil
 	}
-	publisher.RegisterConfig(parse, open, "registerconfig-test")
+	// The registry is global: a scheme of its own for every run, so that
+	// -count=N does not register it twice.
+	scheme := fmt.Sprintf("registerconfig-test-%d", registerRuns.Add(1))
+	publisher.RegisterConfig(parse, open, scheme)
 
-	p, err := publisher.Open(context.Background(), "registerconfig-test://good")
+	p, err := publisher.Open(context.Background(), scheme+"://good")
 	if fp, ok := p.(*fakePublisher); err != nil || !ok || fp.cfg.host != "good" {
 		t.Errorf("Open of a good URL: %#v, %v; want the publisher opened from the parsed config", p, err)
 	}
 	for raw, want := range map[string]string{
-		"registerconfig-test://bad-url":    "parse refused",
-		"registerconfig-test://bad-config": "open refused",
+		scheme + "://bad-url":    "parse refused",
+		scheme + "://bad-config": "open refused",
 	} {
 		p, err := publisher.Open(context.Background(), raw)
 		if err == nil || err.Error() != want {
