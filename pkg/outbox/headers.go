@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"strings"
 )
 
 // Header names every driver adds to a message next to the row's own headers,
@@ -25,7 +25,8 @@ const (
 // could carry it and retrying will not change the row.
 func ParseHeaders(raw []byte) (map[string]string, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+	// Most rows carry no headers; JSONB spells that "{}".
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
 		return nil, nil
 	}
 	if raw[0] != '{' {
@@ -59,14 +60,21 @@ func headerText(value json.RawMessage) (text string, ok bool, err error) {
 		return s, true, nil
 	case 'n':
 		return "", false, nil
-	case 't', 'f':
-		b, err := strconv.ParseBool(string(value))
-		return strconv.FormatBool(b), err == nil, err
 	case '{', '[':
 		return "", false, fmt.Errorf("value must be a string, number or boolean, got %s", describeJSON(value))
-	default:
+	default: // a number or a boolean: its JSON text
 		return string(value), true, nil
 	}
+}
+
+// IsEventHeader reports whether name is one of the headers every driver
+// sets itself (X-Event-ID, X-Event-Type, X-Partition-Key), in any letter
+// case. A row header of that name is dropped, so a message never carries
+// two values for one of them.
+func IsEventHeader(name string) bool {
+	return strings.EqualFold(name, HeaderEventID) ||
+		strings.EqualFold(name, HeaderEventType) ||
+		strings.EqualFold(name, HeaderPartitionKey)
 }
 
 func describeJSON(raw []byte) string {

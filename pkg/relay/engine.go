@@ -317,7 +317,6 @@ type outcome struct {
 	released  []uuid.UUID
 	dead      int
 	firstErr  error // first retryable or permanent error, for the log
-	report    Outcome
 	// brokerErr is set when the broker, not the events, failed.
 	brokerErr error
 }
@@ -337,7 +336,7 @@ func (e *Engine) process(c claimed) {
 	endPublish(results)
 	o := e.sort(ctx, events, results)
 	e.settle(ctx, c.batch.Lease, c.at, o)
-	e.obs.Finished(ctx, o.report)
+	e.obs.Finished(ctx, o.summary())
 	if e.cfg.Ordering == storage.OrderingPartition {
 		// Settling frees keys that the last claim had to pass over.
 		e.Wake()
@@ -507,14 +506,23 @@ func (e *Engine) publishInKeyOrder(ctx context.Context, events []outbox.Event) [
 	}
 }
 
+// summary is what the Observer is told of the outcome.
+func (o outcome) summary() Outcome {
+	return Outcome{
+		Delivered: len(o.delivered),
+		Failed:    len(o.failed) - o.dead,
+		Dead:      o.dead,
+		Released:  len(o.released),
+	}
+}
+
 func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []error) outcome {
-	var o outcome
+	o := outcome{delivered: make([]uuid.UUID, 0, len(events))}
 	for i, err := range results {
 		ev := &events[i]
 		switch {
 		case err == nil:
 			o.delivered = append(o.delivered, ev.ID)
-			o.report.Delivered = append(o.report.Delivered, *ev)
 		case errors.Is(err, errHeldBack):
 			o.released = append(o.released, ev.ID)
 		case publisher.IsUnavailable(err) || ctx.Err() != nil:
@@ -541,9 +549,6 @@ func (e *Engine) sort(ctx context.Context, events []outbox.Event, results []erro
 			}
 		}
 	}
-	o.report.Failed = len(o.failed) - o.dead
-	o.report.Dead = o.dead
-	o.report.Released = len(o.released)
 	return o
 }
 

@@ -28,8 +28,8 @@ type Observer interface {
 
 // Outcome is what became of the events of one claimed batch.
 type Outcome struct {
-	// Delivered are the events the broker acknowledged.
-	Delivered []outbox.Event
+	// Delivered were acknowledged by the broker.
+	Delivered int
 	// Failed went back to PENDING to be retried after a backoff.
 	Failed int
 	// Dead went DEAD.

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -199,12 +200,12 @@ func (o observer) StartSettle(ctx context.Context, op string, events int) (conte
 // counted when they are.
 func (o observer) Finished(ctx context.Context, out relay.Outcome) {
 	t := o.t
-	t.inst.events.Add(ctx, int64(len(out.Delivered)), setSuccess)
+	t.inst.events.Add(ctx, int64(out.Delivered), setSuccess)
 	t.inst.events.Add(ctx, int64(out.Failed), setFailed)
 	t.inst.events.Add(ctx, int64(out.Dead), setDead)
 	if _, b := inBatch(ctx); b != nil && b.root != nil {
 		b.root.SetAttributes(
-			attribute.Int(attrDelivered, len(out.Delivered)),
+			attribute.Int(attrDelivered, out.Delivered),
 			attribute.Int(attrFailed, out.Failed),
 			attribute.Int(attrDeadEvents, out.Dead),
 			attribute.Int(attrReleased, out.Released))
@@ -227,24 +228,19 @@ func (t *Telemetry) OnReap(r storage.ReapResult) {
 	t.inst.reclaimed.Add(ctx, int64(r.Dead), setReapDead)
 }
 
-// ReapStore is the reaper's view of the table (reaper.Store).
-type ReapStore interface {
-	Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error)
-}
-
 // InstrumentReap times every reap statement as storage.latency with
 // op = reap. The reaper has no observer of its own; wrapping its store is
 // all it takes.
-func (t *Telemetry) InstrumentReap(s ReapStore) ReapStore { return timedReap{s, t} }
+func (t *Telemetry) InstrumentReap(s reaper.Store) reaper.Store { return timedReap{s, t} }
 
 type timedReap struct {
-	ReapStore
+	reaper.Store
 	t *Telemetry
 }
 
 func (r timedReap) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
 	began := time.Now()
-	res, err := r.ReapStore.Reap(ctx, p)
+	res, err := r.Store.Reap(ctx, p)
 	r.t.inst.storageLatency.Record(ctx, time.Since(began).Seconds(), storageSet(opReap, err))
 	return res, err
 }

@@ -198,7 +198,7 @@ func TestObserverRecordsABatch(t *testing.T) {
 	endSettle(nil)
 	_, endSettle = o.StartSettle(bctx, relay.OpMarkFailed, 1)
 	endSettle(errors.New("connection reset"))
-	o.Finished(bctx, relay.Outcome{Delivered: events[:3], Failed: 1})
+	o.Finished(bctx, relay.Outcome{Delivered: 3, Failed: 1})
 	o.StateChanged(relay.StatePaused)
 
 	m = collect(t, reader)
@@ -396,7 +396,7 @@ func TestPrometheusNamesAreOpenOutboxs(t *testing.T) {
 	end(1, nil)
 	_, endPublish := o.StartPublish(bctx, []outbox.Event{{CreatedAt: time.Now()}})
 	endPublish([]error{nil})
-	o.Finished(bctx, relay.Outcome{Delivered: []outbox.Event{{}}})
+	o.Finished(bctx, relay.Outcome{Delivered: 1})
 	tb := pgtest.New(t)
 	tb.InsertN(t, 1, "names.test")
 	p := tel.PollBacklog(tb.Store, time.Hour, nil)
@@ -547,7 +547,7 @@ func TestOTLPUsesTheStandardVariables(t *testing.T) {
 	o := tel.Observer()
 	bctx, end := o.StartClaim(context.Background())
 	end(1, nil)
-	o.Finished(bctx, relay.Outcome{Delivered: []outbox.Event{{}}})
+	o.Finished(bctx, relay.Outcome{Delivered: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := tel.Shutdown(ctx); err != nil {

@@ -683,6 +683,11 @@ func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
 		if k == "CC" || k == "BCC" {
 			return amqp091.Publishing{}, fmt.Errorf("header %q: RabbitMQ reserves CC and BCC for sender-selected routing; rename it", k)
 		}
+		// The driver's own headers win: two X-Event-ID headers in one
+		// table would leave consumers guessing which is true.
+		if outbox.IsEventHeader(k) {
+			continue
+		}
 		// The row's content type becomes the message property consumers
 		// look at, and is not repeated as a header.
 		if strings.EqualFold(k, "content-type") {

@@ -456,7 +456,7 @@ func (p *Publisher) message(e *outbox.Event, now time.Time) (kafkago.Message, er
 	for _, k := range slices.Sorted(maps.Keys(rowHeaders)) {
 		// The driver's own headers win: two X-Event-ID headers on one
 		// record would leave consumers guessing which is true.
-		if strings.EqualFold(k, outbox.HeaderEventID) || strings.EqualFold(k, outbox.HeaderEventType) || strings.EqualFold(k, outbox.HeaderPartitionKey) {
+		if outbox.IsEventHeader(k) {
 			continue
 		}
 		headers = append(headers, kafkago.Header{Key: k, Value: []byte(rowHeaders[k])})

@@ -179,15 +179,18 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 	}
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
+	// What a stream lookup found, per subject: a batch for a missing stream
+	// asks JetStream once, not once per event.
+	verdicts := map[string]error{}
 	for i := range batch {
 		msg, err := p.message(&batch[i])
 		if err != nil {
 			errs[i] = publisher.Permanent(err)
 			continue
 		}
-		futures[i], err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(batch[i].ID.String()))
+		futures[i], err = p.js.PublishMsgAsync(msg)
 		if err != nil {
-			errs[i] = p.classify(ctx, msg.Subject, err)
+			errs[i] = p.classify(ctx, msg.Subject, err, verdicts)
 		}
 	}
 	for i, f := range futures {
@@ -197,7 +200,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = p.classify(ctx, f.Msg().Subject, err)
+			errs[i] = p.classify(ctx, f.Msg().Subject, err, verdicts)
 		case <-ctx.Done():
 			errs[i] = publisher.Unavailable(fmt.Errorf("nats: waiting for ack: %w", ctx.Err()))
 		}
@@ -225,7 +228,11 @@ func (p *Publisher) message(e *outbox.Event) (*natsgo.Msg, error) {
 		}
 		h[k] = []string{v}
 	}
-	h[outbox.HeaderEventID] = []string{e.ID.String()}
+	id := e.ID.String()
+	// Nats-Msg-Id set here rather than through a publish option: the
+	// stream drops a copy it has seen within its duplicate window.
+	h[jetstream.MsgIDHeader] = []string{id}
+	h[outbox.HeaderEventID] = []string{id}
 	h[outbox.HeaderEventType] = []string{e.Type}
 	if e.PartitionKey != "" {
 		h[outbox.HeaderPartitionKey] = []string{e.PartitionKey}
@@ -254,10 +261,7 @@ func validSubject(s string) error {
 // come from its columns. NATS header names are case-sensitive, so a row's
 // "x-event-id" would otherwise travel next to the driver's X-Event-ID.
 func reservedHeader(k string) bool {
-	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") ||
-		strings.EqualFold(k, outbox.HeaderEventID) ||
-		strings.EqualFold(k, outbox.HeaderEventType) ||
-		strings.EqualFold(k, outbox.HeaderPartitionKey)
+	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") || outbox.IsEventHeader(k)
 }
 
 func validHeader(k, v string) error {
@@ -272,7 +276,8 @@ func validHeader(k, v string) error {
 
 // classify sorts a publish error into permanent (the event can never be
 // stored), unavailable (the broker cannot take anything now) or retryable.
-func (p *Publisher) classify(ctx context.Context, subject string, err error) error {
+// verdicts caches stream lookups for the batch by subject.
+func (p *Publisher) classify(ctx context.Context, subject string, err error, verdicts map[string]error) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, natsgo.ErrMaxPayload):
@@ -282,7 +287,12 @@ func (p *Publisher) classify(ctx context.Context, subject string, err error) err
 	case errors.Is(err, natsgo.ErrBadSubject):
 		return publisher.Permanent(fmt.Errorf("invalid subject %q: %w", subject, err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
-		return p.noResponders(ctx, subject, err)
+		if v, ok := verdicts[subject]; ok {
+			return v
+		}
+		v := p.noResponders(ctx, subject, err)
+		verdicts[subject] = v
+		return v
 	case errors.As(err, &apiErr):
 		// A stream at its limits with the discard-new policy answers 503
 		// with this code. Only the events for that stream are stuck, so

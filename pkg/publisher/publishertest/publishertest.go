@@ -119,8 +119,10 @@ func event(eventType, key string, n int) outbox.Event {
 		Type:         eventType,
 		PartitionKey: key,
 		Payload:      []byte(fmt.Sprintf(`{"n":%d}`, n)),
-		Headers:      []byte(fmt.Sprintf(`{"tenant":"acme","n":%d,"flag":true,"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`, n)),
-		CreatedAt:    time.Now(),
+		// A row header that pretends to be the event's id must not reach
+		// the broker next to the real one.
+		Headers:   []byte(fmt.Sprintf(`{"tenant":"acme","n":%d,"flag":true,"x-event-id":"forged","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`, n)),
+		CreatedAt: time.Now(),
 	}
 }
 
@@ -178,6 +180,11 @@ func batchArrivesComplete(t *testing.T, d Driver) {
 		for k, v := range want {
 			if m.Headers[k] != v {
 				t.Errorf("event %d header %s = %q, want %q", i, k, m.Headers[k], v)
+			}
+		}
+		for k, v := range m.Headers {
+			if v == "forged" {
+				t.Errorf("event %d carries the row's %s header next to the driver's own", i, k)
 			}
 		}
 	}

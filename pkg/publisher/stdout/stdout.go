@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"sync"
@@ -67,6 +68,9 @@ func (p *Publisher) Publish(_ context.Context, batch []outbox.Event) []error {
 			errs[i] = publisher.Permanent(err)
 			continue
 		}
+		// The line's own fields name the event; a row header claiming to
+		// is left out, as every driver does.
+		maps.DeleteFunc(headers, func(k, _ string) bool { return outbox.IsEventHeader(k) })
 		l := line{EventID: e.ID.String(), EventType: e.Type, PartitionKey: e.PartitionKey, Headers: headers}
 		switch {
 		case json.Valid(e.Payload):

@@ -6,7 +6,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -109,8 +109,6 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		}
 		queries[strings.TrimSuffix(e.Name(), ".sql")] = schema.Expand(string(text), table)
 	}
-	// The statuses are constants in the SQL text, not parameters, so that
-	// the planner can match the partial index on them.
 	// Block mode stops a key at a DEAD event ahead of (or within) its run;
 	// the conditions are part of the text, not parameters, so each mode
 	// gets a plan of its own.
@@ -184,7 +182,7 @@ func (s *Store) Check(ctx context.Context) error {
 // queryError explains err: a database that cannot be reached, or a
 // statement the server refused (such as a missing privilege).
 func (s *Store) queryError(what string, err error) error {
-	if IsConnectionError(err) {
+	if isConnectionError(err) {
 		return s.connError(err)
 	}
 	return fmt.Errorf("%s %s: %w", what, s.table, err)
@@ -249,58 +247,28 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 // the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
 
-// readBatch reads claimed rows and sorts them oldest first.
+// readBatch reads the claimed rows, which the claim returns oldest first.
 func (s *Store) readBatch(rows pgx.Rows, p storage.ClaimParams) (storage.Batch, error) {
 	defer rows.Close()
-	type claimed struct {
-		event outbox.Event
-		seq   int64
-	}
 	var (
-		list     = make([]claimed, 0, p.Limit)
+		events   = make([]outbox.Event, 0, p.Limit)
 		lockedAt time.Time
 	)
 	for rows.Next() {
-		var c claimed
-		e := &c.event
+		var e outbox.Event
 		if err := rows.Scan(&e.ID, &e.Type, &e.PartitionKey, &e.Payload, &e.Headers,
-			&e.Attempts, &e.CreatedAt, &c.seq, &lockedAt); err != nil {
+			&e.Attempts, &e.CreatedAt, &lockedAt); err != nil {
 			return storage.Batch{}, fmt.Errorf("claim batch: read row: %w", err)
 		}
-		list = append(list, c)
+		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
-	}
-	slices.SortFunc(list, func(a, b claimed) int {
-		if c := a.event.CreatedAt.Compare(b.event.CreatedAt); c != 0 {
-			return c
-		}
-		if c := cmpInt64(a.seq, b.seq); c != 0 {
-			return c
-		}
-		// Rows older than the seq column that share created_at: their
-		// order is lost, but at least it is the same on every claim.
-		return bytes.Compare(a.event.ID[:], b.event.ID[:])
-	})
-	events := make([]outbox.Event, len(list))
-	for i := range list {
-		events[i] = list[i].event
 	}
 	return storage.Batch{
 		Lease:  storage.Lease{RelayID: p.RelayID, LockedAt: lockedAt},
 		Events: events,
 	}, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
@@ -359,9 +327,9 @@ func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapRes
 	return r, nil
 }
 
-// IsConnectionError reports whether err means the database could not be
+// isConnectionError reports whether err means the database could not be
 // reached, as opposed to a statement it rejected.
-func IsConnectionError(err error) bool {
+func isConnectionError(err error) bool {
 	var pgErr *pgconn.PgError
 	return err != nil && !errors.As(err, &pgErr)
 }
@@ -371,13 +339,11 @@ func truncate(s string, n int) string {
 		return s
 	}
 	cut := n
-	for cut > 0 && !utf8RuneStart(s[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + "…"
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // storableText makes s acceptable to a TEXT column. Broker errors can quote
 // binary data, and PostgreSQL rejects invalid UTF-8 and NUL bytes, which

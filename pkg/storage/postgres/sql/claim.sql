@@ -1,5 +1,7 @@
 -- Claim a batch: lock due PENDING rows that no other relay is claiming and
--- move them to DELIVERING under one lease (relay id + now()).
+-- move them to DELIVERING under one lease (relay id + now()). The batch comes
+-- back oldest first, ties (one transaction's events) in insertion order, so
+-- that events sharing a key are published in the order they were written.
 WITH picked AS (
     SELECT event_id
     FROM {{table}}
@@ -7,10 +9,13 @@ WITH picked AS (
     ORDER BY available_at, created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {{table}} AS t
+    SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
+    FROM picked
+    WHERE t.event_id = picked.event_id
+    RETURNING t.*
 )
-UPDATE {{table}} AS t
-SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
-FROM picked
-WHERE t.event_id = picked.event_id
-RETURNING t.event_id, t.event_type, coalesce(t.partition_key, ''), t.payload, t.headers,
-          t.attempts, t.created_at, coalesce(t.seq, 0), t.locked_at
+SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts, created_at, locked_at
+FROM claimed
+ORDER BY created_at, seq NULLS FIRST, event_id

@@ -18,7 +18,7 @@
 -- took ('' at first). The walk over keys starts after it and wraps around,
 -- so every key gets its turn.
 WITH RECURSIVE after_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 0 AS lap
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
      FROM {{table}}
      WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > $3
      ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
@@ -27,14 +27,14 @@ WITH RECURSIVE after_cursor AS (
     SELECT nxt.*
     FROM after_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 0 AS lap
+        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
         FROM {{table}}
         WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
         ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
         LIMIT 1
     ) nxt
 ), up_to_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 1 AS lap
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
      FROM {{table}}
      WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > ''
      ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
@@ -43,7 +43,7 @@ WITH RECURSIVE after_cursor AS (
     SELECT nxt.*
     FROM up_to_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq, 1 AS lap
+        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
         FROM {{table}}
         WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
         ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
@@ -57,7 +57,7 @@ WITH RECURSIVE after_cursor AS (
     SELECT * FROM up_to_cursor WHERE k <= $3
 ), due_heads AS (
     -- Keys whose first unfinished event is due, in walk order.
-    SELECT h.k, h.lap
+    SELECT h.k
     FROM heads h
     WHERE h.status = 'PENDING' AND h.available_at <= now()
       {{dead_holds_head}}
@@ -117,10 +117,14 @@ WITH RECURSIVE after_cursor AS (
     SELECT event_id
     FROM (SELECT event_id, k, pos, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
     WHERE k IS NULL OR pos = nth
+), claimed AS (
+    UPDATE {{table}} AS t
+    SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
+    FROM checked
+    WHERE t.event_id = checked.event_id AND t.status = 'PENDING'
+    RETURNING t.*
 )
-UPDATE {{table}} AS t
-SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
-FROM checked
-WHERE t.event_id = checked.event_id AND t.status = 'PENDING'
-RETURNING t.event_id, t.event_type, coalesce(t.partition_key, ''), t.payload, t.headers,
-          t.attempts, t.created_at, coalesce(t.seq, 0), t.locked_at
+-- Oldest first, as the unordered claim returns them.
+SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts, created_at, locked_at
+FROM claimed
+ORDER BY created_at, seq NULLS FIRST, event_id
