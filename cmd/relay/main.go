@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -124,7 +123,7 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 
 // serve wires the relay together and runs it until ctx ends.
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
-	storageURL := withConnectTimeout(storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName), os.LookupEnv)
+	storageURL := storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName)
 	// Said before the first query, which waits for the database: a relay
 	// that hangs here shows where it hangs.
 	log.Info("connecting to PostgreSQL", "storage", redact.URL(storageURL))
@@ -268,29 +267,6 @@ func startError(ctx context.Context, log *slog.Logger, err error) error {
 	return err
 }
 
-// connectTimeoutDefault is the connect_timeout (seconds) STORAGE_URL gets
-// when it sets none. pgx has no default, so a server that accepts the TCP
-// connection and never answers (a hung server, a wrong port behind a
-// proxy) would hang start-up, and later every query, forever.
-const connectTimeoutDefault = "10"
-
-// withConnectTimeout adds connect_timeout=connectTimeoutDefault to rawURL
-// unless it sets one or the process environment has PGCONNECT_TIMEOUT,
-// which pgx reads itself (from the process, not from run's environ). An
-// unparsable URL is returned unchanged for storage.Open to report.
-func withConnectTimeout(rawURL string, lookupEnv func(string) (string, bool)) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return rawURL
-	}
-	q := u.Query()
-	if _, set := lookupEnv("PGCONNECT_TIMEOUT"); set || q.Has("connect_timeout") {
-		return rawURL
-	}
-	q.Set("connect_timeout", connectTimeoutDefault)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 func randomSuffix() string {
 	b := make([]byte, 3)

@@ -84,7 +84,7 @@ func TestSIGTERMWhileWaitingForTheDatabaseExits0(t *testing.T) {
 		t.Fatalf("relay did not stop within 5s of SIGTERM during start-up; log:\n%s", log.String())
 	}
 	out := log.String()
-	for _, want := range []string{"connecting to PostgreSQL", "connect_timeout=" + connectTimeoutDefault, "relay stopped before it started"} {
+	for _, want := range []string{"connecting to PostgreSQL", "relay stopped before it started"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
@@ -116,26 +116,6 @@ func TestHungDatabaseDoesNotHangStart(t *testing.T) {
 	}
 }
 
-func TestWithConnectTimeout(t *testing.T) {
-	t.Parallel()
-	unset := func(string) (string, bool) { return "", false }
-	cases := []struct {
-		name, in, want string
-		lookupEnv      func(string) (string, bool)
-	}{
-		{"added", "postgres://u:p@db/app?sslmode=disable",
-			"postgres://u:p@db/app?connect_timeout=10&sslmode=disable", unset},
-		{"set in the URL", "postgres://db/app?connect_timeout=0", "postgres://db/app?connect_timeout=0", unset},
-		{"set in the environment", "postgres://db/app", "postgres://db/app",
-			func(k string) (string, bool) { return "3", k == "PGCONNECT_TIMEOUT" }},
-		{"unparsable", "postgres://u:p@[::1", "postgres://u:p@[::1", unset},
-	}
-	for _, c := range cases {
-		if got := withConnectTimeout(c.in, c.lookupEnv); got != c.want {
-			t.Errorf("%s: withConnectTimeout(%q) = %q, want %q", c.name, c.in, got, c.want)
-		}
-	}
-}
 
 // TestHealthcheckReadsTheRelaysConfiguration runs `relay healthcheck` with
 // the environment of a running relay: SERVER_PORT (Open Outbox) alone, and

@@ -33,6 +33,10 @@ func init() {
 	}, "postgres", "postgresql")
 }
 
+// ConnectTimeoutDefault bounds connecting when neither the URL's
+// connect_timeout nor PGCONNECT_TIMEOUT does.
+const ConnectTimeoutDefault = 10 * time.Second
+
 // DefaultPoolMaxConns sizes the pool when the URL sets no pool_max_conns:
 // one claim, several settles in flight, the reaper and the stats reader.
 const DefaultPoolMaxConns = 10
@@ -83,6 +87,11 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("parse storage URL: %s", redact.Error(err, rawURL, u.String()))
+	}
+	// pgx waits forever for a server that accepts connections and never
+	// answers; a relay or relay-cli stuck there says nothing.
+	if cfg.ConnConfig.ConnectTimeout == 0 && !q.Has("connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

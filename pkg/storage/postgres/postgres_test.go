@@ -1198,6 +1198,9 @@ func TestOpenDefaults(t *testing.T) {
 	if got := s.Pool().Config().MaxConns; got != postgres.DefaultPoolMaxConns {
 		t.Errorf("pool size = %d, want %d", got, postgres.DefaultPoolMaxConns)
 	}
+	if got := s.Pool().Config().ConnConfig.ConnectTimeout; got != postgres.ConnectTimeoutDefault {
+		t.Errorf("connect timeout = %s, want %s (a silent server must not hang a start)", got, postgres.ConnectTimeoutDefault)
+	}
 	// The table parameter is the relay's, not a server setting: a
 	// connection made with it works.
 	var app string
@@ -1208,13 +1211,16 @@ func TestOpenDefaults(t *testing.T) {
 		t.Errorf("application_name = %q, want outbox-relay", app)
 	}
 
-	custom, err := postgres.Open(ctx, pgtest.URL()+"&pool_max_conns=3&application_name=mine")
+	custom, err := postgres.Open(ctx, pgtest.URL()+"&pool_max_conns=3&application_name=mine&connect_timeout=3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer custom.Close()
 	if got := custom.Pool().Config().MaxConns; got != 3 {
 		t.Errorf("pool_max_conns=3 gave %d", got)
+	}
+	if got := custom.Pool().Config().ConnConfig.ConnectTimeout; got != 3*time.Second {
+		t.Errorf("connect_timeout=3 gave %s", got)
 	}
 	if err := custom.Pool().QueryRow(ctx, "SHOW application_name").Scan(&app); err != nil || app != "mine" {
 		t.Errorf("application_name = %q, %v; want mine", app, err)
