@@ -138,7 +138,7 @@ func globalFlags() []cli.Flag {
 			Name:    "storage-url",
 			Usage:   "PostgreSQL URL of the database holding the outbox table",
 			EnvVars: []string{"STORAGE_URL"},
-			Value:   "postgres://postgres@localhost:5432/postgres?sslmode=disable",
+			Value:   storage.URLDefault,
 		},
 		&cli.StringFlag{
 			Name:    "table",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 			after := snapshot(t, tb)
 			for _, name := range f.names {
 				id := f.ids[name]
-				if !contains(c.want, name) {
+				if !slices.Contains(c.want, name) {
 					if before[id] != after[id] {
 						t.Errorf("%s was not selected but changed:\nbefore %s\nafter  %s", name, before[id], after[id])
 					}
@@ -131,15 +132,6 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 			}
 		})
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Without a filter, retry-dead would move every DEAD row; off a terminal

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -176,7 +177,7 @@ func TestGlobalFlagsAnywhereAndFromTheEnvironment(t *testing.T) {
 		"flags over environment":        {args: []string{"stats", "--json", "--storage-url", pgtest.URL(), "--table", tb.Name}, env: wrongEnv},
 		"flags before over environment": {args: []string{"--storage-url", pgtest.URL(), "--table", tb.Name, "stats", "--json"}, env: wrongEnv},
 		"table in the URL wins": {args: []string{"stats", "--json", "--table", "no_such_table"},
-			env: []string{"STORAGE_URL=" + pgtest.WithTable(pgtest.URL(), tb.Name)}},
+			env: []string{"STORAGE_URL=" + storage.URLWithTable(pgtest.URL(), tb.Name)}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -80,14 +80,13 @@ const (
 
 // Defaults that belong to no package.
 const (
-	storageURLDefault   = "postgres://postgres@localhost:5432/postgres?sslmode=disable"
 	publisherURLDefault = "stdout://"
 	httpAddrDefault     = ":8080"
 )
 
 func defaultConfig() config {
 	return config{
-		StorageURL:         storageURLDefault,
+		StorageURL:         storage.URLDefault,
 		PublisherURL:       publisherURLDefault,
 		StorageTableName:   schema.DefaultTable,
 		BatchSize:          relay.BatchSizeDefault,

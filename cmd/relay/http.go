@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
-var httpServerClosed = http.ErrServerClosed
 
 // healthState is what the liveness probe reports.
 type healthState struct {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -204,7 +205,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		backlog:     backlog,
 	})
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, httpServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP server failed", "error", err)
 		}
 	}()

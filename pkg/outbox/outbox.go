@@ -8,6 +8,7 @@
 package outbox
 
 import (
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,13 +30,7 @@ const (
 var Statuses = []Status{StatusPending, StatusDelivering, StatusDelivered, StatusDead}
 
 // Valid reports whether s is one of the four states.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusPending, StatusDelivering, StatusDelivered, StatusDead:
-		return true
-	}
-	return false
-}
+func (s Status) Valid() bool { return slices.Contains(Statuses, s) }
 
 // Event is one claimed outbox row, as much of it as publishing needs.
 type Event struct {

@@ -7,7 +7,10 @@ package publisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -70,6 +73,18 @@ func IsUnavailable(err error) bool {
 	return errors.As(err, &u)
 }
 
+// CheckOptions reports the first URL query parameter that is not among a
+// driver's known options, listing them; a misspelt option must not be
+// silently ignored.
+func CheckOptions(q url.Values, known []string) error {
+	for key := range q {
+		if !slices.Contains(known, key) {
+			return fmt.Errorf("unknown option %q (known: %s)", key, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
 // Fill returns a slice of n copies of err: the result of a batch that failed
 // as a whole.
 func Fill(n int, err error) []error {
@@ -112,6 +127,3 @@ func Open(ctx context.Context, rawURL string) (Publisher, error) {
 
 // Check reports whether rawURL names a registered driver, without connecting.
 func Check(rawURL string) error { return drivers.Known(rawURL) }
-
-// Schemes lists the URL schemes of the registered drivers.
-func Schemes() []string { return drivers.Schemes() }

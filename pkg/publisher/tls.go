@@ -18,6 +18,14 @@ type TLSFiles struct {
 	Insecure bool
 }
 
+// Validate reports an incomplete client certificate.
+func (f TLSFiles) Validate() error {
+	if (f.Cert == "") != (f.Key == "") {
+		return fmt.Errorf("tls_cert and tls_key go together")
+	}
+	return nil
+}
+
 // TLSConfig reads the files into a TLS 1.2+ client configuration. Its errors
 // name the option whose file is at fault.
 func TLSConfig(f TLSFiles) (*tls.Config, error) {

@@ -179,6 +179,10 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 // Check reports whether rawURL names a registered driver, without connecting.
 func Check(rawURL string) error { return drivers.Known(rawURL) }
 
+// URLDefault is the database the relay and relay-cli use when STORAGE_URL
+// is not set: the local server's postgres database.
+const URLDefault = "postgres://postgres@localhost:5432/postgres?sslmode=disable"
+
 // URLWithTable returns rawURL with its table parameter set to table, unless
 // the URL already names a table: a table in the URL wins over
 // STORAGE_TABLE_NAME. An unparsable URL is returned unchanged for Open to

@@ -11,7 +11,7 @@
 --
 -- Roles are shared by every database of the server; running this again, or
 -- for another table, only adds grants.
-SELECT pg_advisory_xact_lock(122550254464888); -- serialise concurrent runs ("outbox")
+SELECT pg_advisory_xact_lock({{migration_lock}}); -- serialise concurrent runs
 
 DO $$
 DECLARE

@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -18,6 +19,11 @@ var grantsSQL string
 
 // DefaultTable is the Open Outbox table name.
 const DefaultTable = "openoutbox_events"
+
+// MigrationLockKey is the advisory lock that serialises migrations and
+// grants: several relays starting with STORAGE_AUTO_MIGRATE at once, or
+// grants run while a migration creates roles' objects.
+const MigrationLockKey = 0x6f7574626f78 // "outbox"
 
 // maxNameLen keeps derived names such as <name>_pending_age_idx within
 // PostgreSQL's 63-byte identifier limit.
@@ -87,11 +93,12 @@ func RenderGrants(t Table) string {
 }
 
 // Expand substitutes t into SQL text written with the placeholders {{table}},
-// {{name}} and {{schema}}.
+// {{name}}, {{schema}} and {{migration_lock}}.
 func Expand(sql string, t Table) string {
 	return strings.NewReplacer(
 		"{{table}}", t.Quoted(),
 		"{{name}}", t.Name,
 		"{{schema}}", t.schemaPrefix(),
+		"{{migration_lock}}", strconv.Itoa(MigrationLockKey),
 	).Replace(sql)
 }

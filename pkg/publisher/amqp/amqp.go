@@ -139,10 +139,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 
 	q := u.Query()
-	for key := range q {
-		if !contains(knownOptions, key) {
-			return cfg, fmt.Errorf("amqp URL: unknown option %q (known: %s)", key, strings.Join(knownOptions, ", "))
-		}
+	if err := publisher.CheckOptions(q, knownOptions); err != nil {
+		return cfg, fmt.Errorf("amqp URL: %w", err)
 	}
 	if q.Has("exchange") {
 		cfg.Exchange = q.Get("exchange")
@@ -194,19 +192,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	if !cfg.TLS && (cfg.TLSCA != "" || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSInsecure) {
 		return cfg, fmt.Errorf("amqp URL: tls_* options need an amqps:// URL")
 	}
-	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return cfg, fmt.Errorf("amqp URL: tls_cert and tls_key go together")
+	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
+		return cfg, fmt.Errorf("amqp URL: %w", err)
 	}
 	return cfg, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func positiveDuration(q url.Values, key string, def time.Duration) (time.Duration, error) {

@@ -121,10 +121,8 @@ func ParseURL(u *url.URL) (Config, error) {
 		cfg.Brokers = append(cfg.Brokers, addr)
 	}
 	q := u.Query()
-	for key := range q {
-		if !slices.Contains(knownOptions, key) {
-			return cfg, fmt.Errorf("kafka URL: unknown option %q (known: %s)", key, strings.Join(knownOptions, ", "))
-		}
+	if err := publisher.CheckOptions(q, knownOptions); err != nil {
+		return cfg, fmt.Errorf("kafka URL: %w", err)
 	}
 
 	cfg.Topic, cfg.TopicPrefix = q.Get("topic"), q.Get("topic_prefix")
@@ -182,8 +180,8 @@ func ParseURL(u *url.URL) (Config, error) {
 			}
 		}
 	}
-	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return cfg, errors.New("kafka URL: tls_cert and tls_key go together")
+	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
+		return cfg, fmt.Errorf("kafka URL: %w", err)
 	}
 	if cfg.TLSCA != "" || cfg.TLSCert != "" || cfg.TLSInsecure {
 		if q.Has("tls") && !cfg.TLS {

@@ -76,12 +76,8 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 	}
 	q := u.Query()
-	for key := range q {
-		switch key {
-		case "subject_prefix", "timeout", "max_pending", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name":
-		default:
-			return cfg, fmt.Errorf("nats URL: unknown option %q (known: subject_prefix, timeout, max_pending, creds, nkey, tls_ca, tls_cert, tls_key, name)", key)
-		}
+	if err := publisher.CheckOptions(q, knownOptions); err != nil {
+		return cfg, fmt.Errorf("nats URL: %w", err)
 	}
 	cfg.SubjectPrefix = q.Get("subject_prefix")
 	if v := q.Get("timeout"); v != "" {
@@ -100,8 +96,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	cfg.CredsFile, cfg.NkeySeedFile = q.Get("creds"), q.Get("nkey")
 	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return cfg, fmt.Errorf("nats URL: tls_cert and tls_key go together")
+	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
+		return cfg, fmt.Errorf("nats URL: %w", err)
 	}
 	if v := q.Get("name"); v != "" {
 		cfg.Name = v
@@ -112,6 +108,9 @@ func ParseURL(u *url.URL) (Config, error) {
 // errCodeStreamStoreFailed is JetStream's "stream store failed" error,
 // which includes "maximum messages exceeded" and "maximum bytes exceeded".
 const errCodeStreamStoreFailed jetstream.ErrorCode = 10077
+
+// knownOptions are the URL query parameters the driver reads.
+var knownOptions = []string{"subject_prefix", "timeout", "max_pending", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name"}
 
 // Publisher publishes to JetStream.
 type Publisher struct {

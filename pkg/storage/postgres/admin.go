@@ -23,7 +23,6 @@ import (
 // query can run alone or inside the Stats snapshot.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Backlog counts PENDING rows (new and retrying), dates the oldest one and

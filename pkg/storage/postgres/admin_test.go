@@ -731,7 +731,7 @@ func TestEmitRefusesBadParams(t *testing.T) {
 
 func TestAdminQueriesOnAMissingTableSayToMigrate(t *testing.T) {
 	t.Parallel()
-	s, err := postgres.Open(ctx, pgtest.WithTable(pgtest.URL(), "no_such_schema_x.no_such_table"))
+	s, err := postgres.Open(ctx, storage.URLWithTable(pgtest.URL(), "no_such_schema_x.no_such_table"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,17 +10,6 @@ import (
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
-// migrateLockKey serialises concurrent migrations (several relays starting
-// with STORAGE_AUTO_MIGRATE at once) on one advisory lock.
-const migrateLockKey = 0x6f7574626f78 // "outbox"
-
-// derivedObjects are the suffixes of the indexes and sequence schema.sql
-// names after the table, reported by Migrate.
-var derivedObjects = []string{
-	"pkey", "seq", "pending_idx", "pending_age_idx", "key_order_idx", "key_dead_idx", "unkeyed_idx",
-	"delivering_idx", "delivered_idx", "dead_idx",
-}
-
 // SchemaSQL returns the DDL Migrate applies, for `relay-cli migrate --print`.
 func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
 
@@ -29,13 +18,7 @@ func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
 func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 	var res storage.MigrateResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
-			return err
-		}
-		// Creating what is missing locks the table; behind a long
-		// transaction that lock would queue and block every producer's
-		// insert. Better to fail and say so.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		if _, err := tx.Exec(ctx, s.queries["migrate_begin"], schema.MigrationLockKey); err != nil {
 			return err
 		}
 		before, err := s.schemaObjects(ctx, tx)
@@ -66,12 +49,8 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 }
 
 func (s *Store) schemaObjects(ctx context.Context, tx pgx.Tx) ([]string, error) {
-	derived := make([]string, len(derivedObjects))
-	for i, suffix := range derivedObjects {
-		derived[i] = s.table.Name + "_" + suffix
-	}
 	rows, err := tx.Query(ctx, s.queries["schema_objects"],
-		s.table.Quoted(), derived, s.table.Object("notify")+"()")
+		s.table.Quoted(), s.table.Object("seq"), s.table.Object("notify")+"()")
 	if err != nil {
 		return nil, err
 	}

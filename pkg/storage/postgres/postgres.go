@@ -229,9 +229,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		query = s.queries["claim_ordered_block"]
 	}
 	b := &pgx.Batch{}
-	// The lock is keyed by the table's OID, so relays that spell its name
-	// differently (events, public.events) still take turns.
-	b.Queue("SELECT pg_advisory_xact_lock(($1::bigint << 32) | $2::regclass::oid::bigint)", claimLockClass, s.table.Quoted())
+	b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 	b.Queue(query, p.RelayID, p.Limit, p.After)
 	results := s.pool.SendBatch(ctx, b)
 	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op

@@ -830,7 +830,7 @@ func newSchema(t *testing.T) string {
 // open opens a store on table without migrating it.
 func open(t *testing.T, table string) *postgres.Store {
 	t.Helper()
-	s, err := postgres.Open(ctx, pgtest.WithTable(pgtest.URL(), table))
+	s, err := postgres.Open(ctx, storage.URLWithTable(pgtest.URL(), table))
 	if err != nil {
 		t.Fatalf("Open(%s): %v", table, err)
 	}
@@ -903,7 +903,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 func TestMigrateUnqualifiedTableUsesSearchPath(t *testing.T) {
 	t.Parallel()
 	sch := newSchema(t)
-	u, err := url.Parse(pgtest.WithTable(pgtest.URL(), "my_outbox"))
+	u, err := url.Parse(storage.URLWithTable(pgtest.URL(), "my_outbox"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1146,7 +1146,7 @@ func TestOpenRejectsInvalidTableNames(t *testing.T) {
 		"1abc",
 		"app.",
 	} {
-		s, err := postgres.Open(ctx, pgtest.WithTable(pgtest.URL(), table))
+		s, err := postgres.Open(ctx, storage.URLWithTable(pgtest.URL(), table))
 		if err == nil {
 			s.Close()
 			t.Errorf("Open accepted table %q", table)
@@ -1351,7 +1351,7 @@ func TestListenHearsInsertsHoweverTheTableIsSpelt(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
 	schemaName, table, _ := strings.Cut(tb.Name, ".")
-	bare, err := postgres.Open(context.Background(), pgtest.WithTable(pgtest.URL()+"&search_path="+schemaName, table))
+	bare, err := postgres.Open(context.Background(), storage.URLWithTable(pgtest.URL()+"&search_path="+schemaName, table))
 	if err != nil {
 		t.Fatal(err)
 	}

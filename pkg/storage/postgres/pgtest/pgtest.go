@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
@@ -57,7 +57,7 @@ func New(t testing.TB) *Table {
 		t.Fatalf("pgtest: create schema: %v", err)
 	}
 	name := schemaName + ".openoutbox_events"
-	storeURL := WithTable(URL(), name)
+	storeURL := storage.URLWithTable(URL(), name)
 	store, err := postgres.Open(ctx, storeURL)
 	if err != nil {
 		t.Fatalf("pgtest: open store: %v", err)
@@ -80,17 +80,6 @@ func New(t testing.TB) *Table {
 	return &Table{Store: store, URL: storeURL, Name: name}
 }
 
-// WithTable sets the table parameter of a storage URL.
-func WithTable(rawURL, table string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		panic(err)
-	}
-	q := u.Query()
-	q.Set("table", table)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -1,15 +1,18 @@
--- Everything migrate may create, to report what it created and what existed.
+-- The table and what hangs off it, to report what migrate created and what
+-- existed: its columns that migrate adds, its indexes, its sequence, its
+-- triggers and the notify function. $1 is the table, $2 its sequence, $3
+-- the notify function's signature.
 SELECT 'table ' || c.relname FROM pg_class c
 WHERE c.oid = to_regclass($1)
 UNION ALL
 SELECT 'column ' || a.attname FROM pg_attribute a
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND a.attname = 'seq'
 UNION ALL
-SELECT CASE c.relkind WHEN 'i' THEN 'index ' ELSE 'sequence ' END || c.relname
-FROM pg_class c
-WHERE c.relnamespace = coalesce((SELECT relnamespace FROM pg_class WHERE oid = to_regclass($1)),
-                                current_schema()::regnamespace)
-  AND c.relkind IN ('i', 'S') AND c.relname = ANY($2::text[])
+SELECT 'index ' || c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+WHERE x.indrelid = to_regclass($1)
+UNION ALL
+SELECT 'sequence ' || c.relname FROM pg_class c
+WHERE c.oid = to_regclass($2)
 UNION ALL
 SELECT 'trigger ' || t.tgname FROM pg_trigger t
 WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal
