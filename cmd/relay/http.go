@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
-
 // healthState is what the liveness probe reports.
 type healthState struct {
 	running atomic.Bool

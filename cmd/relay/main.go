@@ -268,7 +268,6 @@ func startError(ctx context.Context, log *slog.Logger, err error) error {
 	return err
 }
 
-
 func randomSuffix() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)

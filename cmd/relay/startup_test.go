@@ -116,7 +116,6 @@ func TestHungDatabaseDoesNotHangStart(t *testing.T) {
 	}
 }
 
-
 // TestHealthcheckReadsTheRelaysConfiguration runs `relay healthcheck` with
 // the environment of a running relay: SERVER_PORT (Open Outbox) alone, and
 // an HTTP_ADDR on another loopback address than 127.0.0.1.

@@ -80,7 +80,6 @@ func New(t testing.TB) *Table {
 	return &Table{Store: store, URL: storeURL, Name: name}
 }
 
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
