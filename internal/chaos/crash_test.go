@@ -25,7 +25,9 @@ func TestSIGKILLDuringADrainLosesNothing(t *testing.T) {
 	tb.InsertN(t, n, "crash.event")
 	env := []string{"STORAGE_URL=" + pgtest.URL(), "STORAGE_TABLE_NAME=" + tb.Name, "PUBLISHER_URL=" + srv.URL(), "BATCH_SIZE=200"}
 
-	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("kill points seeded with %d", seed) // to replay a failure
+	rnd := rand.New(rand.NewPCG(seed, 1))
 	const kills = 5
 	for i := range kills {
 		// Kill it at a random point of its progress: after it delivered

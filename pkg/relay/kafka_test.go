@@ -111,8 +111,15 @@ func TestKafkaKeepsPartitionKeyOrderWithinABatch(t *testing.T) {
 		pos[id.String()] = i
 	}
 	last := map[string]int{}
-	for _, r := range c.AllRecords(t, "ordered") {
-		i := pos[kafkatest.Header(r, outbox.HeaderEventID)]
+	records := c.AllRecords(t, "ordered")
+	if len(records) != n {
+		t.Fatalf("topic holds %d records, want %d", len(records), n)
+	}
+	for _, r := range records {
+		i, ok := pos[kafkatest.Header(r, outbox.HeaderEventID)]
+		if !ok {
+			t.Fatalf("record %q is none of the events written", kafkatest.Header(r, outbox.HeaderEventID))
+		}
 		if prev, ok := last[string(r.Key)]; ok && i < prev {
 			t.Fatalf("key %s: event %d reached the topic after event %d", r.Key, i, prev)
 		}

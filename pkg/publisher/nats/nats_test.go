@@ -482,7 +482,7 @@ func TestPublishAckNeverComesIsUnavailable(t *testing.T) {
 	}
 	select {
 	case <-received:
-	default:
+	case <-time.After(5 * time.Second):
 		t.Errorf("the subscriber never saw the message: the test did not exercise a missing ack")
 	}
 }
@@ -734,14 +734,7 @@ func TestCredentialsAreUsedAndNeverRevealed(t *testing.T) {
 
 	const wrong = "wr0ng-Pa55"
 	badURL := "nats://" + user + ":" + wrong + "@" + host + "?timeout=2s"
-	bad, err := publisher.Open(context.Background(), badURL)
-	if err != nil {
-		if strings.Contains(err.Error(), wrong) {
-			t.Fatalf("Open error %q reveals the password", err)
-		}
-		return
-	}
-	t.Cleanup(func() { _ = bad.Close(context.Background()) })
+	bad := openURL(t, badURL) // Open does not connect, so it cannot fail here
 	eventually.True(t, waitLong, func() bool {
 		last = bad.Ping(context.Background())
 		return last != nil && strings.Contains(strings.ToLower(last.Error()), "authorization")

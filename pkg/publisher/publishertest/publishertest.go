@@ -211,7 +211,10 @@ func perKeyOrder(t *testing.T, d Driver) {
 		t.Fatalf("received %d messages, want %d", len(got), n)
 	}
 	for _, m := range got {
-		i := pos[m.ID]
+		i, ok := pos[m.ID]
+		if !ok {
+			t.Fatalf("message %q is none of the events sent", m.ID)
+		}
 		if prev, ok := last[m.Key]; ok && i < prev {
 			t.Fatalf("key %s: event %d arrived after event %d", m.Key, i, prev)
 		}

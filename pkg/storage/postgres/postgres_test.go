@@ -1021,10 +1021,7 @@ func TestConcurrentMigrationsAllSucceed(t *testing.T) {
 func TestInsertNotifiesTheChannel(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	channel := tb.Name
-	if channel != tb.Name {
-		t.Fatalf("Channel() = %q, want the table name %q", channel, tb.Name)
-	}
+	channel := tb.Name // the trigger notifies on the schema-qualified name
 	conn, err := pgx.Connect(ctx, pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
