@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
+	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 
 // waitLong bounds every eventually-wait: reconnecting takes a dial and a
@@ -49,26 +50,6 @@ func newEvent(typ, key, payload, headers string) outbox.Event {
 	}
 }
 
-func publishAll(t *testing.T, p publisher.Publisher, batch ...outbox.Event) []error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	errs := p.Publish(ctx, batch)
-	if len(errs) != len(batch) {
-		t.Fatalf("Publish returned %d results for %d events", len(errs), len(batch))
-	}
-	return errs
-}
-
-func requireOK(t *testing.T, errs []error) {
-	t.Helper()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("event %d: %v", i, err)
-		}
-	}
-}
-
 func requireUnavailable(t *testing.T, errs []error, mention string) {
 	t.Helper()
 	for i, err := range errs {
@@ -89,7 +70,7 @@ func TestMessageCarriesEventFields(t *testing.T) {
 	withKey := newEvent(typ, "customer-7", `{"id":1}`,
 		`{"Content-Type":"application/json","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tenant":"acme","n":42,"yes":true,"nothing":null}`)
 	noKey := newEvent(typ, "", "\x00\xffbinary", "")
-	requireOK(t, publishAll(t, p, withKey, noKey))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, withKey, noKey))
 
 	got := amqptest.Drain(t, typ, 2)
 	if len(got) != 2 {
@@ -208,7 +189,7 @@ func TestNackIsRetryable(t *testing.T) {
 	amqptest.Bind(t, ch, typ, exchange, typ)
 	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 
-	errs := publishAll(t, p, newEvent(typ, "k", "1", ""), newEvent(typ, "k", "2", ""), newEvent(typ, "k", "3", ""))
+	errs := publishertest.Publish(t, p, newEvent(typ, "k", "1", ""), newEvent(typ, "k", "2", ""), newEvent(typ, "k", "3", ""))
 	if errs[0] != nil {
 		t.Fatalf("first event into an empty queue: %v", errs[0])
 	}
@@ -226,7 +207,7 @@ func TestNackIsRetryable(t *testing.T) {
 	if _, err := ch.QueuePurge(typ, false); err != nil {
 		t.Fatal(err)
 	}
-	requireOK(t, publishAll(t, p, newEvent(typ, "k", "4", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent(typ, "k", "4", "")))
 }
 
 func TestMissingExchangePausesUntilItExists(t *testing.T) {
@@ -235,7 +216,7 @@ func TestMissingExchangePausesUntilItExists(t *testing.T) {
 	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
 	typ := "orders.created"
 
-	requireUnavailable(t, publishAll(t, p, newEvent(typ, "k", "1", ""), newEvent(typ, "k", "2", "")), "does not exist")
+	requireUnavailable(t, publishertest.Publish(t, p, newEvent(typ, "k", "1", ""), newEvent(typ, "k", "2", "")), "does not exist")
 	if err := p.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "declare=true") {
 		t.Fatalf("Ping with the exchange missing: %v, want an error that says how to fix it", err)
 	}
@@ -251,20 +232,20 @@ func TestMissingExchangePausesUntilItExists(t *testing.T) {
 	amqptest.BoundQueue(t, ch, exchange, typ+"."+exchange)
 	typ += "." + exchange
 	waitPing(t, p)
-	requireOK(t, publishAll(t, p, newEvent(typ, "k", "3", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent(typ, "k", "3", "")))
 
 	// Deleted under a live channel: RabbitMQ closes the channel when the
 	// next publish reaches the missing exchange.
 	if err := ch.ExchangeDelete(exchange, false, false); err != nil {
 		t.Fatal(err)
 	}
-	requireUnavailable(t, publishAll(t, p, newEvent(typ, "k", "4", "")), "does not exist")
+	requireUnavailable(t, publishertest.Publish(t, p, newEvent(typ, "k", "4", "")), "does not exist")
 	declare()
 	if err := ch.QueueBind(typ, typ, exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitPing(t, p)
-	requireOK(t, publishAll(t, p, newEvent(typ, "k", "5", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent(typ, "k", "5", "")))
 	if got := amqptest.Drain(t, typ, 2); len(got) != 2 || string(got[0].Body) != "3" || string(got[1].Body) != "5" {
 		t.Errorf("queue holds %d messages, want events 3 and 5", len(got))
 	}
@@ -297,7 +278,7 @@ func TestDeclareCreatesADurableExchange(t *testing.T) {
 	}
 	typ := "orders.created"
 	q := amqptest.BoundQueue(t, ch, exchange, typ+"-"+exchange)
-	requireOK(t, publishAll(t, p, newEvent(q, "k", "1", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent(q, "k", "1", "")))
 	if got := amqptest.Drain(t, q, 1); len(got) != 1 {
 		t.Fatalf("queue holds %d messages, want 1", len(got))
 	}
@@ -317,7 +298,7 @@ func TestDefaultExchangeRoutesToTheQueueNamedByTheEventType(t *testing.T) {
 		t.Fatalf("Ping: %v", err)
 	}
 
-	errs := publishAll(t, p, newEvent(queue, "k", "1", ""), newEvent("no-such-queue-"+queue, "k", "2", ""))
+	errs := publishertest.Publish(t, p, newEvent(queue, "k", "1", ""), newEvent("no-such-queue-"+queue, "k", "2", ""))
 	if errs[0] != nil {
 		t.Errorf("event for queue %s: %v", queue, errs[0])
 	}
@@ -339,11 +320,11 @@ func TestOpenWhileBrokerDownThenRecovers(t *testing.T) {
 	if err := p.Ping(context.Background()); err == nil {
 		t.Fatal("Ping succeeded with the broker unreachable")
 	}
-	requireUnavailable(t, publishAll(t, p, newEvent(typ, "k", "1", "")), "connect to RabbitMQ")
+	requireUnavailable(t, publishertest.Publish(t, p, newEvent(typ, "k", "1", "")), "connect to RabbitMQ")
 
 	proxy.Up()
 	waitPing(t, p)
-	requireOK(t, publishAll(t, p, newEvent(typ, "k", "2", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent(typ, "k", "2", "")))
 	if got := amqptest.Drain(t, typ, 1); len(got) != 1 || string(got[0].Body) != "2" {
 		t.Errorf("queue holds %d messages, want only event 2", len(got))
 	}
@@ -360,7 +341,7 @@ func TestCredentialsAreNeverRevealed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "username or password not allowed") {
 		t.Fatalf("Ping with a wrong password: %v, want the refusal", err)
 	}
-	errs := publishAll(t, p, newEvent("orders.created", "k", "1", ""))
+	errs := publishertest.Publish(t, p, newEvent("orders.created", "k", "1", ""))
 	requireUnavailable(t, errs, "connect to RabbitMQ")
 	for _, e := range append(errs, err) {
 		if strings.Contains(e.Error(), wrong) {
@@ -449,7 +430,7 @@ func TestInternalExchangePausesTheRelay(t *testing.T) {
 	}
 	t.Cleanup(func() { amqptest.DeleteExchange(t, exchange) })
 	p := openPublisher(t, amqptest.DriverURL("", "exchange="+exchange))
-	requireUnavailable(t, publishAll(t, p, newEvent("orders.created", "k", "1", "")), "refused to take messages")
+	requireUnavailable(t, publishertest.Publish(t, p, newEvent("orders.created", "k", "1", "")), "refused to take messages")
 }
 
 func TestCloseIsFinal(t *testing.T) {
@@ -459,7 +440,7 @@ func TestCloseIsFinal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requireOK(t, publishAll(t, p, newEvent(typ, "k", "1", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent(typ, "k", "1", "")))
 	s := p.(*Publisher).sess
 	for i := range 2 {
 		if err := p.Close(context.Background()); err != nil {
@@ -477,7 +458,7 @@ func TestCloseIsFinal(t *testing.T) {
 	if err := p.Ping(context.Background()); err == nil {
 		t.Error("Ping after Close succeeded")
 	}
-	requireUnavailable(t, publishAll(t, p, newEvent(typ, "k", "2", "")), "closed")
+	requireUnavailable(t, publishertest.Publish(t, p, newEvent(typ, "k", "2", "")), "closed")
 	if got := amqptest.Drain(t, typ, 1); len(got) != 1 {
 		t.Errorf("queue holds %d messages, want 1: a publish after Close reconnected", len(got))
 	}
@@ -566,18 +547,7 @@ func TestParseURL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := parse(t, tc.url)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("ParseURL(%q): %v, want an error saying %q", tc.url, err, tc.want)
-			}
-			_, openErr := publisher.Open(context.Background(), tc.url)
-			if openErr == nil {
-				t.Fatalf("publisher.Open(%q) accepted it", tc.url)
-			}
-			for _, e := range []error{err, openErr} {
-				if strings.Contains(e.Error(), secret) {
-					t.Errorf("error %q reveals the password", e)
-				}
-			}
+			publishertest.RequireRefused(t, tc.url, err, tc.want, secret)
 		})
 	}
 
@@ -679,7 +649,7 @@ func TestSilentServerIsUnavailableWithinTheTimeout(t *testing.T) {
 	if err := p.Ping(context.Background()); err == nil {
 		t.Fatal("Ping to a silent server succeeded")
 	}
-	requireUnavailable(t, publishAll(t, p, newEvent("orders.created", "k", "1", "")), "connect to RabbitMQ")
+	requireUnavailable(t, publishertest.Publish(t, p, newEvent("orders.created", "k", "1", "")), "connect to RabbitMQ")
 	if took := time.Since(began); took > 10*timeout {
 		t.Errorf("Ping and Publish to a silent server took %s with timeout=%s", took, timeout)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/kafka"
 	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
+	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 
 // waitLong bounds every eventually-wait: kafka-go refreshes its cluster
@@ -66,26 +67,6 @@ func event(typ, key, payload, headers string) outbox.Event {
 	return outbox.Event{ID: uuid.New(), Type: typ, PartitionKey: key, Payload: []byte(payload), Headers: []byte(headers)}
 }
 
-func publish(t *testing.T, p publisher.Publisher, batch ...outbox.Event) []error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	errs := p.Publish(ctx, batch)
-	if len(errs) != len(batch) {
-		t.Fatalf("Publish returned %d results for %d events", len(errs), len(batch))
-	}
-	return errs
-}
-
-func requireDelivered(t *testing.T, errs []error) {
-	t.Helper()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("event %d: %v", i, err)
-		}
-	}
-}
-
 func TestPublishRecordLayout(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t, kfake.NumBrokers(1))
@@ -102,7 +83,7 @@ func TestPublishRecordLayout(t *testing.T) {
 		noKey := event(typ, "", "second", "")
 		empty := event(typ, "k", "", "null")
 		empty.Payload = nil
-		requireDelivered(t, publish(t, pub, withKey, noKey, empty))
+		publishertest.RequireDelivered(t, publishertest.Publish(t, pub, withKey, noKey, empty))
 
 		byID := map[string]*kgo.Record{}
 		for _, r := range c.Records(t, topic, 3) {
@@ -144,7 +125,7 @@ func TestPublishRecordLayout(t *testing.T) {
 		c.CreateTopic(t, fixed, 1, nil)
 		pub := open(t, c.URL("?topic="+fixed))
 		batch := []outbox.Event{event("orders.created", "k", "1", ""), event("orders.paid", "k", "2", "")}
-		requireDelivered(t, publish(t, pub, batch...))
+		publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch...))
 		recs := c.Records(t, fixed, 2)
 		for i, r := range recs {
 			if got := kafkatest.Header(r, outbox.HeaderEventType); got != batch[i].Type {
@@ -166,8 +147,8 @@ func TestKeysPickPartitionsLikeTheJavaClient(t *testing.T) {
 	for i := range 300 {
 		batch = append(batch, event(topic, fmt.Sprintf("key-%d", i%40), strconv.Itoa(i), ""))
 	}
-	requireDelivered(t, publish(t, pub, batch[:150]...))
-	requireDelivered(t, publish(t, pub, batch[150:]...))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch[:150]...))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch[150:]...))
 
 	// franz-go's sticky key partitioner is the Java client's default:
 	// murmur2 of the key, modulo the partition count.
@@ -248,7 +229,7 @@ func TestPublishPermanentErrors(t *testing.T) {
 			pub := open(t, c.URL(tc.query))
 			before := event(goodType, "k", "before", "")
 			after := event(goodType, "k", "after", "")
-			errs := publish(t, pub, before, tc.bad, after)
+			errs := publishertest.Publish(t, pub, before, tc.bad, after)
 			if errs[0] != nil || errs[2] != nil {
 				t.Fatalf("good events around the bad one failed: %v, %v", errs[0], errs[2])
 			}
@@ -353,21 +334,7 @@ func TestParseURL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := parse(t, tc.url)
-			if err == nil {
-				t.Fatalf("ParseURL(%q) accepted it", tc.url)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not say %q", err, tc.want)
-			}
-			_, openErr := publisher.Open(context.Background(), tc.url)
-			if openErr == nil {
-				t.Fatalf("publisher.Open(%q) accepted it", tc.url)
-			}
-			for _, e := range []error{err, openErr} {
-				if strings.Contains(e.Error(), secret) {
-					t.Errorf("error %q reveals the password", e)
-				}
-			}
+			publishertest.RequireRefused(t, tc.url, err, tc.want, secret)
 		})
 	}
 
@@ -423,7 +390,7 @@ func TestOpenSucceedsWithBrokersDownAndFailsOnlyOnConfiguration(t *testing.T) {
 		t.Errorf("Ping with no broker up: %v, want an error naming %s", err, dead)
 	}
 	began := time.Now()
-	for i, err := range publish(t, pub, event("orders", "k", "x", "")) {
+	for i, err := range publishertest.Publish(t, pub, event("orders", "k", "x", "")) {
 		if !publisher.IsUnavailable(err) || publisher.IsPermanent(err) {
 			t.Errorf("event %d with no broker up: %v, want unavailable", i, err)
 		}
@@ -451,7 +418,7 @@ func TestStartsPausedThenPublishesWhenTheClusterComesUp(t *testing.T) {
 	if err := pub.Ping(context.Background()); err == nil {
 		t.Fatal("Ping succeeded with the cluster down")
 	}
-	for _, err := range publish(t, pub, event(topic, "k", "early", "")) {
+	for _, err := range publishertest.Publish(t, pub, event(topic, "k", "early", "")) {
 		if !publisher.IsUnavailable(err) {
 			t.Fatalf("publish with the cluster down: %v, want unavailable", err)
 		}
@@ -460,7 +427,7 @@ func TestStartsPausedThenPublishesWhenTheClusterComesUp(t *testing.T) {
 	c.Start(t)
 	var last error
 	eventually.True(t, waitLong, func() bool {
-		last = publish(t, pub, event(topic, "k", "late", ""))[0]
+		last = publishertest.Publish(t, pub, event(topic, "k", "late", ""))[0]
 		return last == nil
 	}, func() string { return fmt.Sprintf("a publish to succeed, last error %v", last) })
 	if got := c.Records(t, topic, 1); string(got[0].Value) != "late" {
@@ -519,7 +486,7 @@ func TestPublishesThroughTheLiveBrokerOfAList(t *testing.T) {
 	pub := open(t, "kafka://"+deadAddr(t)+","+c.Addrs()[0]+"?timeout=3s")
 	var last error
 	eventually.True(t, waitLong, func() bool {
-		last = publish(t, pub, event(topic, "k", "x", ""))[0]
+		last = publishertest.Publish(t, pub, event(topic, "k", "x", ""))[0]
 		return last == nil
 	}, func() string { return fmt.Sprintf("a publish through the second broker, last error %v", last) })
 }
@@ -580,7 +547,7 @@ func TestUnknownTopic(t *testing.T) {
 		c := kafkatest.Start(t, kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 		pub := open(t, c.URL(""))
 		topic := newTopic()
-		requireDelivered(t, publish(t, pub, event(topic, "k", "x", "")))
+		publishertest.RequireDelivered(t, publishertest.Publish(t, pub, event(topic, "k", "x", "")))
 		c.Records(t, topic, 1)
 	})
 
@@ -589,12 +556,12 @@ func TestUnknownTopic(t *testing.T) {
 		c := kafkatest.Start(t, kfake.NumBrokers(1))
 		pub := open(t, c.URL(""))
 		topic := newTopic()
-		if err := publish(t, pub, event(topic, "k", "x", ""))[0]; !publisher.IsPermanent(err) {
+		if err := publishertest.Publish(t, pub, event(topic, "k", "x", ""))[0]; !publisher.IsPermanent(err) {
 			t.Fatalf("before the topic exists: %v, want permanent", err)
 		}
 		// The driver's cached metadata must not keep calling it missing.
 		c.CreateTopic(t, topic, 1, nil)
-		requireDelivered(t, publish(t, pub, event(topic, "k", "y", "")))
+		publishertest.RequireDelivered(t, publishertest.Publish(t, pub, event(topic, "k", "y", "")))
 	})
 
 	t.Run("not permanent while no broker can tell", func(t *testing.T) {
@@ -603,9 +570,9 @@ func TestUnknownTopic(t *testing.T) {
 		known := newTopic()
 		c.CreateTopic(t, known, 1, nil)
 		pub := open(t, c.URL("?timeout=2s"))
-		requireDelivered(t, publish(t, pub, event(known, "k", "x", "")))
+		publishertest.RequireDelivered(t, publishertest.Publish(t, pub, event(known, "k", "x", "")))
 		c.Stop()
-		for i, err := range publish(t, pub, event(newTopic(), "k", "x", ""), event(known, "k", "y", "")) {
+		for i, err := range publishertest.Publish(t, pub, event(newTopic(), "k", "x", ""), event(known, "k", "y", "")) {
 			if !publisher.IsUnavailable(err) || publisher.IsPermanent(err) {
 				t.Errorf("event %d with the cluster down: %v, want unavailable", i, err)
 			}
@@ -659,7 +626,7 @@ func TestBrokerErrorCodesAreClassified(t *testing.T) {
 			c.CreateTopic(t, topic, 1, nil)
 			produceAnswers(c, tc.err.Code)
 			pub := open(t, c.URL(""))
-			err := publish(t, pub, event(topic, "k", "x", ""))[0]
+			err := publishertest.Publish(t, pub, event(topic, "k", "x", ""))[0]
 			if err == nil || publisher.IsUnavailable(err) != tc.unavailable || publisher.IsPermanent(err) != tc.permanent {
 				t.Fatalf("%s: got %v (unavailable %v, permanent %v), want unavailable %v, permanent %v",
 					tc.err.Message, err, publisher.IsUnavailable(err), publisher.IsPermanent(err), tc.unavailable, tc.permanent)
@@ -675,7 +642,7 @@ func TestBrokerErrorCodesAreClassified(t *testing.T) {
 		topic := newTopic()
 		c.CreateTopic(t, topic, 1, nil)
 		produceAnswers(c, kerr.UnknownTopicOrPartition.Code)
-		err := publish(t, open(t, c.URL("")), event(topic, "k", "x", ""))[0]
+		err := publishertest.Publish(t, open(t, c.URL("")), event(topic, "k", "x", ""))[0]
 		if err == nil || publisher.IsPermanent(err) || publisher.IsUnavailable(err) || !strings.Contains(err.Error(), "exists, yet a broker called it unknown") {
 			t.Fatalf("got %v, want a retryable error saying the topic exists", err)
 		}
@@ -688,7 +655,7 @@ func TestContextCancelledWhileAwaitingTheBrokerIsUnavailable(t *testing.T) {
 	topic := newTopic()
 	c.CreateTopic(t, topic, 1, nil)
 	pub := open(t, c.URL("?timeout=30s"))
-	requireDelivered(t, publish(t, pub, event(topic, "k", "warm-up", "")))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, event(topic, "k", "warm-up", "")))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -728,7 +695,7 @@ func TestOptionsReachTheBroker(t *testing.T) {
 			for i := range 50 {
 				batch = append(batch, event(topic, "k", strings.Repeat(strconv.Itoa(i), 100), ""))
 			}
-			requireDelivered(t, publish(t, pub, batch...))
+			publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch...))
 			for i, r := range c.Records(t, topic, len(batch)) {
 				if string(r.Value) != string(batch[i].Payload) {
 					t.Fatalf("record %d = %q, want %q", i, r.Value, batch[i].Payload)
@@ -759,14 +726,14 @@ func TestSASL(t *testing.T) {
 			if err := good.Ping(context.Background()); err != nil {
 				t.Fatalf("Ping with the right password: %v", err)
 			}
-			requireDelivered(t, publish(t, good, event(topic, "k", "x", "")))
+			publishertest.RequireDelivered(t, publishertest.Publish(t, good, event(topic, "k", "x", "")))
 
 			bad := open(t, url(wrong))
 			pingErr := bad.Ping(context.Background())
 			if pingErr == nil {
 				t.Fatal("Ping with the wrong password succeeded")
 			}
-			pubErr := publish(t, bad, event(topic, "k", "y", ""))[0]
+			pubErr := publishertest.Publish(t, bad, event(topic, "k", "y", ""))[0]
 			if !publisher.IsUnavailable(pubErr) {
 				t.Errorf("publish with the wrong password: %v, want unavailable (the events are not to blame)", pubErr)
 			}
@@ -819,9 +786,9 @@ func TestTLS(t *testing.T) {
 			if tc.works != (err == nil) {
 				t.Fatalf("Ping: %v, want success %v", err, tc.works)
 			}
-			errs := publish(t, pub, event(topic, "k", tc.name, ""))
+			errs := publishertest.Publish(t, pub, event(topic, "k", tc.name, ""))
 			if tc.works {
-				requireDelivered(t, errs)
+				publishertest.RequireDelivered(t, errs)
 			} else if !publisher.IsUnavailable(errs[0]) {
 				t.Errorf("publish without a working TLS setup: %v, want unavailable (the events are not to blame)", errs[0])
 			}

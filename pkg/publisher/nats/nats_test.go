@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/nats"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 
 // waitLong bounds every eventually-wait; reconnecting takes about a second.
@@ -91,21 +92,6 @@ func storedIDs(msgs []*jetstream.RawStreamMsg) []string {
 	return ids
 }
 
-func requireNoErrors(t *testing.T, errs []error, n int) {
-	t.Helper()
-	if len(errs) != n {
-		t.Fatalf("Publish returned %d results for %d events", len(errs), n)
-	}
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("event %d: unexpected error: %v", i, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
-
 func TestPublishBatchArrivesComplete(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -130,7 +116,7 @@ func TestPublishBatchArrivesComplete(t *testing.T) {
 			nullHeaders := event(tc.eventType, "k", "", "null")
 			batch := []outbox.Event{withKey, noKey, nullHeaders}
 
-			requireNoErrors(t, pub.Publish(context.Background(), batch), len(batch))
+			publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch...))
 
 			msgs := stored(t, srv, "ORDERS")
 			if len(msgs) != len(batch) {
@@ -207,7 +193,7 @@ func TestReservedRowHeadersAreLeftOut(t *testing.T) {
 	e := event("orders.created", "k", "{}", `{"Nats-Rollup":"all","nats-expected-stream":"OTHER",`+
 		`"NATS-Msg-Id":"not-the-event-id","x-event-id":"spoofed","X-EVENT-TYPE":"spoofed",`+
 		`"x-partition-key":"spoofed","Natsy":"kept","X-Event-Source":"kept"}`)
-	requireNoErrors(t, pub.Publish(context.Background(), []outbox.Event{e}), 1)
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, e))
 
 	msgs := stored(t, srv, "ORDERS")
 	if len(msgs) != 1 {
@@ -237,7 +223,7 @@ func TestPublishKeepsPerKeyOrderWithinBatch(t *testing.T) {
 	for i := range 200 {
 		batch = append(batch, event("orders.updated", keys[i%len(keys)], fmt.Sprintf("%d", i), fmt.Sprintf(`{"seq":%d}`, i)))
 	}
-	requireNoErrors(t, pub.Publish(context.Background(), batch), len(batch))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch...))
 
 	msgs := stored(t, srv, "ORDERS")
 	if len(msgs) != len(batch) {
@@ -264,17 +250,16 @@ func TestPublishDuplicateIsDelivered(t *testing.T) {
 	srv := natstest.Start(t)
 	ordersStream(t, srv, jetstream.StreamConfig{Duplicates: time.Hour})
 	pub := open(t, srv, "")
-	ctx := context.Background()
 
 	first := event("orders.created", "k", "first", "")
 	again := first
 	again.Payload = []byte("sent again after a crash")
 
-	requireNoErrors(t, pub.Publish(ctx, []outbox.Event{first}), 1)
-	requireNoErrors(t, pub.Publish(ctx, []outbox.Event{again}), 1)
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, first))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, again))
 	// The same id twice within one batch is also acknowledged twice.
 	other := event("orders.created", "k", "other", "")
-	requireNoErrors(t, pub.Publish(ctx, []outbox.Event{other, other, first}), 3)
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, other, other, first))
 
 	msgs := stored(t, srv, "ORDERS")
 	if got, want := storedIDs(msgs), []string{first.ID.String(), other.ID.String()}; strings.Join(got, ",") != strings.Join(want, ",") {
@@ -393,7 +378,7 @@ func TestPublishUnavailableWhileServerDownThenReconnects(t *testing.T) {
 	ctx := context.Background()
 
 	up := event("orders.created", "k", "while up", "")
-	requireNoErrors(t, pub.Publish(ctx, []outbox.Event{up}), 1)
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, up))
 
 	srv.Stop()
 
@@ -440,7 +425,7 @@ func TestPublishUnavailableWhileServerDownThenReconnects(t *testing.T) {
 		return lastPing == nil
 	}, func() string { return fmt.Sprintf("Ping to succeed after restart, last error: %v", lastPing) })
 
-	requireNoErrors(t, pub.Publish(ctx, batch), len(batch))
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, batch...))
 	got := storedIDs(stored(t, srv, "ORDERS"))
 	want := []string{up.ID.String(), batch[0].ID.String(), batch[1].ID.String(), batch[2].ID.String()}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
@@ -670,22 +655,7 @@ func TestParseURL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := parse(t, tc.url)
-			if err == nil {
-				t.Fatalf("ParseURL(%q) accepted it", tc.url)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not name the problem (%q)", err, tc.want)
-			}
-			// Through the registry too: same refusal, and no connection.
-			_, openErr := publisher.Open(context.Background(), tc.url)
-			if openErr == nil {
-				t.Fatalf("publisher.Open(%q) accepted it", tc.url)
-			}
-			for _, e := range []error{err, openErr} {
-				if strings.Contains(e.Error(), secret) {
-					t.Errorf("error %q reveals the password", e)
-				}
-			}
+			publishertest.RequireRefused(t, tc.url, err, tc.want, secret)
 		})
 	}
 
@@ -820,7 +790,7 @@ func TestOpenWithConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nats.Open: %v", err)
 	}
-	requireNoErrors(t, pub.Publish(context.Background(), []outbox.Event{event("orders.created", "k", "x", "")}), 1)
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, event("orders.created", "k", "x", "")))
 	if err := pub.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -862,7 +832,7 @@ func TestOpenWhileServerDown(t *testing.T) {
 		last = pub.Ping(ctx)
 		return last == nil
 	}, func() string { return fmt.Sprintf("Ping once the server is up, last error: %v", last) })
-	requireNoErrors(t, pub.Publish(ctx, []outbox.Event{e}), 1)
+	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, e))
 	if got := storedIDs(stored(t, srv, "ORDERS")); len(got) != 1 || got[0] != e.ID.String() {
 		t.Errorf("stream holds %v, want %s", got, e.ID)
 	}

@@ -93,7 +93,9 @@ func Run(t *testing.T, d Driver) {
 	t.Run("CloseIsIdempotent", func(t *testing.T) { t.Parallel(); closeIsIdempotent(t, d) })
 }
 
-func publish(t *testing.T, p publisher.Publisher, batch []outbox.Event) []error {
+// Publish sends batch through p with a minute's deadline and returns one
+// result per event; a driver that answers another count fails the test.
+func Publish(t testing.TB, p publisher.Publisher, batch ...outbox.Event) []error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -104,11 +106,31 @@ func publish(t *testing.T, p publisher.Publisher, batch []outbox.Event) []error 
 	return errs
 }
 
-func requireDelivered(t *testing.T, errs []error) {
+// RequireDelivered fails the test at the first event Publish did not deliver.
+func RequireDelivered(t testing.TB, errs []error) {
 	t.Helper()
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+}
+
+// RequireRefused checks a URL the driver must refuse: parseErr, from the
+// driver's own ParseURL, says want; publisher.Open refuses it as well,
+// without connecting; and neither error reveals secret (the URL's password).
+func RequireRefused(t testing.TB, rawURL string, parseErr error, want, secret string) {
+	t.Helper()
+	if parseErr == nil || !strings.Contains(parseErr.Error(), want) {
+		t.Fatalf("ParseURL(%q): %v, want an error saying %q", rawURL, parseErr, want)
+	}
+	_, openErr := publisher.Open(context.Background(), rawURL)
+	if openErr == nil {
+		t.Fatalf("publisher.Open(%q) accepted it", rawURL)
+	}
+	for _, err := range []error{parseErr, openErr} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error %q reveals the password", err)
 		}
 	}
 }
@@ -138,7 +160,7 @@ func batchArrivesComplete(t *testing.T, d Driver) {
 		}
 		batch[i] = event(typ, key, i)
 	}
-	requireDelivered(t, publish(t, p, batch))
+	RequireDelivered(t, Publish(t, p, batch...))
 
 	got := b.Received(t, typ, len(batch))
 	if len(got) != len(batch) {
@@ -202,8 +224,8 @@ func perKeyOrder(t *testing.T, d Driver) {
 		pos[batch[i].ID.String()] = i
 	}
 	// Two batches, as two claims in a row would publish them.
-	requireDelivered(t, publish(t, p, batch[:n/2]))
-	requireDelivered(t, publish(t, p, batch[n/2:]))
+	RequireDelivered(t, Publish(t, p, batch[:n/2]...))
+	RequireDelivered(t, Publish(t, p, batch[n/2:]...))
 
 	last := map[string]int{}
 	got := b.Received(t, typ, n)
@@ -237,7 +259,7 @@ func permanentErrors(t *testing.T, d Driver) {
 				bad.Type = typ
 			}
 			batch := []outbox.Event{event(typ, "k", 0), bad, event(typ, "k", 1)}
-			errs := publish(t, p, batch)
+			errs := Publish(t, p, batch...)
 			if errs[0] != nil || errs[2] != nil {
 				t.Fatalf("good events around a bad one failed: %v, %v", errs[0], errs[2])
 			}
@@ -263,11 +285,11 @@ func unavailableThenRecovers(t *testing.T, d Driver) {
 	}
 	p := o.Open(t)
 	typ := o.Destination(t)
-	requireDelivered(t, publish(t, p, []outbox.Event{event(typ, "k", 0)}))
+	RequireDelivered(t, Publish(t, p, event(typ, "k", 0)))
 
 	o.Stop(t)
 	began := time.Now()
-	errs := publish(t, p, []outbox.Event{event(typ, "k", 1), event(typ, "k", 2)})
+	errs := Publish(t, p, event(typ, "k", 1), event(typ, "k", 2))
 	if took := time.Since(began); took > d.UnavailableWithin {
 		t.Errorf("publishing to a broker that is gone took %s, want under %s", took, d.UnavailableWithin)
 	}
@@ -288,7 +310,7 @@ func unavailableThenRecovers(t *testing.T, d Driver) {
 	}, func() string { return "Ping to succeed after the broker came back" })
 	var errs2 []error
 	eventually.True(t, time.Minute, func() bool {
-		errs2 = publish(t, p, []outbox.Event{event(typ, "k", 3)})
+		errs2 = Publish(t, p, event(typ, "k", 3))
 		return errs2[0] == nil
 	}, func() string {
 		return fmt.Sprintf("a publish to succeed after the broker came back, last error %v", errs2[0])
