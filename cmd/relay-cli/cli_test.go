@@ -137,48 +137,6 @@ func decode[T any](t *testing.T, r result) T {
 
 // ---- table helpers -------------------------------------------------------------
 
-// setRow puts one row into a state with SQL assignments.
-func setRow(t *testing.T, tb *pgtest.Table, id uuid.UUID, assignments string) {
-	t.Helper()
-	if n := tb.Exec(t, "UPDATE {{table}} SET "+assignments+" WHERE event_id = $1", id); n != 1 {
-		t.Fatalf("setRow %s: changed %d rows", id, n)
-	}
-}
-
-// snapshot reads every row's full state.
-func snapshot(t *testing.T, tb *pgtest.Table) map[uuid.UUID]string {
-	t.Helper()
-	rows, err := tb.Store.Pool().Query(ctx, "SELECT event_id, row_to_json(t)::text FROM "+tb.Name+" AS t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[uuid.UUID]string{}
-	for rows.Next() {
-		var id uuid.UUID
-		var js string
-		if err := rows.Scan(&id, &js); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = js
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func unchanged(t *testing.T, what string, before, after map[uuid.UUID]string) {
-	t.Helper()
-	if len(before) != len(after) {
-		t.Fatalf("%s: %d rows before, %d after", what, len(before), len(after))
-	}
-	for id, b := range before {
-		if after[id] != b {
-			t.Fatalf("%s changed row %s:\nbefore %s\nafter  %s", what, id, b, after[id])
-		}
-	}
-}
-
 // ids lists the event ids in the table, sorted.
 func ids(t *testing.T, tb *pgtest.Table) []string {
 	t.Helper()

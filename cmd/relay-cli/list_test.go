@@ -19,7 +19,7 @@ func listRows(t *testing.T, tb *pgtest.Table) (older, newer []uuid.UUID, longErr
 	newer = tb.Insert(t, pgtest.Event{Type: "a", PartitionKey: "customer-7"}, pgtest.Event{Type: "a"})
 	tb.Exec(t, "UPDATE {{table}} SET created_at = created_at - interval '1 minute' WHERE event_id = ANY($1)", older)
 	longError = "nats: no response from stream: " + strings.Repeat("x", 100) + " THE END"
-	setRow(t, tb, older[0], "status = 'DEAD', attempts = 25, last_error = '"+longError+"'")
+	tb.Set(t, older[0], "status = 'DEAD', attempts = 25, last_error = '"+longError+"'")
 	return older, newer, longError
 }
 

@@ -5,40 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
-
-// pruneRows are rows of every status, old and recent. The PENDING and
-// DELIVERING rows carry old created_at, updated_at and delivered_at values,
-// so that only their status keeps prune away from them.
-type pruneRows struct {
-	oldDelivered, newDelivered, oldDead, newDead, live []uuid.UUID
-}
-
-func newPruneRows(t *testing.T, tb *pgtest.Table, oldDelivered int) pruneRows {
-	t.Helper()
-	var f pruneRows
-	f.oldDelivered = tb.InsertN(t, oldDelivered, "old.delivered")
-	f.newDelivered = tb.InsertN(t, 2, "new.delivered")
-	f.oldDead = tb.InsertN(t, 3, "old.dead")
-	f.newDead = tb.InsertN(t, 1, "new.dead")
-	f.live = tb.InsertN(t, 4, "live")
-	tb.Exec(t, `UPDATE {{table}} SET status = 'DELIVERED', delivered_at = now() - interval '8 days',
-		updated_at = now() - interval '8 days' WHERE event_id = ANY($1)`, f.oldDelivered)
-	tb.Exec(t, `UPDATE {{table}} SET status = 'DELIVERED', delivered_at = now() - interval '6 days',
-		updated_at = now() - interval '30 days', created_at = now() - interval '30 days' WHERE event_id = ANY($1)`, f.newDelivered)
-	tb.Exec(t, `UPDATE {{table}} SET status = 'DEAD', updated_at = now() - interval '8 days' WHERE event_id = ANY($1)`, f.oldDead)
-	tb.Exec(t, `UPDATE {{table}} SET status = 'DEAD', updated_at = now() - interval '1 day',
-		delivered_at = now() - interval '30 days' WHERE event_id = ANY($1)`, f.newDead)
-	old := "created_at = now() - interval '30 days', updated_at = now() - interval '30 days', delivered_at = now() - interval '30 days'"
-	setRow(t, tb, f.live[0], old)
-	setRow(t, tb, f.live[1], old+", attempts = 3")
-	setRow(t, tb, f.live[2], old+", status = 'DELIVERING', locked_by = 'r', locked_at = now() - interval '30 days'")
-	setRow(t, tb, f.live[3], old+", status = 'DELIVERING', locked_by = 'r', locked_at = now()")
-	return f
-}
 
 type pruneJSON struct {
 	Table            string           `json:"table"`
@@ -51,8 +19,8 @@ type pruneJSON struct {
 func TestPruneDryRunsCountAndChangeNothing(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	newPruneRows(t, tb, 5)
-	before := snapshot(t, tb)
+	pgtest.NewPruneRows(t, tb, 5)
+	before := tb.Snapshot(t)
 
 	js := decode[pruneJSON](t, ok(t, relayCLI(t, tb, "prune", "--older-than", "7d", "--status", "all", "--dry-run", "--json")))
 	if !js.DryRun || js.Rows["delivered"] != 5 || js.Rows["dead"] != 3 || js.Total != 8 || js.OlderThanSeconds != 7*86400 {
@@ -66,13 +34,13 @@ func TestPruneDryRunsCountAndChangeNothing(t *testing.T) {
 	if !strings.Contains(r.stdout, "would delete 4 DEAD rows") {
 		t.Errorf("prune --status dead --dry-run:\n%s", r)
 	}
-	unchanged(t, "prune --dry-run", before, snapshot(t, tb))
+	pgtest.RequireUnchanged(t, "prune --dry-run", before, tb.Snapshot(t))
 }
 
 func TestPruneDeletesOldFinishedRowsInBatchesAndSparesLiveOnes(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newPruneRows(t, tb, 7)
+	f := pgtest.NewPruneRows(t, tb, 7)
 
 	// Default status: DELIVERED only, by delivered_at.
 	r := ok(t, relayCLI(t, tb, "prune", "--older-than", "7d", "--batch-size", "3"))
@@ -82,7 +50,7 @@ func TestPruneDeletesOldFinishedRowsInBatchesAndSparesLiveOnes(t *testing.T) {
 	if r.stderr != "" {
 		t.Errorf("prune wrote to stderr, which is not a terminal:\n%s", r)
 	}
-	if got, want := ids(t, tb), sorted(f.newDelivered, f.oldDead, f.newDead, f.live); !slices.Equal(got, want) {
+	if got, want := ids(t, tb), sorted(f.NewDelivered, f.OldDead, f.NewDead, f.Live); !slices.Equal(got, want) {
 		t.Fatalf("after prune rows\n%v\nremain, want\n%v", got, want)
 	}
 
@@ -91,7 +59,7 @@ func TestPruneDeletesOldFinishedRowsInBatchesAndSparesLiveOnes(t *testing.T) {
 	if js.DryRun || js.Rows["dead"] != 3 || js.Total != 3 || len(js.Rows) != 1 {
 		t.Errorf("prune --status dead --json = %+v, want 3 dead rows", js)
 	}
-	if got, want := ids(t, tb), sorted(f.newDelivered, f.newDead, f.live); !slices.Equal(got, want) {
+	if got, want := ids(t, tb), sorted(f.NewDelivered, f.NewDead, f.Live); !slices.Equal(got, want) {
 		t.Fatalf("after prune --status dead rows\n%v\nremain, want\n%v", got, want)
 	}
 
@@ -100,10 +68,10 @@ func TestPruneDeletesOldFinishedRowsInBatchesAndSparesLiveOnes(t *testing.T) {
 	if !strings.Contains(r.stdout, "deleted 2 DELIVERED rows") || !strings.Contains(r.stdout, "deleted 1 DEAD row with updated_at older than 0s (1 batch)") {
 		t.Errorf("prune --status all:\n%s", r)
 	}
-	if got, want := ids(t, tb), sorted(f.live); !slices.Equal(got, want) {
+	if got, want := ids(t, tb), sorted(f.Live); !slices.Equal(got, want) {
 		t.Fatalf("after pruning everything finished rows\n%v\nremain, want only the PENDING and DELIVERING rows\n%v", got, want)
 	}
-	for _, id := range f.live[2:] {
+	for _, id := range f.Live[2:] {
 		if row := tb.Get(t, id); row.Status != "DELIVERING" || row.LockedBy != "r" {
 			t.Errorf("a DELIVERING row changed: %+v", row)
 		}
@@ -115,7 +83,7 @@ func TestPruneDeletesOldFinishedRowsInBatchesAndSparesLiveOnes(t *testing.T) {
 func TestPruneShowsProgressOnATerminal(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	newPruneRows(t, tb, 5)
+	pgtest.NewPruneRows(t, tb, 5)
 	terminal := openPTY(t)
 	screen := make(chan string)
 	go func() {

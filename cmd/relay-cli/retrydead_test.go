@@ -15,86 +15,46 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
-// deadRows: DEAD rows with different types, errors and times of death, and
-// rows in other states that match every filter but are not DEAD.
-type deadRows struct {
-	ids   map[string]uuid.UUID
-	names []string
-}
-
-var allDead = []string{"orders-timeout-recent", "orders-nostream-old", "users-timeout-old", "users-toolarge-recent", "users-no-error"}
-
-func newDeadRows(t *testing.T, tb *pgtest.Table) deadRows {
-	t.Helper()
-	rows := []struct{ name, typ, status, lastError, diedAgo string }{
-		{"orders-timeout-recent", "orders", "DEAD", "publish: Timeout waiting for ack", "1 hour"},
-		{"orders-nostream-old", "orders", "DEAD", "no stream for subject orders", "3 days"},
-		{"users-timeout-old", "users", "DEAD", "TIMEOUT", "5 days"},
-		{"users-toolarge-recent", "users", "DEAD", "message too large", "10 minutes"},
-		{"users-no-error", "users", "DEAD", "", "2 days"},
-		{"orders-pending", "orders", "PENDING", "timeout", "5 minutes"},
-		{"orders-delivered", "orders", "DELIVERED", "timeout", "5 minutes"},
-		{"orders-delivering", "orders", "DELIVERING", "timeout", "5 minutes"},
-	}
-	f := deadRows{ids: map[string]uuid.UUID{}}
-	for _, r := range rows {
-		id := tb.Insert(t, pgtest.Event{Type: r.typ})[0]
-		var lastErr any
-		if r.lastError != "" {
-			lastErr = r.lastError
-		}
-		tb.Exec(t, `UPDATE {{table}} SET status = $2, last_error = $3, attempts = 25,
-			updated_at = now() - $4::interval, available_at = now() - interval '7 days',
-			locked_by = CASE WHEN $2 = 'DELIVERING' THEN 'r' END,
-			locked_at = CASE WHEN $2 = 'DELIVERING' THEN now() END,
-			delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() END
-			WHERE event_id = $1`, id, r.status, lastErr, r.diedAgo)
-		f.ids[r.name] = id
-		f.names = append(f.names, r.name)
-	}
-	return f
-}
-
 func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
-		args func(f deadRows) []string
+		args func(f pgtest.DeadRows) []string
 		want []string
 	}{
-		{"ids, of which one is not DEAD", func(f deadRows) []string {
-			return []string{"--id", f.ids["users-timeout-old"].String(), "--id", f.ids["orders-pending"].String(),
-				"--id", f.ids["orders-nostream-old"].String(), "--id", uuid.NewString()}
+		{"ids, of which one is not DEAD", func(f pgtest.DeadRows) []string {
+			return []string{"--id", f.IDs["users-timeout-old"].String(), "--id", f.IDs["orders-pending"].String(),
+				"--id", f.IDs["orders-nostream-old"].String(), "--id", uuid.NewString()}
 		}, []string{"users-timeout-old", "orders-nostream-old"}},
-		{"event type", func(deadRows) []string { return []string{"--event-type", "orders"} },
+		{"event type", func(pgtest.DeadRows) []string { return []string{"--event-type", "orders"} },
 			[]string{"orders-timeout-recent", "orders-nostream-old"}},
-		{"since a duration", func(deadRows) []string { return []string{"--since", "36h"} },
+		{"since a duration", func(pgtest.DeadRows) []string { return []string{"--since", "36h"} },
 			[]string{"orders-timeout-recent", "users-toolarge-recent"}},
-		{"since an RFC3339 time", func(deadRows) []string {
+		{"since an RFC3339 time", func(pgtest.DeadRows) []string {
 			return []string{"--since", time.Now().Add(-4 * 24 * time.Hour).Format(time.RFC3339)}
 		}, []string{"orders-timeout-recent", "users-toolarge-recent", "orders-nostream-old", "users-no-error"}},
-		{"error contains, any case", func(deadRows) []string { return []string{"--error-contains", "timeout"} },
+		{"error contains, any case", func(pgtest.DeadRows) []string { return []string{"--error-contains", "timeout"} },
 			[]string{"orders-timeout-recent", "users-timeout-old"}},
-		{"every filter at once", func(deadRows) []string {
+		{"every filter at once", func(pgtest.DeadRows) []string {
 			return []string{"--event-type", "users", "--error-contains", "TimeOut", "--since", "6d"}
 		}, []string{"users-timeout-old"}},
-		{"limit, oldest deaths first", func(deadRows) []string { return []string{"--event-type", "users", "--limit", "2"} },
+		{"limit, oldest deaths first", func(pgtest.DeadRows) []string { return []string{"--event-type", "users", "--limit", "2"} },
 			[]string{"users-timeout-old", "users-no-error"}},
-		{"no filter with --yes", func(deadRows) []string { return []string{"--yes"} }, allDead},
-		{"alias replay-dead", func(deadRows) []string { return []string{"--error-contains", "large"} },
+		{"no filter with --yes", func(pgtest.DeadRows) []string { return []string{"--yes"} }, pgtest.AllDead},
+		{"alias replay-dead", func(pgtest.DeadRows) []string { return []string{"--error-contains", "large"} },
 			[]string{"users-toolarge-recent"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tb := pgtest.New(t)
-			f := newDeadRows(t, tb)
+			f := pgtest.NewDeadRows(t, tb)
 			command := "retry-dead"
 			if strings.HasPrefix(c.name, "alias") {
 				command = "replay-dead"
 			}
 			args := append([]string{command}, c.args(f)...)
-			before := snapshot(t, tb)
+			before := tb.Snapshot(t)
 
 			dry := ok(t, relayCLI(t, tb, append(args, "--dry-run")...))
 			want := fmt.Sprintf("would move %d DEAD events back to PENDING", len(c.want))
@@ -104,7 +64,7 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 			if !strings.Contains(dry.stdout, want) {
 				t.Errorf("dry run does not say %q:\n%s", want, dry)
 			}
-			unchanged(t, "retry-dead --dry-run", before, snapshot(t, tb))
+			pgtest.RequireUnchanged(t, "retry-dead --dry-run", before, tb.Snapshot(t))
 
 			js := decode[struct {
 				DryRun bool  `json:"dry_run"`
@@ -113,9 +73,9 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 			if js.DryRun || js.Events != int64(len(c.want)) {
 				t.Errorf("retry-dead --json = %+v, want %d events moved", js, len(c.want))
 			}
-			after := snapshot(t, tb)
-			for _, name := range f.names {
-				id := f.ids[name]
+			after := tb.Snapshot(t)
+			for _, name := range pgtest.DeadRowNames {
+				id := f.IDs[name]
 				if !slices.Contains(c.want, name) {
 					if before[id] != after[id] {
 						t.Errorf("%s was not selected but changed:\nbefore %s\nafter  %s", name, before[id], after[id])
@@ -140,8 +100,8 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 func TestRetryDeadWithoutFilterRefusesOffATerminal(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	newDeadRows(t, tb)
-	before := snapshot(t, tb)
+	pgtest.NewDeadRows(t, tb)
+	before := tb.Snapshot(t)
 	for _, args := range [][]string{{"retry-dead"}, {"replay-dead", "--limit", "1"}} {
 		r := relayCLI(t, tb, args...)
 		if r.code != 2 || !strings.Contains(r.stderr, "--yes") {
@@ -157,7 +117,7 @@ func TestRetryDeadWithoutFilterRefusesOffATerminal(t *testing.T) {
 	if !strings.Contains(r.stdout, "would move 5 DEAD events") {
 		t.Errorf("retry-dead --dry-run without a filter:\n%s", r)
 	}
-	unchanged(t, "a refused retry-dead", before, snapshot(t, tb))
+	pgtest.RequireUnchanged(t, "a refused retry-dead", before, tb.Snapshot(t))
 }
 
 // On a terminal, retry-dead without a filter says how many events it would
@@ -171,8 +131,8 @@ func TestRetryDeadWithoutFilterAsksOnATerminal(t *testing.T) {
 		t.Run(strings.TrimSpace(c.answer), func(t *testing.T) {
 			t.Parallel()
 			tb := pgtest.New(t)
-			newDeadRows(t, tb)
-			before := snapshot(t, tb)
+			pgtest.NewDeadRows(t, tb)
+			before := tb.Snapshot(t)
 			terminal := openPTY(t)
 			if _, err := terminal.master.WriteString(c.answer); err != nil {
 				t.Fatal(err)
@@ -185,7 +145,7 @@ func TestRetryDeadWithoutFilterAsksOnATerminal(t *testing.T) {
 				if r.code != 1 || !strings.Contains(r.stderr, "nothing changed") {
 					t.Errorf("answer %q, want exit 1 and nothing changed:\n%s", c.answer, r)
 				}
-				unchanged(t, "a declined retry-dead", before, snapshot(t, tb))
+				pgtest.RequireUnchanged(t, "a declined retry-dead", before, tb.Snapshot(t))
 				return
 			}
 			if r.code != 0 || !strings.Contains(r.stdout, "moved 5 DEAD events back to PENDING") {
@@ -201,7 +161,7 @@ func TestRetryDeadWithoutFilterAsksOnATerminal(t *testing.T) {
 func TestRetryDeadWakesRelays(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newDeadRows(t, tb)
+	f := pgtest.NewDeadRows(t, tb)
 	conn, err := pgx.Connect(ctx, pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +171,7 @@ func TestRetryDeadWakesRelays(t *testing.T) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	ok(t, relayCLI(t, tb, "retry-dead", "--id", f.ids["users-timeout-old"].String()))
+	ok(t, relayCLI(t, tb, "retry-dead", "--id", f.IDs["users-timeout-old"].String()))
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	n, err := conn.WaitForNotification(waitCtx)

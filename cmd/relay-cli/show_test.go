@@ -16,7 +16,7 @@ func TestShowTextPayloadAndHeaders(t *testing.T) {
 	tb := pgtest.New(t)
 	id := tb.Insert(t, pgtest.Event{Type: "orders.paid", PartitionKey: "order-42",
 		Payload: []byte(`{"order_id": 42, "note": "grüße"}`), Headers: `{"content-type": "application/json", "retry": 2}`})[0]
-	setRow(t, tb, id, "status = 'DEAD', attempts = 3, last_error = 'no stream'")
+	tb.Set(t, id, "status = 'DEAD', attempts = 3, last_error = 'no stream'")
 
 	for _, args := range [][]string{{"show", id.String()}, {"show", "--storage-url", pgtest.URL(), id.String()}} {
 		r := ok(t, relayCLI(t, tb, args...))

@@ -20,24 +20,24 @@ func statsFixture(t *testing.T, tb *pgtest.Table) {
 	a := tb.InsertN(t, 3, "type.a")
 	b := tb.InsertN(t, 3, "type.b")
 	done := tb.InsertN(t, 4, "done")
-	setRow(t, tb, a[0], "created_at = now() - interval '10 minutes'")
-	setRow(t, tb, a[1], "attempts = 2")
-	setRow(t, tb, b[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now() - interval '90 seconds'")
-	setRow(t, tb, b[1], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now()")
-	setRow(t, tb, b[2], "status = 'DELIVERING', locked_by = 'relay-y', locked_at = now()")
-	setRow(t, tb, done[0], "status = 'DELIVERED', delivered_at = now() - interval '10 seconds'")
-	setRow(t, tb, done[1], "status = 'DELIVERED', delivered_at = now() - interval '30 minutes'")
-	setRow(t, tb, done[2], "status = 'DELIVERED', delivered_at = now() - interval '2 hours'")
-	setRow(t, tb, done[3], "status = 'DEAD', last_error = 'gone'")
+	tb.Set(t, a[0], "created_at = now() - interval '10 minutes'")
+	tb.Set(t, a[1], "attempts = 2")
+	tb.Set(t, b[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now() - interval '90 seconds'")
+	tb.Set(t, b[1], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now()")
+	tb.Set(t, b[2], "status = 'DELIVERING', locked_by = 'relay-y', locked_at = now()")
+	tb.Set(t, done[0], "status = 'DELIVERED', delivered_at = now() - interval '10 seconds'")
+	tb.Set(t, done[1], "status = 'DELIVERED', delivered_at = now() - interval '30 minutes'")
+	tb.Set(t, done[2], "status = 'DELIVERED', delivered_at = now() - interval '2 hours'")
+	tb.Set(t, done[3], "status = 'DEAD', last_error = 'gone'")
 }
 
 func TestStatsJSON(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
 	statsFixture(t, tb)
-	before := snapshot(t, tb)
+	before := tb.Snapshot(t)
 	r := ok(t, relayCLI(t, tb, "stats", "--json"))
-	unchanged(t, "stats", before, snapshot(t, tb))
+	pgtest.RequireUnchanged(t, "stats", before, tb.Snapshot(t))
 
 	// Decode into a map as well, to pin the key names consumers rely on.
 	var raw map[string]any

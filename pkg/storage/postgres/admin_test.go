@@ -23,50 +23,6 @@ import (
 
 // ---- helpers ---------------------------------------------------------------
 
-// snapshot reads every row's full state, to prove that an operation changed
-// nothing (or exactly what it should).
-func snapshot(t *testing.T, tb *pgtest.Table) map[uuid.UUID]string {
-	t.Helper()
-	rows, err := tb.Store.Pool().Query(ctx, "SELECT event_id, row_to_json(t)::text FROM "+tb.Name+" AS t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[uuid.UUID]string{}
-	for rows.Next() {
-		var id uuid.UUID
-		var js string
-		if err := rows.Scan(&id, &js); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = js
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameSnapshot(t *testing.T, what string, before, after map[uuid.UUID]string) {
-	t.Helper()
-	if len(before) != len(after) {
-		t.Fatalf("%s: %d rows before, %d after", what, len(before), len(after))
-	}
-	for id, b := range before {
-		if after[id] != b {
-			t.Fatalf("%s changed row %s:\nbefore %s\nafter  %s", what, id, b, after[id])
-		}
-	}
-}
-
-// setRow puts one row into a state with SQL assignments such as
-// "status = 'DEAD', updated_at = now() - interval '8 days'".
-func setRow(t *testing.T, tb *pgtest.Table, id uuid.UUID, assignments string) {
-	t.Helper()
-	if n := tb.Exec(t, "UPDATE {{table}} SET "+assignments+" WHERE event_id = $1", id); n != 1 {
-		t.Fatalf("setRow %s: changed %d rows", id, n)
-	}
-}
-
 func remaining(t *testing.T, tb *pgtest.Table) []uuid.UUID {
 	t.Helper()
 	rows, err := tb.Store.Pool().Query(ctx, "SELECT event_id FROM "+tb.Name)
@@ -102,13 +58,13 @@ func TestBacklogCountsPendingAndDead(t *testing.T) {
 	ids := tb.InsertN(t, 9, "e")
 	// Pending: ids[0..2] new (ids[0] the oldest, an hour old), ids[3..4]
 	// retrying. ids[5] DELIVERING, ids[6] DELIVERED, ids[7..8] DEAD.
-	setRow(t, tb, ids[0], "created_at = now() - interval '1 hour'")
-	setRow(t, tb, ids[3], "attempts = 1")
-	setRow(t, tb, ids[4], "attempts = 7, available_at = now() + interval '1 hour'")
-	setRow(t, tb, ids[5], "status = 'DELIVERING', locked_by = 'r', locked_at = now(), created_at = now() - interval '2 hours'")
-	setRow(t, tb, ids[6], "status = 'DELIVERED', delivered_at = now(), created_at = now() - interval '3 hours'")
-	setRow(t, tb, ids[7], "status = 'DEAD', attempts = 25")
-	setRow(t, tb, ids[8], "status = 'DEAD', attempts = 0")
+	tb.Set(t, ids[0], "created_at = now() - interval '1 hour'")
+	tb.Set(t, ids[3], "attempts = 1")
+	tb.Set(t, ids[4], "attempts = 7, available_at = now() + interval '1 hour'")
+	tb.Set(t, ids[5], "status = 'DELIVERING', locked_by = 'r', locked_at = now(), created_at = now() - interval '2 hours'")
+	tb.Set(t, ids[6], "status = 'DELIVERED', delivered_at = now(), created_at = now() - interval '3 hours'")
+	tb.Set(t, ids[7], "status = 'DEAD', attempts = 25")
+	tb.Set(t, ids[8], "status = 'DEAD', attempts = 0")
 
 	b, err := tb.Store.Backlog(ctx)
 	if err != nil {
@@ -204,15 +160,15 @@ func TestStats(t *testing.T) {
 	b := tb.InsertN(t, 2, "type.b")
 	c := tb.InsertN(t, 1, "type.c")
 	done := tb.InsertN(t, 4, "done")
-	setRow(t, tb, a[0], "created_at = now() - interval '10 minutes'")
-	setRow(t, tb, a[1], "attempts = 2")
-	setRow(t, tb, b[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now() - interval '90 seconds'")
-	setRow(t, tb, b[1], "status = 'DELIVERING', locked_by = 'relay-y', locked_at = now()")
-	setRow(t, tb, c[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now()")
-	setRow(t, tb, done[0], "status = 'DELIVERED', delivered_at = now() - interval '10 seconds'")
-	setRow(t, tb, done[1], "status = 'DELIVERED', delivered_at = now() - interval '30 minutes'")
-	setRow(t, tb, done[2], "status = 'DELIVERED', delivered_at = now() - interval '2 hours'")
-	setRow(t, tb, done[3], "status = 'DEAD'")
+	tb.Set(t, a[0], "created_at = now() - interval '10 minutes'")
+	tb.Set(t, a[1], "attempts = 2")
+	tb.Set(t, b[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now() - interval '90 seconds'")
+	tb.Set(t, b[1], "status = 'DELIVERING', locked_by = 'relay-y', locked_at = now()")
+	tb.Set(t, c[0], "status = 'DELIVERING', locked_by = 'relay-x', locked_at = now()")
+	tb.Set(t, done[0], "status = 'DELIVERED', delivered_at = now() - interval '10 seconds'")
+	tb.Set(t, done[1], "status = 'DELIVERED', delivered_at = now() - interval '30 minutes'")
+	tb.Set(t, done[2], "status = 'DELIVERED', delivered_at = now() - interval '2 hours'")
+	tb.Set(t, done[3], "status = 'DEAD'")
 
 	st, err := tb.Store.Stats(ctx, storage.StatsParams{})
 	if err != nil {
@@ -270,41 +226,6 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // ---- Prune -------------------------------------------------------------------
 
-// pruneFixture fills a table with rows of every status, old and recent. Old
-// PENDING and DELIVERING rows carry old delivered_at and updated_at values
-// too, so that only the status can keep them from being pruned.
-type pruneFixture struct {
-	oldDelivered, newDelivered, oldDead, newDead, live []uuid.UUID
-}
-
-func newPruneFixture(t *testing.T, tb *pgtest.Table, oldDelivered int) pruneFixture {
-	t.Helper()
-	var f pruneFixture
-	f.oldDelivered = tb.InsertN(t, oldDelivered, "old.delivered")
-	f.newDelivered = tb.InsertN(t, 2, "new.delivered")
-	f.oldDead = tb.InsertN(t, 3, "old.dead")
-	f.newDead = tb.InsertN(t, 1, "new.dead")
-	f.live = tb.InsertN(t, 4, "live")
-	for _, id := range f.oldDelivered {
-		setRow(t, tb, id, "status = 'DELIVERED', delivered_at = now() - interval '8 days', updated_at = now() - interval '8 days'")
-	}
-	for _, id := range f.newDelivered {
-		// Recently delivered, though long dead or written before.
-		setRow(t, tb, id, "status = 'DELIVERED', delivered_at = now() - interval '6 days', updated_at = now() - interval '30 days', created_at = now() - interval '30 days'")
-	}
-	for _, id := range f.oldDead {
-		setRow(t, tb, id, "status = 'DEAD', updated_at = now() - interval '8 days'")
-	}
-	for _, id := range f.newDead {
-		setRow(t, tb, id, "status = 'DEAD', updated_at = now() - interval '1 day', created_at = now() - interval '30 days', delivered_at = now() - interval '30 days'")
-	}
-	setRow(t, tb, f.live[0], "created_at = now() - interval '30 days', updated_at = now() - interval '30 days', delivered_at = now() - interval '30 days'")
-	setRow(t, tb, f.live[1], "attempts = 3, updated_at = now() - interval '30 days', delivered_at = now() - interval '30 days'")
-	setRow(t, tb, f.live[2], "status = 'DELIVERING', locked_by = 'r', locked_at = now() - interval '30 days', updated_at = now() - interval '30 days', delivered_at = now() - interval '30 days'")
-	setRow(t, tb, f.live[3], "status = 'DELIVERING', locked_by = 'r', locked_at = now(), created_at = now() - interval '30 days'")
-	return f
-}
-
 func prune(t *testing.T, tb *pgtest.Table, p storage.PruneParams) storage.PruneResult {
 	t.Helper()
 	res, err := tb.Store.Prune(ctx, p)
@@ -317,8 +238,8 @@ func prune(t *testing.T, tb *pgtest.Table, p storage.PruneParams) storage.PruneR
 func TestPruneDryRunCountsAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	newPruneFixture(t, tb, 5)
-	before := snapshot(t, tb)
+	pgtest.NewPruneRows(t, tb, 5)
+	before := tb.Snapshot(t)
 	for _, c := range []struct {
 		status outbox.Status
 		want   int64
@@ -329,13 +250,13 @@ func TestPruneDryRunCountsAndChangesNothing(t *testing.T) {
 			t.Errorf("dry run of %s = %+v, want %d rows and no batches", c.status, res, c.want)
 		}
 	}
-	sameSnapshot(t, "a dry run", before, snapshot(t, tb))
+	pgtest.RequireUnchanged(t, "a dry run", before, tb.Snapshot(t))
 }
 
 func TestPruneDeletesOnlyOldDeliveredRowsInBatches(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newPruneFixture(t, tb, 7)
+	f := pgtest.NewPruneRows(t, tb, 7)
 	var progress []int64
 	res := prune(t, tb, storage.PruneParams{
 		Status: outbox.StatusDelivered, OlderThan: 7 * 24 * time.Hour, BatchSize: 3,
@@ -347,7 +268,7 @@ func TestPruneDeletesOnlyOldDeliveredRowsInBatches(t *testing.T) {
 	if want := []int64{3, 6, 7}; !slices.Equal(progress, want) {
 		t.Errorf("progress reports %v, want %v", progress, want)
 	}
-	want := slices.Concat(f.newDelivered, f.oldDead, f.newDead, f.live)
+	want := slices.Concat(f.NewDelivered, f.OldDead, f.NewDead, f.Live)
 	if got := remaining(t, tb); !sameSet(got, want) {
 		t.Fatalf("after pruning DELIVERED rows %d rows remain, want %d: every row but the old DELIVERED ones", len(got), len(want))
 	}
@@ -356,12 +277,12 @@ func TestPruneDeletesOnlyOldDeliveredRowsInBatches(t *testing.T) {
 func TestPruneDeletesOnlyOldDeadRows(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newPruneFixture(t, tb, 2)
+	f := pgtest.NewPruneRows(t, tb, 2)
 	res := prune(t, tb, storage.PruneParams{Status: outbox.StatusDead, OlderThan: 7 * 24 * time.Hour})
 	if res.Deleted != 3 || res.Batches != 1 {
 		t.Errorf("Prune = %+v, want 3 rows in 1 batch", res)
 	}
-	want := slices.Concat(f.oldDelivered, f.newDelivered, f.newDead, f.live)
+	want := slices.Concat(f.OldDelivered, f.NewDelivered, f.NewDead, f.Live)
 	if got := remaining(t, tb); !sameSet(got, want) {
 		t.Fatalf("after pruning DEAD rows %d rows remain, want %d: every row but the old DEAD ones", len(got), len(want))
 	}
@@ -370,81 +291,29 @@ func TestPruneDeletesOnlyOldDeadRows(t *testing.T) {
 func TestPruneWithAgeZeroStillSparesLiveRows(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newPruneFixture(t, tb, 2)
+	f := pgtest.NewPruneRows(t, tb, 2)
 	for _, st := range []outbox.Status{outbox.StatusDelivered, outbox.StatusDead} {
 		prune(t, tb, storage.PruneParams{Status: st})
 	}
-	if got := remaining(t, tb); !sameSet(got, f.live) {
-		t.Fatalf("after pruning everything finished, rows %v remain, want exactly the PENDING and DELIVERING rows %v", got, f.live)
+	if got := remaining(t, tb); !sameSet(got, f.Live) {
+		t.Fatalf("after pruning everything finished, rows %v remain, want exactly the PENDING and DELIVERING rows %v", got, f.Live)
 	}
 }
 
 func TestPruneRefusesLiveStatuses(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	newPruneFixture(t, tb, 1)
-	before := snapshot(t, tb)
+	pgtest.NewPruneRows(t, tb, 1)
+	before := tb.Snapshot(t)
 	for _, st := range []outbox.Status{outbox.StatusPending, outbox.StatusDelivering, "", "delivered"} {
 		if _, err := tb.Store.Prune(ctx, storage.PruneParams{Status: st}); err == nil {
 			t.Errorf("Prune of status %q succeeded", st)
 		}
 	}
-	sameSnapshot(t, "a refused prune", before, snapshot(t, tb))
+	pgtest.RequireUnchanged(t, "a refused prune", before, tb.Snapshot(t))
 }
 
 // ---- RetryDead ---------------------------------------------------------------
-
-// deadFixture holds DEAD rows with different types, errors and times of
-// death, and live rows that match every filter but are not DEAD.
-type deadFixture struct {
-	ids   map[string]uuid.UUID
-	names []string
-}
-
-func newDeadFixture(t *testing.T, tb *pgtest.Table) deadFixture {
-	t.Helper()
-	rows := []struct {
-		name, typ, status, lastError string
-		diedAgo                      string
-	}{
-		{"orders-timeout-recent", "orders", "DEAD", "publish: Timeout waiting for ack", "1 hour"},
-		{"orders-nostream-old", "orders", "DEAD", "no stream for subject orders", "3 days"},
-		{"users-timeout-old", "users", "DEAD", "TIMEOUT", "5 days"},
-		{"users-toolarge-recent", "users", "DEAD", "message too large", "10 minutes"},
-		{"users-null-error", "users", "DEAD", "", "2 days"},
-		{"orders-pending", "orders", "PENDING", "timeout", "5 minutes"},
-		{"orders-delivered", "orders", "DELIVERED", "timeout", "5 minutes"},
-		{"orders-delivering", "orders", "DELIVERING", "timeout", "5 minutes"},
-	}
-	f := deadFixture{ids: map[string]uuid.UUID{}}
-	for _, r := range rows {
-		id := tb.Insert(t, pgtest.Event{Type: r.typ})[0]
-		var lastErr any
-		if r.lastError != "" {
-			lastErr = r.lastError
-		}
-		n := tb.Exec(t, `UPDATE {{table}} SET status = $2, last_error = $3, attempts = 25,
-			updated_at = now() - $4::interval, available_at = now() - interval '7 days',
-			locked_by = CASE WHEN $2 = 'DELIVERING' THEN 'r' END,
-			locked_at = CASE WHEN $2 = 'DELIVERING' THEN now() END,
-			delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() END
-			WHERE event_id = $1`, id, r.status, lastErr, r.diedAgo)
-		if n != 1 {
-			t.Fatal("fixture update failed")
-		}
-		f.ids[r.name] = id
-		f.names = append(f.names, r.name)
-	}
-	return f
-}
-
-func (f deadFixture) pick(names ...string) []uuid.UUID {
-	ids := make([]uuid.UUID, len(names))
-	for i, n := range names {
-		ids[i] = f.ids[n]
-	}
-	return ids
-}
 
 func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 	t.Parallel()
@@ -454,7 +323,7 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 		want   []string
 	}{
 		{"no filter", storage.RetryDeadParams{},
-			[]string{"orders-timeout-recent", "orders-nostream-old", "users-timeout-old", "users-toolarge-recent", "users-null-error"}},
+			[]string{"orders-timeout-recent", "orders-nostream-old", "users-timeout-old", "users-toolarge-recent", "users-no-error"}},
 		{"event type", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{EventType: "orders"}},
 			[]string{"orders-timeout-recent", "orders-nostream-old"}},
 		{"since", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{Since: time.Now().Add(-36 * time.Hour)}},
@@ -473,9 +342,9 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tb := pgtest.New(t)
-			f := newDeadFixture(t, tb)
-			want := f.pick(c.want...)
-			before := snapshot(t, tb)
+			f := pgtest.NewDeadRows(t, tb)
+			want := f.Pick(c.want...)
+			before := tb.Snapshot(t)
 
 			dry := c.params
 			dry.DryRun = true
@@ -486,7 +355,7 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 			if n != int64(len(want)) {
 				t.Errorf("dry run counts %d rows, want %d", n, len(want))
 			}
-			sameSnapshot(t, "a dry run", before, snapshot(t, tb))
+			pgtest.RequireUnchanged(t, "a dry run", before, tb.Snapshot(t))
 
 			n, err = tb.Store.RetryDead(ctx, c.params)
 			if err != nil {
@@ -495,9 +364,9 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 			if n != int64(len(want)) {
 				t.Errorf("RetryDead moved %d rows, want %d", n, len(want))
 			}
-			after := snapshot(t, tb)
-			for _, name := range f.names {
-				id := f.ids[name]
+			after := tb.Snapshot(t)
+			for _, name := range pgtest.DeadRowNames {
+				id := f.IDs[name]
 				row := tb.Get(t, id)
 				if slices.Contains(want, id) {
 					if row.Status != outbox.StatusPending || row.Attempts != 0 || !within(row.AvailableAt, time.Now(), clockSlack) {
@@ -519,8 +388,8 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 func TestRetryDeadByIDKeepsLastError(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newDeadFixture(t, tb)
-	ids := f.pick("orders-nostream-old", "users-toolarge-recent", "orders-pending")
+	f := pgtest.NewDeadRows(t, tb)
+	ids := f.Pick("orders-nostream-old", "users-toolarge-recent", "orders-pending")
 	n, err := tb.Store.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: append(ids, uuid.New())}})
 	if err != nil {
 		t.Fatal(err)
@@ -539,7 +408,7 @@ func TestRetryDeadByIDKeepsLastError(t *testing.T) {
 func TestRetryDeadNotifiesRelays(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
-	f := newDeadFixture(t, tb)
+	f := pgtest.NewDeadRows(t, tb)
 	conn, err := pgx.Connect(ctx, pgtest.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -556,7 +425,7 @@ func TestRetryDeadNotifiesRelays(t *testing.T) {
 	if _, err := tb.Store.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{EventType: "none"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Store.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: f.pick("orders-nostream-old")}}); err != nil {
+	if _, err := tb.Store.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: f.Pick("orders-nostream-old")}}); err != nil {
 		t.Fatal(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -584,7 +453,7 @@ func TestListNewestFirstWithFilters(t *testing.T) {
 	first := tb.Insert(t, pgtest.Event{Type: "a"}, pgtest.Event{Type: "b"})
 	second := tb.Insert(t, pgtest.Event{Type: "a", PartitionKey: "k"}, pgtest.Event{Type: "a"})
 	tb.Exec(t, "UPDATE {{table}} SET created_at = created_at - interval '1 minute' WHERE event_id = ANY($1)", first)
-	setRow(t, tb, first[0], "status = 'DEAD', last_error = 'boom'")
+	tb.Set(t, first[0], "status = 'DEAD', last_error = 'boom'")
 
 	list := func(p storage.ListParams) []uuid.UUID {
 		t.Helper()
@@ -633,7 +502,7 @@ func TestGetReturnsEveryColumn(t *testing.T) {
 	tb := pgtest.New(t)
 	payload := []byte{0, 1, 2, 0xff}
 	id := tb.Insert(t, pgtest.Event{Type: "t", PartitionKey: "k", Payload: payload, Headers: `{"h": "v"}`})[0]
-	setRow(t, tb, id, "status = 'DELIVERING', locked_by = 'relay-1', locked_at = now(), attempts = 2, last_error = 'x'")
+	tb.Set(t, id, "status = 'DELIVERING', locked_by = 'relay-1', locked_at = now(), attempts = 2, last_error = 'x'")
 
 	r, err := tb.Store.Get(ctx, id)
 	if err != nil {
