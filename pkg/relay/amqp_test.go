@@ -9,7 +9,6 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
@@ -148,27 +147,7 @@ func TestAMQPConnectionCutMidDrainSendsNothingDead(t *testing.T) {
 	const n = 20000
 	ids := tb.InsertN(t, n, "outage.event")
 
-	// Two attempts would kill any event the outage were counted against.
-	r := start(t, relay.Config{BatchSize: 100, MaxInFlightBatches: 2, Retry: relay.RetryPolicy{MaxAttempts: 2}},
-		tb.Store, openAMQP(t, proxy.Addr(), exchange, "&timeout=2s"))
-
-	eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] > 0 },
-		func() string { return "first deliveries" })
-	proxy.Down()
-	eventually.True(t, 30*time.Second, func() bool { return r.engine.State() == relay.StatePaused },
-		func() string { return fmt.Sprintf("engine paused, state %s", r.engine.State()) })
-	if c := tb.Counts(t); c[outbox.StatusDelivered] == n {
-		t.Fatal("the backlog drained before the outage; raise n")
-	}
-	proxy.Up()
-
-	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
-	if r.engine.State() != relay.StateActive {
-		t.Errorf("state after recovery = %s, want active", r.engine.State())
-	}
-	if burned := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); burned != 0 {
-		t.Errorf("%d events had an attempt counted for the outage", burned)
-	}
+	drainThroughOutage(t, tb, n, openAMQP(t, proxy.Addr(), exchange, "&timeout=2s"), proxy.Down, proxy.Up)
 	// Batches cut off by the outage may have reached the queue and be
 	// published again: at least once, so every event is there, some maybe
 	// twice.

@@ -365,31 +365,40 @@ func TestBrokerOutageSendsNothingDead(t *testing.T) {
 	const n = 20000
 	tb.InsertN(t, n, "outage.event")
 
-	// Two attempts would kill any event the outage were counted against.
-	r := start(t, relay.Config{BatchSize: 100, MaxInFlightBatches: 2, Retry: relay.RetryPolicy{MaxAttempts: 2}},
-		tb.Store, openNATS(t, srv, "?timeout=1s"))
+	drainThroughOutage(t, tb, n, openNATS(t, srv, "?timeout=1s"), srv.Stop, srv.Restart)
+	// Batches cut off by the outage may be published again; Msg-Id
+	// deduplication keeps one copy of each.
+	if got := natstest.Count(t, st); got != n {
+		t.Errorf("stream holds %d messages, want %d", got, n)
+	}
+}
+
+// drainThroughOutage drains a backlog of n events through pub, cuts the
+// broker off with down once the first are delivered, waits until the
+// engine pauses, restores the broker with up, and requires every event
+// DELIVERED with no attempt counted for the outage. Two attempts would
+// kill any event the outage were counted against. The caller checks what
+// reached the broker.
+func drainThroughOutage(t *testing.T, tb *pgtest.Table, n int, pub publisher.Publisher, down, up func()) {
+	t.Helper()
+	r := start(t, relay.Config{BatchSize: 100, MaxInFlightBatches: 2, Retry: relay.RetryPolicy{MaxAttempts: 2}}, tb.Store, pub)
 
 	eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] > 0 },
 		func() string { return "first deliveries" })
-	srv.Stop()
+	down()
 	eventually.True(t, 30*time.Second, func() bool { return r.engine.State() == relay.StatePaused },
 		func() string { return fmt.Sprintf("engine paused, state %s", r.engine.State()) })
 	if c := tb.Counts(t); c[outbox.StatusDelivered] == n {
 		t.Fatal("the backlog drained before the outage; raise n")
 	}
-	srv.Restart()
+	up()
 
-	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
+	waitCounts(t, tb, 2*time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
 	if r.engine.State() != relay.StateActive {
 		t.Errorf("state after recovery = %s, want active", r.engine.State())
 	}
 	if burned := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); burned != 0 {
 		t.Errorf("%d events had an attempt counted for the outage", burned)
-	}
-	// Batches cut off by the outage may be published again; Msg-Id
-	// deduplication keeps one copy of each.
-	if got := natstest.Count(t, st); got != n {
-		t.Errorf("stream holds %d messages, want %d", got, n)
 	}
 }
 
