@@ -55,11 +55,7 @@ func listCommand() *cli.Command {
 			if c.Bool("json") {
 				list := make([]listJSON, len(rows))
 				for i, r := range rows {
-					list[i] = listJSON{
-						EventID: r.ID, EventType: r.Type, PartitionKey: r.PartitionKey, Status: r.Status,
-						Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt,
-						AgeSeconds: r.Age.Seconds(), AvailableAt: r.AvailableAt, UpdatedAt: r.UpdatedAt,
-					}
+					list[i] = listRowJSON(r)
 				}
 				return writeJSON(c.App.Writer, list)
 			}
@@ -86,7 +82,7 @@ func listCommand() *cli.Command {
 	}
 }
 
-// listJSON is one row of `list --json`.
+// listJSON is one row of `list --json`, and the start of `show --json`.
 type listJSON struct {
 	EventID      uuid.UUID     `json:"event_id"`
 	EventType    string        `json:"event_type"`
@@ -98,4 +94,12 @@ type listJSON struct {
 	AgeSeconds   float64       `json:"age_seconds"`
 	AvailableAt  time.Time     `json:"available_at"`
 	UpdatedAt    time.Time     `json:"updated_at"`
+}
+
+func listRowJSON(r storage.Row) listJSON {
+	return listJSON{
+		EventID: r.ID, EventType: r.Type, PartitionKey: r.PartitionKey, Status: r.Status,
+		Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt,
+		AgeSeconds: r.Age.Seconds(), AvailableAt: r.AvailableAt, UpdatedAt: r.UpdatedAt,
+	}
 }

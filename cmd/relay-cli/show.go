@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/urfave/cli/v2"
 
-	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -55,20 +54,11 @@ func showCommand() *cli.Command {
 // showJSON is `show --json`: every column under its own name, ages in
 // seconds, the payload as text or base64 as payload_encoding says.
 type showJSON struct {
-	EventID         uuid.UUID       `json:"event_id"`
-	EventType       string          `json:"event_type"`
-	PartitionKey    *string         `json:"partition_key"`
-	Status          outbox.Status   `json:"status"`
-	Attempts        int             `json:"attempts"`
-	LastError       *string         `json:"last_error"`
-	AvailableAt     time.Time       `json:"available_at"`
+	listJSON
 	LockedBy        *string         `json:"locked_by"`
 	LockedAt        *time.Time      `json:"locked_at"`
 	DeliveredAt     *time.Time      `json:"delivered_at"`
-	CreatedAt       time.Time       `json:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at"`
 	Seq             *int64          `json:"seq"`
-	AgeSeconds      float64         `json:"age_seconds"`
 	Headers         json.RawMessage `json:"headers"`
 	Payload         string          `json:"payload"`
 	PayloadEncoding string          `json:"payload_encoding"`
@@ -82,10 +72,8 @@ func rowJSON(r storage.Row) showJSON {
 		headers = json.RawMessage("{}")
 	}
 	return showJSON{
-		EventID: r.ID, EventType: r.Type, PartitionKey: r.PartitionKey, Status: r.Status,
-		Attempts: r.Attempts, LastError: r.LastError, AvailableAt: r.AvailableAt,
-		LockedBy: r.LockedBy, LockedAt: r.LockedAt, DeliveredAt: r.DeliveredAt,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Seq: r.Seq, AgeSeconds: r.Age.Seconds(),
+		listJSON: listRowJSON(r),
+		LockedBy: r.LockedBy, LockedAt: r.LockedAt, DeliveredAt: r.DeliveredAt, Seq: r.Seq,
 		Headers: headers, Payload: payload, PayloadEncoding: encoding, PayloadBytes: len(r.Payload),
 	}
 }
