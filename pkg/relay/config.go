@@ -29,7 +29,8 @@ const (
 	LeaseTimeoutMin = 500 * time.Millisecond
 )
 
-// Config tunes an Engine. Zero fields take their XxxDefault.
+// Config tunes an Engine. Zero fields take their XxxDefault, except
+// Retry.Jitter and NotifyDebounce, for which zero means none.
 type Config struct {
 	// RelayID names this relay in locked_by. Required, and unique among the
 	// relays sharing a table.

@@ -623,8 +623,9 @@ func (e *Engine) isBrokerDown() bool {
 	return e.brokerDown
 }
 
-// brokerFailed pauses claiming. Each failure without a success in between
-// doubles the pause, from 1 s up to 30 s.
+// brokerFailed pauses claiming until waitForBroker sees the broker answer
+// again. The pause between checks doubles with each failed check, from 1 s
+// up to 30 s, and starts over after a batch is delivered.
 func (e *Engine) brokerFailed(err error) {
 	e.brokerMu.Lock()
 	defer e.brokerMu.Unlock()
