@@ -26,8 +26,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	schema "github.com/outbox-relay/relay/schema/postgres"
+	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -136,15 +135,15 @@ func globalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{
 			Name:    "storage-url",
-			Usage:   "PostgreSQL URL of the database holding the outbox table",
+			Usage:   "URL of the database holding the outbox table (postgres://, mysql://)",
 			EnvVars: []string{"STORAGE_URL"},
 			Value:   storage.URLDefault,
 		},
 		&cli.StringFlag{
-			Name:    "table",
-			Usage:   "outbox table name, table or schema.table (a ?table= in the URL wins)",
-			EnvVars: []string{"STORAGE_TABLE_NAME"},
-			Value:   schema.DefaultTable,
+			Name:        "table",
+			Usage:       "outbox table name, table or schema.table (a ?table= in the URL wins)",
+			EnvVars:     []string{"STORAGE_TABLE_NAME"},
+			DefaultText: "openoutbox_events",
 		},
 	}
 }
@@ -239,16 +238,19 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
-// openStore opens the table named by the global flags. It does not connect.
-func openStore(c *cli.Context) (*postgres.Store, error) {
-	if _, err := schema.ParseTable(c.String("table")); err != nil {
-		return nil, usagef("--table: %w", err)
-	}
-	raw := storage.URLWithTable(c.String("storage-url"), c.String("table"))
-	if err := storage.Check(raw); err != nil {
+// openStore opens the table named by the global flags through the driver
+// the URL's scheme selects. It does not connect.
+func openStore(c *cli.Context) (storage.Storage, error) {
+	d, err := storage.Lookup(c.String("storage-url"))
+	if err != nil {
 		return nil, usagef("--storage-url: %w", err)
 	}
-	store, err := postgres.Open(c.Context, raw)
+	if t := c.String("table"); t != "" {
+		if err := d.CheckTable(t); err != nil {
+			return nil, usagef("--table: %w", err)
+		}
+	}
+	store, err := storage.Open(c.Context, storage.URLWithTable(c.String("storage-url"), c.String("table")))
 	if err != nil {
 		return nil, usagef("--storage-url: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // watchIntervalMin keeps --watch from turning into a load test.
@@ -66,7 +65,7 @@ func statsCommand() *cli.Command {
 // watchStats redraws until interrupted, which is how it is meant to end:
 // exit code 0. A database error on the first read ends it (the URL or table
 // is probably wrong); later ones are reported and the watch goes on.
-func watchStats(c *cli.Context, store *postgres.Store, p storage.StatsParams, interval time.Duration) error {
+func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, interval time.Duration) error {
 	ctx := c.Context
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -135,11 +134,11 @@ type leaseJSON struct {
 	OldestLeaseAgeSec float64    `json:"oldest_lease_age_seconds"`
 }
 
-func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watching bool) error {
+func printStats(c *cli.Context, store storage.Storage, st storage.Stats, watching bool) error {
 	out := c.App.Writer
 	if c.Bool("json") {
 		v := statsJSON{
-			Table:      store.Table().String(),
+			Table:      store.Table(),
 			ObservedAt: st.ObservedAt,
 			Counts: statusCounts{
 				Pending: st.Pending(), Delivering: st.Delivering, Delivered: st.Delivered, Dead: st.Dead,
@@ -183,7 +182,7 @@ func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watchin
 			fmt.Fprintln(out)
 		}
 	}
-	return writeStatsText(out, store.Table().String(), st)
+	return writeStatsText(out, store.Table(), st)
 }
 
 func writeStatsText(out io.Writer, table string, st storage.Stats) error {

@@ -24,11 +24,11 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 		{"kafka options do not reach nats", map[string]string{"PUBLISHER_URL": "nats://n:4222", "KAFKA_COMPRESSION": "gzip"},
 			"nats://n:4222", ":8080", ""},
 		{"stdout by type alone", map[string]string{"PUBLISHER_TYPE": "stdout"}, "stdout://", ":8080", ""},
-		{"server port", map[string]string{"SERVER_PORT": "9090"}, "stdout://", ":9090", "HTTP_ADDR=:9090"},
-		{"HTTP_ADDR wins over SERVER_PORT", map[string]string{"SERVER_PORT": ":9090", "HTTP_ADDR": "127.0.0.1:7070"}, "stdout://", "127.0.0.1:7070", ""},
+		{"server port", map[string]string{"SERVER_PORT": "9090", "PUBLISHER_URL": "stdout://"}, "stdout://", ":9090", "HTTP_ADDR=:9090"},
+		{"HTTP_ADDR wins over SERVER_PORT", map[string]string{"SERVER_PORT": ":9090", "HTTP_ADDR": "127.0.0.1:7070", "PUBLISHER_URL": "stdout://"}, "stdout://", "127.0.0.1:7070", ""},
 		{"async kafka is refused quietly", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_ASYNC": "true"},
 			"kafka://b:9092", ":8080", "KAFKA_ASYNC=true ignored"},
-		{"ignored settings", map[string]string{"ENVIRONMENT": "development"}, "stdout://", ":8080", "ENVIRONMENT ignored"},
+		{"ignored settings", map[string]string{"ENVIRONMENT": "development", "PUBLISHER_URL": "stdout://"}, "stdout://", ":8080", "ENVIRONMENT ignored"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -124,15 +124,25 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 
 // serve wires the relay together and runs it until ctx ends.
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
-	storageURL := storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName)
-	// Said before the first query, which waits for the database: a relay
-	// that hangs here shows where it hangs.
-	log.Info("connecting to PostgreSQL", "storage", redact.URL(storageURL))
-	store, err := storage.Open(ctx, storageURL)
+	store, err := storage.Open(ctx, storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName))
 	if err != nil {
 		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
 	}
 	defer store.Close()
+	// Said before the first query, which waits for the database: a relay
+	// that hangs here shows where it hangs.
+	log.Info("connecting to " + store.Describe())
+	notifier, canNotify := store.(storage.Notifier)
+	wakeup := cfg.Wakeup
+	switch {
+	case wakeup == wakeupNotify && !canNotify:
+		return usageError{fmt.Errorf("WAKEUP=notify: this storage cannot notify the relay of inserts; unset WAKEUP or set WAKEUP=poll (new events are then found every POLL_INTERVAL, %s)", cfg.PollInterval)}
+	case wakeup == "" && canNotify:
+		wakeup = wakeupNotify
+	case wakeup == "":
+		wakeup = wakeupPoll
+		log.Info("this storage cannot notify the relay of inserts: polling for new events", "poll_interval", cfg.PollInterval)
+	}
 
 	// Drivers connect in the background, so opening the publisher finds
 	// mistakes in its URL without waiting for the broker.
@@ -185,12 +195,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return usageError{err}
 	}
-	var backlog *telemetry.BacklogPoller
-	if src, ok := store.(telemetry.BacklogSource); ok {
-		backlog = tel.PollBacklog(src, cfg.BacklogInterval, log)
-	} else {
-		log.Warn("this storage driver cannot read the backlog; no backlog gauges and no /stats")
-	}
+	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
 
 	health := &healthState{}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -214,12 +219,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"version", version,
 		"relay_id", cfg.RelayID,
 		"storage", redact.URL(cfg.StorageURL),
-		"table", cfg.StorageTableName,
+		"table", store.Table(),
 		"publisher", redact.URL(cfg.PublisherURL),
 		"http", ln.Addr().String(),
 		"batch_size", cfg.BatchSize,
 		"max_in_flight_batches", cfg.MaxInFlightBatches,
-		"wakeup", cfg.Wakeup,
+		"wakeup", wakeup,
 		"ordering", cfg.Ordering,
 		"metrics_exporter", cfg.MetricsExporter,
 		"traces_exporter", cfg.TracesExporter)
@@ -230,18 +235,16 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer wg.Done()
 		rp.Run(ctx)
 	}()
-	if backlog != nil {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		backlog.Run(ctx)
+	}()
+	if wakeup == wakeupNotify {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			backlog.Run(ctx)
-		}()
-	}
-	if cfg.Wakeup == wakeupNotify {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			engine.Listen(ctx, store)
+			engine.Listen(ctx, notifier)
 		}()
 	}
 	health.setRunning(true)

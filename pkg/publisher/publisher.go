@@ -95,7 +95,7 @@ func Fill(n int, err error) []error {
 	return errs
 }
 
-var drivers = driver.NewRegistry[Publisher]("publisher")
+var drivers = driver.NewRegistry[driver.Opener[Publisher]]("publisher")
 
 // Register makes a driver available to Open under the given URL schemes;
 // driver packages call it from init.
@@ -122,8 +122,15 @@ func RegisterConfig[C any, P Publisher](parse func(*url.URL) (C, error), open fu
 
 // Open connects the driver registered for rawURL's scheme.
 func Open(ctx context.Context, rawURL string) (Publisher, error) {
-	return drivers.Open(ctx, rawURL)
+	open, u, err := drivers.Lookup(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, u)
 }
 
 // Check reports whether rawURL names a registered driver, without connecting.
-func Check(rawURL string) error { return drivers.Known(rawURL) }
+func Check(rawURL string) error {
+	_, _, err := drivers.Lookup(rawURL)
+	return err
+}

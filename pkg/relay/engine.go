@@ -21,15 +21,6 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// Store is the part of the outbox table the engine uses.
-type Store interface {
-	Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error)
-	MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error)
-	MarkFailed(ctx context.Context, p storage.FailParams) (int, error)
-	Release(ctx context.Context, p storage.SettleParams) (int, error)
-	Renew(ctx context.Context, p storage.RenewParams) (int, error)
-}
-
 // Broker backoff: how long claiming pauses after the broker was unavailable.
 const (
 	brokerBackoffMin = time.Second
@@ -64,7 +55,7 @@ func (s State) String() string {
 // Engine relays events from a Store to a Publisher.
 type Engine struct {
 	cfg   Config
-	store Store
+	store storage.Queue
 	pub   publisher.Publisher
 	log   *slog.Logger
 	obs   Observer
@@ -86,7 +77,7 @@ type Engine struct {
 }
 
 // New returns an engine; zero fields of cfg take their defaults.
-func New(cfg Config, store Store, pub publisher.Publisher) (*Engine, error) {
+func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -150,16 +141,10 @@ func (e *Engine) endDebounce() {
 	e.notifyTimer.Reset(e.cfg.NotifyDebounce)
 }
 
-// Listener delivers insert notifications: Listen calls onNotify for each
-// until ctx ends (returning nil) or its connection fails.
-type Listener interface {
-	Listen(ctx context.Context, onNotify func()) error
-}
-
 // Listen feeds l's notifications to Notify until ctx ends, reconnecting with
 // backoff when the connection drops. Meanwhile the engine still polls every
 // PollInterval, so a lost listener delays events but loses none.
-func (e *Engine) Listen(ctx context.Context, l Listener) {
+func (e *Engine) Listen(ctx context.Context, l storage.Notifier) {
 	wait := storageBackoffMin
 	for ctx.Err() == nil {
 		began := time.Now()

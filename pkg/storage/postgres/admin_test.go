@@ -527,7 +527,7 @@ func TestEmitInsertsInOneTransactionInOrder(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
 	ids, err := tb.Store.Emit(ctx, storage.EmitParams{
-		Type: "demo", PartitionKey: "k", Payload: []byte(`{"a":1}`), Headers: []byte(`{"x":"y"}`),
+		Type: "demo", PartitionKey: "k", Payload: []byte(`{"a":1}`), Headers: map[string]string{"x": "y"},
 		Count: 5, AvailableIn: time.Hour,
 	})
 	if err != nil {
@@ -559,7 +559,9 @@ func TestEmitInsertsInOneTransactionInOrder(t *testing.T) {
 		if typ != "demo" || key != "k" || string(payload) != `{"a":1}` || hdr != `{"x": "y"}` {
 			t.Errorf("row %s: %s %s %s %s", id, typ, key, payload, hdr)
 		}
-		if availableInDelay < time.Hour || availableInDelay > time.Hour+clockSlack {
+		// The delay counts from Emit's call, by its clock: the row is
+		// written a moment later.
+		if availableInDelay < time.Hour-clockSlack || availableInDelay > time.Hour+clockSlack {
 			t.Errorf("row %s is due %s after it was written, want 1h", id, availableInDelay)
 		}
 		got = append(got, id)
@@ -584,7 +586,7 @@ func TestEmitRefusesBadParams(t *testing.T) {
 	for _, p := range []storage.EmitParams{
 		{Count: 1},
 		{Type: "t"},
-		{Type: "t", Count: postgres.EmitCountMax + 1},
+		{Type: "t", Count: storage.EmitCountMax + 1},
 		{Type: "t", Count: 1, AvailableIn: -time.Second},
 	} {
 		if _, err := tb.Store.Emit(ctx, p); err == nil {

@@ -210,6 +210,50 @@ func TestClaimOrdersByCreatedAtFirst(t *testing.T) {
 	}
 }
 
+func TestClaimReadsARowWithAnInfiniteCreatedAt(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ids := tb.InsertN(t, 40, "good")
+	bad := tb.InsertN(t, 1, "bad")[0]
+	tb.Exec(t, "UPDATE {{table}} SET created_at = 'infinity' WHERE event_id = $1", bad)
+
+	b := claim(t, tb.Store, "r1", 100)
+	if len(b.Events) != 41 {
+		t.Fatalf("claimed %d events, want all 41", len(b.Events))
+	}
+	last := b.Events[40]
+	if last.ID != bad || !last.CreatedAt.IsZero() {
+		t.Errorf("last event = %s created %s, want %s with a zero CreatedAt", last.ID, last.CreatedAt, bad)
+	}
+	if !slices.Equal(eventIDs(b.Events[:40]), ids) {
+		t.Errorf("the good events were not claimed oldest first")
+	}
+}
+
+func TestAFailedClaimHandsItsRowsBack(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.InsertN(t, 10, "e")
+	other := claim(t, tb.Store, "r1", 4)
+	failed := claim(t, tb.Store, "r1", 6) // as if its rows could not be read
+	cause := errors.New("connection reset while reading rows")
+
+	err := tb.Store.HandBack(ctx, failed.Lease, cause)
+	if !errors.Is(err, cause) || !strings.Contains(err.Error(), "6 rows were handed back") {
+		t.Fatalf("HandBack = %v, want the cause and the count handed back", err)
+	}
+	for _, ev := range failed.Events {
+		if r := tb.Get(t, ev.ID); r.Status != outbox.StatusPending || r.Attempts != 0 {
+			t.Errorf("row %s is %s with %d attempts, want PENDING with none burned", ev.ID, r.Status, r.Attempts)
+		}
+	}
+	for _, ev := range other.Events {
+		if r := tb.Get(t, ev.ID); r.Status != outbox.StatusDelivering {
+			t.Errorf("row %s of the relay's other lease is %s, want it left DELIVERING", ev.ID, r.Status)
+		}
+	}
+}
+
 func TestClaimReturnsRowContents(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -1130,6 +1174,47 @@ func TestUnreachableDatabaseErrorsHideThePassword(t *testing.T) {
 	}
 }
 
+func TestLoginFailuresNameTheLoginNotTheTable(t *testing.T) {
+	t.Parallel()
+	base, err := url.Parse(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		edit func(u *url.URL)
+		want string
+	}{
+		{"unknown user", func(u *url.URL) { u.User = url.UserPassword("no_such_role_x1", password) },
+			`refused the login of user "no_such_role_x1"`},
+		{"missing database", func(u *url.URL) { u.Path = "/no_such_database_x1" },
+			`has no database "no_such_database_x1"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			u := *base
+			tt.edit(&u)
+			s, err := postgres.Open(ctx, storage.URLWithTable(u.String(), "openoutbox_events"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			err = s.Check(ctx)
+			if !errors.Is(err, storage.ErrUnreachable) {
+				t.Fatalf("Check = %v, want an error matching ErrUnreachable", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tt.want) || !strings.Contains(msg, "STORAGE_URL") {
+				t.Errorf("Check = %q, want it to say %q and name STORAGE_URL", msg, tt.want)
+			}
+			if strings.Contains(msg, "openoutbox_events") || strings.Contains(msg, password) {
+				t.Errorf("Check = %q: mentions the table or the password", msg)
+			}
+		})
+	}
+}
+
 // ---- Open -------------------------------------------------------------------
 
 func TestOpenRejectsInvalidTableNames(t *testing.T) {
@@ -1189,7 +1274,7 @@ func TestOpenDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if got := s.Table().String(); got != schema.DefaultTable {
+	if got := s.Table(); got != schema.DefaultTable {
 		t.Errorf("default table = %q, want %q", got, schema.DefaultTable)
 	}
 	if got := s.Pool().Config().MaxConns; got != postgres.DefaultPoolMaxConns {

@@ -98,40 +98,42 @@ type Event struct {
 	AvailableIn time.Duration
 }
 
-// Insert writes events with COPY, in one transaction, and returns their ids
-// in order.
+// Insert writes events through the producer's insert (postgres.Writer), in
+// one statement, and returns their ids in order. Headers are written as
+// given, so a test can store what no producer helper would.
 func (tb *Table) Insert(t testing.TB, events ...Event) []uuid.UUID {
 	t.Helper()
-	ids := make([]uuid.UUID, len(events))
-	rows := make([][]any, len(events))
+	msgs := make([]outbox.Message, len(events))
 	now := time.Now()
 	for i, e := range events {
-		if e.ID == uuid.Nil {
-			e.ID = uuid.Must(uuid.NewV7())
-		}
 		if e.Type == "" {
 			e.Type = "test.event"
 		}
 		if e.Payload == nil {
 			e.Payload = []byte(fmt.Sprintf(`{"n":%d}`, i))
 		}
-		if e.Headers == "" {
-			e.Headers = "{}"
+		msgs[i] = outbox.Message{ID: e.ID, Type: e.Type, Key: e.PartitionKey, Payload: e.Payload}
+		if e.AvailableIn != 0 {
+			msgs[i].AvailableAt = now.Add(e.AvailableIn)
 		}
-		var key any
-		if e.PartitionKey != "" {
-			key = e.PartitionKey
-		}
-		ids[i] = e.ID
-		rows[i] = []any{e.ID, e.Type, key, e.Payload, e.Headers, now.Add(e.AvailableIn)}
 	}
-	_, err := tb.Store.Pool().CopyFrom(context.Background(), identifier(tb.Name),
-		[]string{"event_id", "event_type", "partition_key", "payload", "headers", "available_at"},
-		pgx.CopyFromRows(rows))
+	c, err := outbox.Prepare(context.Background(), msgs)
 	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	for i, e := range events {
+		if e.Headers != "" {
+			c.Headers[i] = e.Headers
+		}
+	}
+	w, err := postgres.NewWriter(tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteColumns(context.Background(), postgres.PgxTx(tb.Store.Pool()), c); err != nil {
 		t.Fatalf("pgtest: insert %d events: %v", len(events), err)
 	}
-	return ids
+	return c.IDs
 }
 
 // InsertN writes n events of one type, each with a 200-byte payload.

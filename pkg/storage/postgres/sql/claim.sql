@@ -16,6 +16,9 @@ WITH picked AS (
     WHERE t.event_id = picked.event_id
     RETURNING t.*
 )
-SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts, created_at, locked_at
+-- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
+-- row must not fail the claim of the whole batch after it committed.
+SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
+       CASE WHEN isfinite(created_at) THEN created_at END
 FROM claimed
 ORDER BY created_at, seq NULLS FIRST, event_id

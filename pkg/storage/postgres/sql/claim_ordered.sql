@@ -125,6 +125,9 @@ WITH RECURSIVE after_cursor AS (
     RETURNING t.*
 )
 -- Oldest first, as the unordered claim returns them.
-SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts, created_at, locked_at
+-- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
+-- row must not fail the claim of the whole batch after it committed.
+SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
+       CASE WHEN isfinite(created_at) THEN created_at END
 FROM claimed
 ORDER BY created_at, seq NULLS FIRST, event_id
