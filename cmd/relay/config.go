@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/reaper"
+	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/telemetry"
@@ -32,6 +33,7 @@ type config struct {
 	RelayID          string `env:"RELAY_ID"`
 
 	BatchSize          int           `env:"BATCH_SIZE"`
+	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES"`
 	PollInterval       time.Duration `env:"POLL_INTERVAL"`
 	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES"`
 	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT"`
@@ -85,6 +87,7 @@ func defaultConfig() config {
 	return config{
 		StorageURL:         storage.URLDefault,
 		BatchSize:          relay.BatchSizeDefault,
+		MaxBatchBytes:      relay.MaxBatchBytesDefault,
 		PollInterval:       relay.PollIntervalDefault,
 		MaxInFlightBatches: relay.MaxInFlightBatchesDefault,
 		LeaseTimeout:       relay.LeaseTimeoutDefault,
@@ -165,6 +168,8 @@ func kindName(t reflect.Type) string {
 		return "a boolean (true or false)"
 	case reflect.TypeOf(0.0):
 		return "a number"
+	case reflect.TypeOf(byteSize(0)):
+		return "a size (such as 8MiB, 512KiB or 1048576)"
 	}
 	return t.String()
 }
@@ -242,6 +247,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 	return relay.Config{
 		RelayID:            c.RelayID,
 		BatchSize:          c.BatchSize,
+		MaxBatchBytes:      int64(c.MaxBatchBytes),
 		PollInterval:       c.PollInterval,
 		MaxInFlightBatches: c.MaxInFlightBatches,
 		LeaseTimeout:       c.LeaseTimeout,
@@ -255,6 +261,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		Ordering:       storage.Ordering(c.Ordering),
 		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
 		NotifyDebounce: c.NotifyDebounce,
+		Broker:         redact.URL(c.PublisherURL),
 		Logger:         log,
 	}
 }

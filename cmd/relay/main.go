@@ -122,8 +122,20 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
+// closeTimeout bounds, all together, the steps that follow the engine's
+// stop (HTTP server, publisher, telemetry flush): a hung broker or exporter
+// must not add its own wait to the others' and push the exit past
+// SHUTDOWN_TIMEOUT by more than a few seconds.
+const closeTimeout = 5 * time.Second
+
 // serve wires the relay together and runs it until ctx ends.
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+	// closing ends closeTimeout after the first step that stops uses it.
+	closing := sync.OnceValue(func() context.Context {
+		closeCtx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(closeTimeout, cancel)
+		return closeCtx
+	})
 	store, err := storage.Open(ctx, storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName))
 	if err != nil {
 		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
@@ -151,9 +163,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
 	}
 	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := pub.Close(closeCtx); err != nil {
+		if err := pub.Close(closing()); err != nil {
 			log.Warn("closing the publisher failed", "error", err)
 		}
 	}()
@@ -176,9 +186,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer func() {
 		// Runs after the engine and reaper stopped: what they recorded last
 		// is flushed to OTLP or the console before the process exits.
-		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(flushCtx); err != nil {
+		if err := tel.Shutdown(closing()); err != nil {
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
@@ -223,6 +231,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"publisher", redact.URL(cfg.PublisherURL),
 		"http", ln.Addr().String(),
 		"batch_size", cfg.BatchSize,
+		"max_batch_bytes", cfg.MaxBatchBytes.String(),
 		"max_in_flight_batches", cfg.MaxInFlightBatches,
 		"wakeup", wakeup,
 		"ordering", cfg.Ordering,
@@ -252,9 +261,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	health.setRunning(false)
 	wg.Wait()
 
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
+	_ = srv.Shutdown(closing())
 	log.Info("relay stopped")
 	return nil
 }

@@ -42,6 +42,33 @@ type unavailableError struct{ err error }
 func (e unavailableError) Error() string { return e.err.Error() }
 func (e unavailableError) Unwrap() error { return e.err }
 
+// droppedError marks an unavailable error that came from the broker closing
+// the connection while the event was in flight.
+type droppedError struct{ err error }
+
+func (e droppedError) Error() string { return e.err.Error() }
+func (e droppedError) Unwrap() error { return unavailableError{e.err} }
+
+// Dropped marks err as the broker (or the network) closing the connection
+// while the event was in flight. It is Unavailable: the event is released
+// and keeps its attempts. The engine also learns from it that the batch
+// may hold an event the broker cannot stand: when the broker answers again
+// at once, it sends the batch again in halves until such an event stands
+// alone. Drivers use it only for a connection lost mid-publish, never for
+// timeouts or refusals.
+func Dropped(err error) error {
+	if err == nil {
+		return nil
+	}
+	return droppedError{err}
+}
+
+// IsDropped reports whether err, or an error it wraps, was marked Dropped.
+func IsDropped(err error) bool {
+	var d droppedError
+	return errors.As(err, &d)
+}
+
 // Permanent marks err as one that will never succeed: the event goes DEAD at
 // once with err as its last_error.
 func Permanent(err error) error {

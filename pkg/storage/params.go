@@ -39,6 +39,11 @@ type RenewParams struct {
 type ClaimParams struct {
 	RelayID string
 	Limit   int
+	// MaxBytes bounds the batch's payload and header bytes (headers as the
+	// database stores them): the claim stops before the event that would
+	// pass it, but always takes the first, however large, so that no event
+	// is stuck. 0 means no limit.
+	MaxBytes int64
 	// Ordering partition claims an event only when every earlier event with
 	// its key is finished, and a key's events as a run in order.
 	Ordering Ordering
@@ -77,6 +82,17 @@ const (
 type Batch struct {
 	Lease  Lease
 	Events []outbox.Event
+}
+
+// Bytes is the batch's payload and header bytes, as its events carry them
+// (the measure ClaimParams.MaxBytes bounds, up to how the database stores
+// headers).
+func (b Batch) Bytes() int64 {
+	var n int64
+	for i := range b.Events {
+		n += int64(len(b.Events[i].Payload) + len(b.Events[i].Headers))
+	}
+	return n
 }
 
 // SettleParams names leased rows whose outcome needs no detail.

@@ -177,8 +177,27 @@ func (s *Store) Describe() string {
 // Store does not offer.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close closes every connection.
-func (s *Store) Close() { s.pool.Close() }
+// closeWait bounds Close.
+const closeWait = 2 * time.Second
+
+// Close closes every connection. To a database that stopped answering,
+// pgx says goodbye on each connection for up to 15 s; Close waits closeWait
+// for that and then returns, leaving the rest to finish in the background:
+// the caller is on its way out, and the server drops the connections when
+// the process is gone.
+func (s *Store) Close() {
+	done := make(chan struct{})
+	go func() {
+		s.pool.Close()
+		close(done)
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // requiredColumns are the Open Outbox contract's columns.
 var requiredColumns = []string{
@@ -256,7 +275,7 @@ func (s *Store) connError(err error) error {
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	b := &pgx.Batch{}
 	claim := s.queries["claim"]
-	args := []any{p.RelayID, p.Limit}
+	args := []any{p.RelayID, p.Limit, p.MaxBytes}
 	if p.Ordering == storage.OrderingPartition {
 		// Ordered claims take turns: the claim statement's snapshot is
 		// taken after the lock is held, so it sees every run another
@@ -266,7 +285,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
 		}
-		args = append(args, p.After)
+		args = []any{p.RelayID, p.Limit, p.After, p.MaxBytes}
 	}
 	b.Queue(s.queries["claim_stamp"])
 	b.Queue(claim, args...)
