@@ -274,11 +274,11 @@ func (c *conn) server() string {
 func (c *conn) down() error {
 	if err := c.nc.LastError(); err != nil {
 		if c.nc.IsClosed() {
-			return fmt.Errorf("nats %s: the connection was closed: %w", c.server(), err)
+			return fmt.Errorf("nats: server %s: the connection was closed: %w", c.server(), err)
 		}
-		return fmt.Errorf("nats %s: not connected: %w", c.server(), err)
+		return fmt.Errorf("nats: server %s: not connected: %w", c.server(), err)
 	}
-	return fmt.Errorf("nats %s: not connected (status %s)", c.server(), c.nc.Status())
+	return fmt.Errorf("nats: server %s: not connected (status %s)", c.server(), c.nc.Status())
 }
 
 // conn returns the connection, opening a new one in place of one that is
@@ -441,7 +441,7 @@ func (p *Publisher) classify(ctx context.Context, c *conn, subject string, err e
 			return fmt.Errorf("stream refused the message: %w", err)
 		case apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
 			apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabledForAccount || apiErr.Code >= 500:
-			return publisher.Unavailable(fmt.Errorf("nats %s: %w", c.server(), err))
+			return publisher.Unavailable(fmt.Errorf("nats: server %s: %w", c.server(), err))
 		}
 		return fmt.Errorf("jetstream rejected the message: %w", err)
 	case errors.Is(err, natsgo.ErrTimeout),
@@ -452,7 +452,7 @@ func (p *Publisher) classify(ctx context.Context, c *conn, subject string, err e
 		if !c.nc.IsConnected() {
 			return publisher.Unavailable(fmt.Errorf("%w (%w)", c.down(), err))
 		}
-		return publisher.Unavailable(fmt.Errorf("nats %s: %w", c.server(), err))
+		return publisher.Unavailable(fmt.Errorf("nats: server %s: %w", c.server(), err))
 	}
 	if !c.nc.IsConnected() {
 		// Whatever the error says, a lost connection is to blame.
@@ -481,12 +481,12 @@ func (p *Publisher) noResponders(ctx context.Context, c *conn, subject string, e
 		return publisher.Permanent(fmt.Errorf("no JetStream stream captures subject %q; create one (nats stream add --subjects %q) or fix the event type or subject_prefix", subject, subject))
 	}
 	if lookupErr != nil {
-		return publisher.Unavailable(fmt.Errorf("nats %s: no response from JetStream for %q: %w", c.server(), subject, err))
+		return publisher.Unavailable(fmt.Errorf("nats: server %s: no response from JetStream for %q: %w", c.server(), subject, err))
 	}
 	// The stream exists but does not answer (no leader, or restarting):
 	// nothing sent to it can succeed now, so the relay pauses rather than
 	// spending the events' attempts.
-	return publisher.Unavailable(fmt.Errorf("nats %s: no response from stream for %q: %w", c.server(), subject, err))
+	return publisher.Unavailable(fmt.Errorf("nats: server %s: no response from stream for %q: %w", c.server(), subject, err))
 }
 
 // unacknowledged explains an acknowledgement that did not come. A stream created
@@ -494,7 +494,7 @@ func (p *Publisher) noResponders(ctx context.Context, c *conn, subject string, e
 // can be confirmed: the relay pauses, Ping names the stream until it
 // acknowledges again, and the events keep their attempts.
 func (p *Publisher) unacknowledged(ctx context.Context, c *conn, subject string, err error) error {
-	timedOut := publisher.Unavailable(fmt.Errorf("nats %s: no acknowledgement for subject %q within %s: %w", c.server(), clip(subject), p.cfg.Timeout, err))
+	timedOut := publisher.Unavailable(fmt.Errorf("nats: server %s: no acknowledgement for subject %q within %s: %w", c.server(), clip(subject), p.cfg.Timeout, err))
 	if !c.nc.IsConnected() {
 		return publisher.Unavailable(fmt.Errorf("%w (%w)", c.down(), err))
 	}
@@ -515,7 +515,7 @@ func (p *Publisher) unacknowledged(ctx context.Context, c *conn, subject string,
 }
 
 func noAckError(c *conn, stream string) error {
-	return fmt.Errorf("nats %s: stream %q has no_ack set, so JetStream never acknowledges what it stores and the relay cannot confirm any event; turn acknowledgements on (nats stream edit %s --ack)",
+	return fmt.Errorf("nats: server %s: stream %q has no_ack set, so JetStream never acknowledges what it stores and the relay cannot confirm any event; turn acknowledgements on (nats stream edit %s --ack)",
 		c.server(), stream, stream)
 }
 
@@ -555,7 +555,7 @@ func (p *Publisher) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if _, err := c.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("nats %s: JetStream does not answer: %w", c.server(), err)
+		return fmt.Errorf("nats: server %s: JetStream does not answer: %w", c.server(), err)
 	}
 	p.noAckMu.Lock()
 	names := slices.Sorted(maps.Keys(p.noAck))
@@ -565,7 +565,7 @@ func (p *Publisher) ping(ctx context.Context) error {
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 		case err != nil:
-			return fmt.Errorf("nats %s: look up stream %q: %w", c.server(), name, err)
+			return fmt.Errorf("nats: server %s: look up stream %q: %w", c.server(), name, err)
 		case stream.CachedInfo().Config.NoAck:
 			return noAckError(c, name)
 		}
