@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -127,3 +128,18 @@ func Open(ctx context.Context, rawURL string) (Publisher, error) {
 
 // Check reports whether rawURL names a registered driver, without connecting.
 func Check(rawURL string) error { return drivers.Known(rawURL) }
+
+// Clip shortens s, a subject, topic or header name taken from an event, for
+// an error message: an event_type of kilobytes would bury the reason in
+// last_error. It keeps the first 64 bytes, cut on a character boundary.
+func Clip(s string) string {
+	const keep = 64
+	if len(s) <= keep {
+		return s
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -23,7 +23,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -668,7 +667,7 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 	var contentType string
 	for k, v := range headers {
 		if len(k) > maxShortstr {
-			return amqp091.Publishing{}, fmt.Errorf("header %q: name is %d bytes; AMQP short strings (header names) hold at most %d", clip(k), len(k), maxShortstr)
+			return amqp091.Publishing{}, fmt.Errorf("header %q: name is %d bytes; AMQP short strings (header names) hold at most %d", publisher.Clip(k), len(k), maxShortstr)
 		}
 		// RabbitMQ reads CC and BCC as extra routing keys and closes the
 		// channel when they are not arrays.
@@ -749,20 +748,6 @@ func headerFrameSize(m *amqp091.Publishing) int {
 	}
 	n += shortstr(m.Type) + shortstr(m.UserId) + shortstr(m.AppId)
 	return n
-}
-
-// clip shortens s for an error message: a header name of kilobytes would
-// bury the reason.
-func clip(s string) string {
-	const keep = 64
-	if len(s) <= keep {
-		return s
-	}
-	cut := keep
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // Ping connects if needed, then checks the exchange on a channel of its

@@ -258,11 +258,11 @@ func validTopic(topic string) error {
 	// them is named whole rather than by its first byte.
 	for _, r := range topic {
 		if r >= utf8.RuneSelf || !legalInTopic(byte(r)) {
-			return fmt.Errorf("invalid topic %q: character %q is not allowed; Kafka topic names use [a-zA-Z0-9._-]", clip(topic), r)
+			return fmt.Errorf("invalid topic %q: character %q is not allowed; Kafka topic names use [a-zA-Z0-9._-]", publisher.Clip(topic), r)
 		}
 	}
 	if len(topic) > maxTopicLen {
-		return fmt.Errorf("invalid topic %q: it is %d characters; Kafka topic names are 1 to %d characters", clip(topic), len(topic), maxTopicLen)
+		return fmt.Errorf("invalid topic %q: it is %d characters; Kafka topic names are 1 to %d characters", publisher.Clip(topic), len(topic), maxTopicLen)
 	}
 	return nil
 }
@@ -273,20 +273,6 @@ func legalInTopic(c byte) bool {
 		return true
 	}
 	return false
-}
-
-// clip shortens s for an error message: a name of hundreds of characters
-// would bury the reason.
-func clip(s string) string {
-	const keep = 64
-	if len(s) <= keep {
-		return s
-	}
-	cut := keep
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // Publisher publishes to Kafka.

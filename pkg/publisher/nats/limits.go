@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
-	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
 )
 
 // The limits NATS enforces on a message, checked before it is sent. A
@@ -47,7 +47,7 @@ func (p *Publisher) checkSubject(e *outbox.Event, subject string) error {
 			what = fmt.Sprintf("subject_prefix + event_type is %d bytes", len(subject))
 		}
 		return fmt.Errorf("invalid subject %q: %s; NATS subjects may be at most %d bytes to fit the server's %d-byte protocol line (max_control_line) with the reply subject and sizes",
-			clip(subject), what, limit, p.cfg.MaxControlLine)
+			publisher.Clip(subject), what, limit, p.cfg.MaxControlLine)
 	}
 	if subject == "" {
 		return fmt.Errorf("invalid subject: event_type is empty")
@@ -69,7 +69,7 @@ func validHeader(k, v string) error {
 	}
 	for i := 0; i < len(k); i++ {
 		if c := k[i]; c <= ' ' || c > '~' || strings.IndexByte(headerForbidden, c) >= 0 {
-			return fmt.Errorf("header %q: invalid NATS header name: names must be printable ASCII without spaces or any of %s", clip(k), headerForbidden)
+			return fmt.Errorf("header %q: invalid NATS header name: names must be printable ASCII without spaces or any of %s", publisher.Clip(k), headerForbidden)
 		}
 	}
 	if strings.ContainsAny(v, "\r\n") {
@@ -103,18 +103,4 @@ func checkSize(maxPayload int64, headers, payload int) error {
 			total, payload, headers, maxPayload)
 	}
 	return nil
-}
-
-// clip shortens s for an error message: a subject or header name of
-// kilobytes would bury the reason.
-func clip(s string) string {
-	const keep = 64
-	if len(s) <= keep {
-		return s
-	}
-	cut := keep
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

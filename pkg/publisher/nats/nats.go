@@ -423,7 +423,7 @@ func (p *Publisher) classify(ctx context.Context, c *conn, subject string, err e
 	case errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
 		return publisher.Permanent(fmt.Errorf("message too large for the stream's max_msg_size: %w", err))
 	case errors.Is(err, natsgo.ErrBadSubject):
-		return publisher.Permanent(fmt.Errorf("invalid subject %q: %w", clip(subject), err))
+		return publisher.Permanent(fmt.Errorf("invalid subject %q: %w", publisher.Clip(subject), err))
 	case errors.Is(err, natsgo.ErrBadHeaderMsg):
 		return publisher.Permanent(fmt.Errorf("invalid NATS header: %w", err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
@@ -494,7 +494,7 @@ func (p *Publisher) noResponders(ctx context.Context, c *conn, subject string, e
 // can be confirmed: the relay pauses, Ping names the stream until it
 // acknowledges again, and the events keep their attempts.
 func (p *Publisher) unacknowledged(ctx context.Context, c *conn, subject string, err error) error {
-	timedOut := publisher.Unavailable(fmt.Errorf("nats: server %s: no acknowledgement for subject %q within %s: %w", c.server(), clip(subject), p.cfg.Timeout, err))
+	timedOut := publisher.Unavailable(fmt.Errorf("nats: server %s: no acknowledgement for subject %q within %s: %w", c.server(), publisher.Clip(subject), p.cfg.Timeout, err))
 	if !c.nc.IsConnected() {
 		return publisher.Unavailable(fmt.Errorf("%w (%w)", c.down(), err))
 	}

@@ -383,7 +383,9 @@ func droppedConnectionIsReplaced(t *testing.T, d Driver) {
 			defer cancel()
 			last = p.Ping(ctx)
 			return last == nil
-		}, func() string { return fmt.Sprintf("Ping to succeed after the broker dropped the connection, last error: %v", last) })
+		}, func() string {
+			return fmt.Sprintf("Ping to succeed after the broker dropped the connection, last error: %v", last)
+		})
 		for i, err := range Publish(t, p, event(typ, "k", 2*round), event(typ, "k", 2*round+1)) {
 			if err != nil {
 				t.Fatalf("round %d: Ping said healthy, yet event %d failed: %v", round, i, err)
