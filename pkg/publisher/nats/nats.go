@@ -175,8 +175,11 @@ type conn struct {
 // Open connects to the servers. A server that is down is not an error: the
 // connection keeps retrying in the background and Ping reports it.
 func Open(_ context.Context, cfg Config) (*Publisher, error) {
-	if cfg.MaxControlLine == 0 {
+	switch {
+	case cfg.MaxControlLine == 0:
 		cfg.MaxControlLine = MaxControlLineDefault
+	case cfg.MaxControlLine <= controlLineReserve:
+		return nil, fmt.Errorf("nats: MaxControlLine %d leaves no room for a subject; use the server's max_control_line (4096 unless configured)", cfg.MaxControlLine)
 	}
 	opts := []natsgo.Option{
 		natsgo.Name(cfg.Name),
@@ -281,9 +284,9 @@ func (c *conn) down() error {
 	return fmt.Errorf("nats: server %s: not connected (status %s)", c.server(), c.nc.Status())
 }
 
-// conn returns the connection, opening a new one in place of one that is
-// closed for good.
-func (p *Publisher) conn() (*conn, error) {
+// connection returns the connection, opening a new one in place of one
+// that is closed for good.
+func (p *Publisher) connection() (*conn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -310,7 +313,7 @@ func (p *Publisher) conn() (*conn, error) {
 // Publish sends the whole batch, then waits for every acknowledgement. A
 // Duplicate acknowledgement counts as delivered: the stream holds the event.
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
-	c, err := p.conn()
+	c, err := p.connection()
 	if err != nil {
 		return publisher.Fill(len(batch), publisher.Unavailable(err))
 	}
@@ -540,12 +543,12 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("nats: health check: no answer in time: %w", ctx.Err())
+		return fmt.Errorf("nats: server %s: health check: no answer in time: %w", strings.Join(p.cfg.Servers, ","), ctx.Err())
 	}
 }
 
 func (p *Publisher) ping(ctx context.Context) error {
-	c, err := p.conn()
+	c, err := p.connection()
 	if err != nil {
 		return err
 	}
