@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
@@ -347,4 +349,33 @@ func TestNoAckStreamPausesAndSaysWhy(t *testing.T) {
 		t.Fatalf("Ping once the stream acknowledges: %v", err)
 	}
 	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, goodBatch(2)...))
+}
+
+// TestPingReturnsWithinTheCallersDeadline has JetStream's API swallowed by
+// a subscriber that never answers: Ping must still answer within a context
+// shorter than the URL's timeout, as /readyz's budget needs.
+func TestPingReturnsWithinTheCallersDeadline(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, func(o *server.Options) { o.JetStream = false })
+	nc, _ := srv.Connect(t)
+	sub, err := nc.Subscribe("$JS.API.>", func(*natsgo.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 20 * time.Second
+	pub := open(t, srv, "?timeout="+timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err = pub.Ping(ctx)
+	if took := time.Since(began); took > timeout/2 {
+		t.Errorf("Ping with a 300ms context took %s (timeout=%s)", took, timeout)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), strings.TrimPrefix(srv.URL(), "nats://")) {
+		t.Errorf("Ping: %v, want context.DeadlineExceeded naming the server", err)
+	}
 }
