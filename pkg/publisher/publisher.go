@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -160,4 +161,19 @@ func Open(ctx context.Context, rawURL string) (Publisher, error) {
 func Check(rawURL string) error {
 	_, _, err := drivers.Lookup(rawURL)
 	return err
+}
+
+// Clip shortens s, a subject, topic or header name taken from an event, for
+// an error message: an event_type of kilobytes would bury the reason in
+// last_error. It keeps the first 64 bytes, cut on a character boundary.
+func Clip(s string) string {
+	const keep = 64
+	if len(s) <= keep {
+		return s
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

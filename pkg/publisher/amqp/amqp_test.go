@@ -374,10 +374,10 @@ func TestServerRefusalOfALargeMessage(t *testing.T) {
 	// The limit is learned: the next oversized event is refused before it
 	// can close the channel.
 	mid := newEvent("t", "k", strings.Repeat("x", 1500), "")
-	if _, err := p.message(&mid); err == nil || !strings.Contains(err.Error(), "too large") {
+	if _, err := p.message(&mid, 0); err == nil || !strings.Contains(err.Error(), "too large") {
 		t.Errorf("an event over the learned limit: %v, want too large", err)
 	}
-	if _, err := p.message(&small); err != nil {
+	if _, err := p.message(&small, 0); err != nil {
 		t.Errorf("a small event: %v", err)
 	}
 }
