@@ -68,6 +68,8 @@ lint:
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
+# MODE=memory-large: the same with 150 events of 10 MB into null://, which
+# MAX_BATCH_BYTES must keep under 300 MB.
 BROKER ?= nats
 MODE ?= throughput
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,NATS))
@@ -76,6 +78,9 @@ ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
+else ifeq ($(MODE),memory-large)
+	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay \
+		-memory.events 150 -memory.payload 10485760 -memory.publisher null
 else ifeq ($(MODE),ordering)
 	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
 else

@@ -43,11 +43,25 @@ func (g *brokerGate) isDown() bool {
 	return g.down
 }
 
-// check asks the broker whether it answers now.
+// brokerCheckEvery is how often check asks again within its time.
+const brokerCheckEvery = 200 * time.Millisecond
+
+// check asks the broker whether it answers, for up to brokerCheckTimeout:
+// right after the broker dropped a connection, a driver may need a moment
+// to open a new one.
 func (g *brokerGate) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, brokerCheckTimeout)
 	defer cancel()
-	return g.pub.Ping(ctx)
+	for {
+		err := g.pub.Ping(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, brokerCheckEvery)
+		if ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // close pauses claiming until wait sees the broker answer again.

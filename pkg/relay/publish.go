@@ -65,7 +65,7 @@ func (e *Engine) isolate(ctx context.Context, events []outbox.Event, results []e
 			return // held back behind an event that is no longer dropped
 		}
 		e.log.Warn("the broker drops its connection whenever this event is sent; counting a failed attempt",
-			"event_id", events[i].ID, "event_type", events[i].Type, "error", results[i])
+			"event_id", events[i].ID, "event_type", publisher.Clip(events[i].Type), "error", results[i])
 		// Not Unavailable any more: the event, not the broker, is at fault.
 		results[i] = fmt.Errorf("the broker closed the connection each time this event was sent, also alone, while it answered otherwise: %s", results[i])
 	default:

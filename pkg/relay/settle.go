@@ -60,7 +60,7 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 			if publisher.IsPermanent(err) || attempts >= e.cfg.Retry.MaxAttempts {
 				f.Dead = true
 				o.dead++
-				e.log.Warn("event is DEAD", "event_id", ev.ID, "event_type", ev.Type,
+				e.log.Warn("event is DEAD", "event_id", ev.ID, "event_type", publisher.Clip(ev.Type),
 					"attempts", attempts, "permanent", publisher.IsPermanent(err), "error", err)
 			} else {
 				f.Delay = e.cfg.Retry.Delay(attempts, rand.Float64())

@@ -525,7 +525,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 		if err != nil {
 			// Nothing after a failed publish may go out: a later event with
 			// the same key would overtake this one.
-			err = publisher.Unavailable(fmt.Errorf("amqp: publish: %w", err))
+			err = publisher.Dropped(fmt.Errorf("amqp: publish: %w", err))
 			for j := i; j < len(batch); j++ {
 				if errs[j] == nil {
 					errs[j] = err
@@ -607,7 +607,7 @@ var tooLarge = regexp.MustCompile(`message size (\d+) is larger than configured 
 // only a refusal that names this event's size is held against it.
 func (p *Publisher) channelClosed(reason *amqp091.Error, e *outbox.Event) error {
 	if reason == nil {
-		return publisher.Unavailable(errors.New("amqp: connection closed before RabbitMQ confirmed the message"))
+		return publisher.Dropped(errors.New("amqp: connection closed before RabbitMQ confirmed the message"))
 	}
 	if m := tooLarge.FindStringSubmatch(reason.Reason); m != nil && reason.Code == amqp091.PreconditionFailed {
 		if limit, err := strconv.ParseInt(m[2], 10, 64); err == nil {
@@ -616,7 +616,7 @@ func (p *Publisher) channelClosed(reason *amqp091.Error, e *outbox.Event) error 
 				return publisher.Permanent(fmt.Errorf("message too large: %d bytes, RabbitMQ's max_message_size is %d: %w", len(e.Payload), limit, reason))
 			}
 			// The culprit is known and now refused before sending.
-			return publisher.Unavailable(fmt.Errorf("amqp: channel closed by another event of the batch: %w", reason))
+			return publisher.Dropped(fmt.Errorf("amqp: channel closed by another event of the batch: %w", reason))
 		}
 	}
 	switch {
@@ -629,12 +629,12 @@ func (p *Publisher) channelClosed(reason *amqp091.Error, e *outbox.Event) error 
 		// every event, so the relay pauses and tries again with backoff.
 		return publisher.Unavailable(fmt.Errorf("amqp: RabbitMQ refused to take messages for exchange %q: %w", p.cfg.Exchange, reason))
 	case reason.Server && reason.Recoverable():
-		// Some other refusal of a message, which names no event. Retrying
-		// costs an attempt so that an event that causes it every time goes
-		// DEAD after RETRY_MAX_ATTEMPTS instead of stalling the relay.
-		return fmt.Errorf("amqp: RabbitMQ closed the channel before confirming the message: %w", reason)
+		// Some other refusal of a message, which names no event: the
+		// engine sends the batch again in halves until the event that
+		// causes it stands alone and pays with an attempt.
+		return publisher.Dropped(fmt.Errorf("amqp: RabbitMQ closed the channel before confirming the message: %w", reason))
 	}
-	return publisher.Unavailable(fmt.Errorf("amqp: connection lost: %w", reason))
+	return publisher.Dropped(fmt.Errorf("amqp: connection lost: %w", reason))
 }
 
 func (p *Publisher) learnMaxSize(limit int64) {

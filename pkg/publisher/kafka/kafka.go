@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -432,6 +434,13 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 
 var errClosed = errors.New("kafka: publisher is closed")
 
+// connectionDropped reports whether err is an established connection
+// closed under a request, as opposed to one that could not be made.
+func connectionDropped(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // write sends msgs in one call and returns each one's error.
 func (p *Publisher) write(ctx context.Context, w *kafkago.Writer, msgs []kafkago.Message) []error {
 	if len(msgs) == 0 {
@@ -562,7 +571,11 @@ func (p *Publisher) classify(ctx context.Context, topic string, err error, missi
 		// Not an answer from a broker: the connection failed (refused,
 		// reset, DNS, TLS, timeout), the context ended, or the writer is
 		// closed. Checked before net.Error, which kafka-go's Error also
-		// satisfies.
+		// satisfies. A connection the broker closed mid-request may have
+		// been closed over one of the records.
+		if ctx.Err() == nil && connectionDropped(err) {
+			return publisher.Dropped(fmt.Errorf("kafka: the broker closed the connection: %w", err))
+		}
 		return publisher.Unavailable(fmt.Errorf("kafka: %w", err))
 	}
 	switch {

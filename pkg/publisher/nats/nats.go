@@ -170,6 +170,9 @@ type conn struct {
 	// url is the server connected to last, for errors once disconnected.
 	url     atomic.Pointer[string]
 	servers string
+	// dialErr is why the last attempt to (re)connect failed, such as a
+	// refused connection; nats.go's LastError does not keep it.
+	dialErr atomic.Pointer[error]
 }
 
 // Open connects to the servers. A server that is down is not an error: the
@@ -233,10 +236,16 @@ func (p *Publisher) dial() (*conn, error) {
 		if u := nc.ConnectedUrlRedacted(); u != "" {
 			c.url.Store(&u)
 		}
+		c.dialErr.Store(nil)
 	}
 	opts := append(slices.Clip(p.opts),
 		natsgo.ConnectHandler(connected),
 		natsgo.ReconnectHandler(connected),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				c.dialErr.Store(&err)
+			}
+		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) { c.markGone() }),
 	)
 	nc, err := natsgo.Connect(c.servers, opts...)
@@ -281,6 +290,9 @@ func (c *conn) down() error {
 		}
 		return fmt.Errorf("nats: server %s: not connected: %w", c.server(), err)
 	}
+	if err := c.dialErr.Load(); err != nil {
+		return fmt.Errorf("nats: server %s: not connected (status %s): %w", c.server(), c.nc.Status(), *err)
+	}
 	return fmt.Errorf("nats: server %s: not connected (status %s)", c.server(), c.nc.Status())
 }
 
@@ -320,6 +332,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 	if !c.nc.IsConnected() {
 		return publisher.Fill(len(batch), publisher.Unavailable(c.down()))
 	}
+	reconnects := c.nc.Stats().Reconnects
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
 	// What a stream lookup found, per subject: a batch for a missing stream
@@ -355,6 +368,16 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 			}
 		case <-ctx.Done():
 			errs[i] = publisher.Unavailable(fmt.Errorf("nats: waiting for ack: %w", ctx.Err()))
+		}
+	}
+	if ctx.Err() == nil && (!c.nc.IsConnected() || c.nc.Stats().Reconnects != reconnects) {
+		// The connection was up when the batch began and went down under
+		// it: the events it took with it were dropped, and the batch may
+		// hold the one the server closed it over.
+		for i, err := range errs {
+			if publisher.IsUnavailable(err) {
+				errs[i] = publisher.Dropped(err)
+			}
 		}
 	}
 	return errs

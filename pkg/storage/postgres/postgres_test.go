@@ -210,6 +210,47 @@ func TestClaimOrdersByCreatedAtFirst(t *testing.T) {
 	}
 }
 
+func TestClaimStopsAtMaxBytes(t *testing.T) {
+	t.Parallel()
+	for _, ordering := range []storage.Ordering{storage.OrderingNone, storage.OrderingPartition} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			tb := pgtest.New(t)
+			big := func(n int) pgtest.Event {
+				return pgtest.Event{PartitionKey: "k", Payload: []byte(strings.Repeat("p", n))}
+			}
+			// 3 × 400 KB fit in 1 MB with their headers; the fourth does not.
+			ids := tb.Insert(t, big(400_000), big(400_000), big(100_000), big(400_000), big(10))
+			p := storage.ClaimParams{RelayID: "r", Limit: 100, MaxBytes: 1_000_000, Ordering: ordering}
+			b, err := tb.Store.Claim(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(eventIDs(b.Events), ids[:3]) {
+				t.Fatalf("claimed %d events, want the first 3 (900 KB of 1 MB)", len(b.Events))
+			}
+			if b.Bytes() > p.MaxBytes {
+				t.Errorf("batch holds %d bytes, over MaxBytes %d", b.Bytes(), p.MaxBytes)
+			}
+
+			// An event larger than the limit still goes, alone (once the
+			// key's earlier events are done, for ordered claims).
+			if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+			tb.Insert(t, big(3_000_000))
+			p.MaxBytes = 100_000
+			b, err = tb.Store.Claim(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Events) != 1 || b.Events[0].ID != ids[3] {
+				t.Fatalf("claimed %v, want the 400 KB event alone", eventIDs(b.Events))
+			}
+		})
+	}
+}
+
 func TestClaimReadsARowWithAnInfiniteCreatedAt(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
