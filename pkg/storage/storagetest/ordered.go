@@ -237,6 +237,9 @@ func testOrderedClaimOnDead(t *testing.T, h Harness) {
 	// within's second event is DEAD behind a PENDING one (it died under
 	// skip, and its predecessor was retried since).
 	tb.Set(t, Change{Status: outbox.StatusDead, LastError: Ptr("poison")}, within[1])
+	// A DEAD event with nothing behind it holds nothing back.
+	deadOnly := insert(t, tb, event{PartitionKey: "dead-only"})
+	tb.Set(t, Change{Status: outbox.StatusDead}, deadOnly...)
 
 	cases := []struct {
 		policy storage.DeadPolicy
