@@ -69,11 +69,15 @@ func drainAmongHostileRows(t *testing.T, tb *pgtest.Table, pub publisher.Publish
 	eventually.True(t, 60*time.Second, func() bool {
 		done := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE status = 'DELIVERED' AND attempts = 0 AND NOT (event_id = ANY($1))", hostileIDs)
 		return done == good
-	}, func() string { return fmt.Sprintf("%d good events delivered at their first attempt; counts %v", good, tb.Counts(t)) })
+	}, func() string {
+		return fmt.Sprintf("%d good events delivered at their first attempt; counts %v", good, tb.Counts(t))
+	})
 	for k, row := range rows {
 		eventually.True(t, 30*time.Second, func() bool {
 			return tb.Exec(t, "SELECT 1 FROM {{table}} WHERE event_id = $1 AND status = $2", hostileIDs[k], string(row.want)) == 1
-		}, func() string { return fmt.Sprintf("%s: row %s %+v, want %s", row.name, hostileIDs[k], tb.Get(t, hostileIDs[k]), row.want) })
+		}, func() string {
+			return fmt.Sprintf("%s: row %s %+v, want %s", row.name, hostileIDs[k], tb.Get(t, hostileIDs[k]), row.want)
+		})
 		if row.wantErr != "" {
 			got := tb.Get(t, hostileIDs[k])
 			if !strings.Contains(got.LastError, row.wantErr) {
