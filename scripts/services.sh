@@ -99,9 +99,10 @@ rabbitmq() {
 }
 
 # docker-compose (the Debian package) checks docker-compose.yml's syntax; no
-# Docker engine is needed for that.
+# Docker engine is needed for that. Compose v2 (`docker compose`) does too.
 docker_compose() {
 	command -v docker-compose >/dev/null && return 0
+	docker compose version >/dev/null 2>&1 && return 0
 	echo "services.sh: installing docker-compose from Debian packages" >&2
 	apt_install docker-compose
 }
