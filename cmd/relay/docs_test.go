@@ -245,3 +245,106 @@ func kubernetesManifests(t *testing.T) []manifest {
 	}
 	return out
 }
+
+// TestComposeScrapesExactlyTheStartedRelays keeps docker-compose's
+// Prometheus from scraping relays whose profile is not started (their
+// OutboxRelayDown would fire forever) while a started relay that goes down
+// stays a target: every relay service depends on a target service of its own
+// profile that copies the relay's file into the directory prometheus.yml's
+// file_sd_configs reads, and nothing lists relays statically.
+func TestComposeScrapesExactlyTheStartedRelays(t *testing.T) {
+	type service struct {
+		Environment map[string]string `yaml:"environment"`
+		Profiles    []string          `yaml:"profiles"`
+		DependsOn   any               `yaml:"depends_on"`
+		Command     []string          `yaml:"command"`
+		Volumes     []string          `yaml:"volumes"`
+		VolumesFrom []string          `yaml:"volumes_from"`
+	}
+	var compose struct {
+		Services map[string]service `yaml:"services"`
+	}
+	readYAML(t, "../../docker-compose.yml", &compose)
+	var prom struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []any  `yaml:"static_configs"`
+			DNSSDConfigs  []any  `yaml:"dns_sd_configs"`
+			FileSDConfigs []struct {
+				Files []string `yaml:"files"`
+			} `yaml:"file_sd_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "../../deploy/prometheus/prometheus.yml", &prom)
+
+	var dir string
+	for _, sc := range prom.ScrapeConfigs {
+		if sc.JobName != "outbox-relay" {
+			continue
+		}
+		if len(sc.StaticConfigs) > 0 || len(sc.DNSSDConfigs) > 0 {
+			t.Errorf("job outbox-relay lists relays statically or by DNS; it must read only the started relays' files")
+		}
+		if len(sc.FileSDConfigs) != 1 || len(sc.FileSDConfigs[0].Files) != 1 {
+			t.Fatalf("job outbox-relay: want one file_sd_configs entry with one glob, got %+v", sc.FileSDConfigs)
+		}
+		dir = filepath.Dir(sc.FileSDConfigs[0].Files[0])
+	}
+	if dir == "" {
+		t.Fatal("prometheus.yml has no job outbox-relay (alerts.yml and the dashboard expect that name)")
+	}
+	if !slices.Contains(compose.Services["prometheus"].Volumes, dir) {
+		t.Errorf("the prometheus service does not hold %s as a volume of its own: %v", dir, compose.Services["prometheus"].Volumes)
+	}
+
+	relays := 0
+	for name, svc := range compose.Services {
+		if _, ok := svc.Environment["PUBLISHER_URL"]; !ok {
+			continue
+		}
+		relays++
+		target, ok := compose.Services[name+"-target"]
+		if !ok {
+			t.Errorf("relay service %s has no %s-target service to register it with Prometheus", name, name)
+			continue
+		}
+		if !slices.Equal(target.Profiles, svc.Profiles) {
+			t.Errorf("%s-target has profiles %v, %s has %v: want the same", name, target.Profiles, name, svc.Profiles)
+		}
+		deps, _ := svc.DependsOn.(map[string]any)
+		if dep, _ := deps[name+"-target"].(map[string]any); dep["condition"] != "service_completed_successfully" {
+			t.Errorf("%s does not depend on %s-target completing", name, name)
+		}
+		if !slices.Contains(target.VolumesFrom, "prometheus") {
+			t.Errorf("%s-target does not write into the prometheus service's volume", name)
+		}
+		file := "deploy/prometheus/targets/" + name + ".yml"
+		if !slices.ContainsFunc(target.Volumes, func(v string) bool { return strings.HasPrefix(v, "./"+file+":") }) {
+			t.Errorf("%s-target does not mount %s", name, file)
+		}
+		if !strings.Contains(strings.Join(target.Command, " "), dir+"/"+name+".yml") {
+			t.Errorf("%s-target's command %q does not write %s/%s.yml", name, target.Command, dir, name)
+		}
+		var groups []struct {
+			Targets []string `yaml:"targets"`
+		}
+		readYAML(t, "../../"+file, &groups)
+		if len(groups) != 1 || !slices.Equal(groups[0].Targets, []string{name + ":8080"}) {
+			t.Errorf("%s lists %+v, want the one target %s:8080", file, groups, name)
+		}
+	}
+	if relays < 3 {
+		t.Errorf("found %d relay services in docker-compose.yml, want the NATS, Kafka and RabbitMQ relays", relays)
+	}
+}
+
+func readYAML(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
