@@ -59,6 +59,33 @@ func TestMigrateCreatesThenFindsEverything(t *testing.T) {
 	}
 }
 
+// The printed schema opens with a header that names the table as the
+// statements below spell it.
+func TestMigratePrintHeaderNamesTheTable(t *testing.T) {
+	t.Parallel()
+	for table, quoted := range map[string]string{"openoutbox_events": `"openoutbox_events"`, "app.events": `"app"."events"`} {
+		r := ok(t, cmd{args: []string{"migrate", "--print", "--storage-url", unreachableURL, "--table", table}}.run(t))
+		var header []string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header = append(header, line)
+		}
+		want := []string{
+			"-- Outbox Relay schema for PostgreSQL 13 or later: the outbox table",
+			"-- " + quoted + ", its indexes and its insert trigger.",
+			"--",
+			"-- The table follows the Open Outbox table contract column for column, so the",
+			"-- relay can take over an existing Open Outbox table. Every statement is",
+			"-- idempotent and nothing is ever dropped: running this file again is safe.",
+		}
+		if strings.Join(header, "\n") != strings.Join(want, "\n") {
+			t.Errorf("migrate --print --table %s begins\n%s\nwant\n%s", table, strings.Join(header, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
 func TestMigratePrintWritesSQLAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
