@@ -14,13 +14,18 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/relay ./cmd/relay
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/relay-cli ./cmd/relay-cli
 
-# Runs the relay against the local database with the environment's settings
-# (defaults: local PostgreSQL, stdout publisher), migrating the table first.
+# Runs the relay against the local database with the environment's settings,
+# migrating the table first. The relay has no default broker: this target
+# asks for stdout:// (events printed as JSON lines) unless PUBLISHER_URL is
+# set, e.g. `PUBLISHER_URL=nats://127.0.0.1:4222 make run`.
 run: build
-	STORAGE_AUTO_MIGRATE=$${STORAGE_AUTO_MIGRATE:-true} LOG_FORMAT=$${LOG_FORMAT:-text} ./bin/relay
+	@[ -n "$${PUBLISHER_URL:-}" ] || echo "make run: PUBLISHER_URL is not set, so stdout:// (events printed here)"
+	PUBLISHER_URL=$${PUBLISHER_URL:-stdout://} STORAGE_AUTO_MIGRATE=$${STORAGE_AUTO_MIGRATE:-true} LOG_FORMAT=$${LOG_FORMAT:-text} ./bin/relay
 
+# The demo drops its table and stream when it ends; KEEP=1 leaves them.
+KEEP ?=
 demo: build
-	scripts/demo.sh
+	scripts/demo.sh $(if $(KEEP),-keep)
 
 # Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
 # and Kafka run inside the tests), installing what is missing from Debian
