@@ -110,7 +110,8 @@ type Config struct {
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	// PoolSize is the most connections open at once.
 	PoolSize int
-	// ClientName is set with CLIENT SETNAME on each connection.
+	// ClientName is set with CLIENT SETNAME on each connection, when the
+	// ACL allows it; empty leaves connections unnamed.
 	ClientName string
 	// TLS files: CA to verify the server with (default: system roots),
 	// client certificate and key for mutual TLS.
@@ -272,12 +273,15 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 		tlsCfg.ServerName = host
 	}
 	client := goredis.NewClient(&goredis.Options{
-		Addr:       cfg.Addr,
-		Username:   cfg.User,
-		Password:   cfg.Password,
-		DB:         cfg.DB,
-		ClientName: cfg.ClientName,
-		TLSConfig:  tlsCfg,
+		Addr:     cfg.Addr,
+		Username: cfg.User,
+		Password: cfg.Password,
+		DB:       cfg.DB,
+		// go-redis's ClientName needs the ACL's +client|setname, which a
+		// user allowed only XADD and PING lacks: every connection would
+		// fail. The name is set where allowed instead.
+		OnConnect: setName(cfg.ClientName),
+		TLSConfig: tlsCfg,
 		// The relay decides what happens after a failure: a pipeline
 		// resent by the client would delay the answer and, when the first
 		// copy reached Redis, add entries the relay does not know of.
@@ -303,6 +307,19 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	return &Publisher{cfg: cfg, client: client}, nil
+}
+
+// setName names each new connection, unless the ACL forbids it.
+func setName(name string) func(context.Context, *goredis.Conn) error {
+	return func(ctx context.Context, cn *goredis.Conn) error {
+		if name == "" {
+			return nil
+		}
+		if err := cn.ClientSetName(ctx, name).Err(); err != nil && !goredis.IsPermissionError(err) {
+			return err
+		}
+		return nil
+	}
 }
 
 // Publish sends the batch as one pipeline of XADDs and maps each reply back
@@ -415,20 +432,20 @@ func (p *Publisher) classify(err error, stream string) error {
 		// pool's wait or the caller's context.
 		return publisher.Unavailable(fmt.Errorf("redis %s: %w", p.cfg.Addr, err))
 	}
-	msg := err.Error()
+	// The checks read the reply itself, whatever go-redis wrapped it in.
+	reply := error(redisErr)
 	switch {
-	case goredis.HasErrorPrefix(err, "WRONGTYPE"):
+	case goredis.HasErrorPrefix(reply, "WRONGTYPE"):
 		return publisher.Permanent(fmt.Errorf("stream %q: the key holds a value that is not a stream; rename or delete it, or change stream_prefix: %w", stream, err))
-	case strings.Contains(msg, "Elements are too large"):
-		// "Elements are too large to be stored": above what a stream node
-		// holds, whatever the server's state.
+	case goredis.HasErrorPrefix(reply, "Elements are too large"):
+		// Above what a stream node holds, whatever the server's state.
 		return publisher.Permanent(fmt.Errorf("entry too large for stream %q: %w", stream, err))
-	case goredis.IsPermissionError(err) && !strings.Contains(msg, "command"):
+	case goredis.IsPermissionError(reply) && !strings.Contains(reply.Error(), "command"):
 		// An ACL key pattern that leaves out this event's stream: the other
 		// streams still take entries. Operators fix the ACL within the
 		// retry budget, or the event goes DEAD after RETRY_MAX_ATTEMPTS.
 		return fmt.Errorf("redis: the ACL user may not write stream %q; allow the key (ACL SETUSER … ~%s*) or change stream_prefix: %w", stream, p.cfg.StreamPrefix, err)
-	case isServerState(err):
+	case isServerState(reply):
 		return publisher.Unavailable(fmt.Errorf("redis %s: %w", p.cfg.Addr, err))
 	}
 	return fmt.Errorf("redis refused XADD to stream %q: %w", stream, err)

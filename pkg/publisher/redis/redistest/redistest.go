@@ -118,13 +118,14 @@ func Field(m goredis.XMessage, name string) string {
 // Server is a redis-server process of the test's own, without persistence
 // except the snapshot Stop saves, so that Start brings the data back.
 type Server struct {
-	t    testing.TB
 	bin  string
 	dir  string
 	port int
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	// tlsPort is the TLS listener's port, 0 without TLS.
+	tlsPort int
+	args    []string
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // Binary is the redis-server that Start runs: TEST_REDIS_SERVER, or the
@@ -144,11 +145,38 @@ func Start(t testing.TB, args ...string) *Server {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("redistest: %s: %v (install redis-server; scripts/services.sh redis does)", bin, err)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t), args: args}
+	s := &Server{bin: bin, dir: t.TempDir(), port: freePort(t), args: args}
 	s.Start(t)
 	t.Cleanup(s.kill)
 	return s
 }
+
+// TLSFiles are the PEM files of a TLS listener.
+type TLSFiles struct {
+	// Cert and Key are the server's certificate and key.
+	Cert, Key string
+	// CA verifies client certificates; with it, clients must present one.
+	CA string
+}
+
+// StartTLS is Start with a TLS listener on a second free port, at TLSAddr.
+// The plain port stays open for the test's own connections.
+func StartTLS(t testing.TB, files TLSFiles, args ...string) *Server {
+	t.Helper()
+	tlsPort := freePort(t)
+	tlsArgs := []string{"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", files.Cert, "--tls-key-file", files.Key}
+	if files.CA != "" {
+		tlsArgs = append(tlsArgs, "--tls-ca-cert-file", files.CA, "--tls-auth-clients", "yes")
+	} else {
+		tlsArgs = append(tlsArgs, "--tls-auth-clients", "no")
+	}
+	s := Start(t, append(tlsArgs, args...)...)
+	s.tlsPort = tlsPort
+	return s
+}
+
+// TLSAddr is the TLS listener's host:port.
+func (s *Server) TLSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort)) }
 
 func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
