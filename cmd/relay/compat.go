@@ -24,6 +24,8 @@ type openOutboxConfig struct {
 	KafkaBatchBytes    string `env:"KAFKA_BATCH_BYTES"`
 	KafkaWriteTimeout  string `env:"KAFKA_WRITE_TIMEOUT"`
 	KafkaAsync         string `env:"KAFKA_ASYNC"`
+	RedisConnTimeout   string `env:"REDIS_CONNECTION_TIMEOUT"`
+	RedisWriteTimeout  string `env:"REDIS_WRITE_TIMEOUT"`
 }
 
 // ignoredOpenOutboxSettings have no meaning here: the relay batches from the
@@ -35,6 +37,7 @@ var ignoredOpenOutboxSettings = []string{
 // publisherSchemes maps PUBLISHER_TYPE values to URL schemes.
 var publisherSchemes = map[string]string{
 	"nats": "nats", "kafka": "kafka", "stdout": "stdout", "null": "null", "amqp": "amqp", "rabbitmq": "amqp",
+	"redis": "redis",
 }
 
 // applyOpenOutbox translates Open Outbox settings into cfg and returns what
@@ -77,6 +80,14 @@ func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, er
 		if b, _ := strconv.ParseBool(oo.KafkaAsync); b {
 			notes = append(notes, "KAFKA_ASYNC=true ignored: the relay always waits for Kafka's acknowledgement before marking events delivered")
 		}
+	case "redis", "rediss":
+		// Open Outbox bounds both the write of an XADD and the wait for its
+		// reply with REDIS_WRITE_TIMEOUT.
+		opts = []urlOption{
+			{"REDIS_CONNECTION_TIMEOUT", oo.RedisConnTimeout, "dial_timeout", checkDuration},
+			{"REDIS_WRITE_TIMEOUT", oo.RedisWriteTimeout, "write_timeout", checkDuration},
+			{"REDIS_WRITE_TIMEOUT", oo.RedisWriteTimeout, "read_timeout", checkDuration},
+		}
 	}
 	for _, o := range opts {
 		note, err := o.apply(cfg)
@@ -100,7 +111,7 @@ func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, er
 func applyPublisherType(cfg *config, environ map[string]string, typ string) error {
 	scheme, ok := publisherSchemes[typ]
 	if !ok {
-		return fmt.Errorf("PUBLISHER_TYPE=%q is not supported here (nats, kafka, amqp, stdout, null)", typ)
+		return fmt.Errorf("PUBLISHER_TYPE=%q is not supported here (nats, kafka, amqp, redis, stdout, null)", typ)
 	}
 	raw, set := environ["PUBLISHER_URL"]
 	switch {
@@ -118,9 +129,9 @@ func applyPublisherType(cfg *config, environ map[string]string, typ string) erro
 }
 
 // sameDriver reports whether two schemes select the same driver: tls:// is
-// NATS with TLS, amqps:// RabbitMQ with TLS.
+// NATS with TLS, amqps:// RabbitMQ with TLS, rediss:// Redis with TLS.
 func sameDriver(a, b string) bool {
-	secure := map[string]string{"tls": "nats", "amqps": "amqp"}
+	secure := map[string]string{"tls": "nats", "amqps": "amqp", "rediss": "redis"}
 	if s, ok := secure[b]; ok {
 		b = s
 	}

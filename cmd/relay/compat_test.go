@@ -29,6 +29,15 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 		{"async kafka is refused quietly", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_ASYNC": "true"},
 			"kafka://b:9092", ":8080", "KAFKA_ASYNC=true ignored"},
 		{"ignored settings", map[string]string{"ENVIRONMENT": "development"}, "stdout://", ":8080", "ENVIRONMENT ignored"},
+		{"redis timeouts", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://:pw@r:6379/0",
+			"REDIS_CONNECTION_TIMEOUT": "3s", "REDIS_WRITE_TIMEOUT": "1s"},
+			"redis://:pw@r:6379/0?dial_timeout=3s&read_timeout=1s&write_timeout=1s", ":8080", "REDIS_WRITE_TIMEOUT used as PUBLISHER_URL option read_timeout=1s"},
+		{"redis with TLS", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "rediss://r:6380", "REDIS_CONNECTION_TIMEOUT": "2s"},
+			"rediss://r:6380?dial_timeout=2s", ":8080", "dial_timeout=2s"},
+		{"redis URL's own timeout wins", map[string]string{"PUBLISHER_URL": "redis://r?write_timeout=9s", "REDIS_WRITE_TIMEOUT": "1s"},
+			"redis://r?read_timeout=1s&write_timeout=9s", ":8080", "REDIS_WRITE_TIMEOUT ignored: PUBLISHER_URL sets write_timeout"},
+		{"redis options do not reach kafka", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "REDIS_WRITE_TIMEOUT": "1s"},
+			"kafka://b:9092", ":8080", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,7 +63,9 @@ func TestOpenOutboxSettingsThatCannotWorkExit2(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"redis", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://r:6379"}, "PUBLISHER_TYPE"},
+		{"bad redis timeout", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://r:6379", "REDIS_WRITE_TIMEOUT": "1000"}, "REDIS_WRITE_TIMEOUT"},
+		{"redis type contradicts URL", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
+		{"unsupported type", map[string]string{"PUBLISHER_TYPE": "sqs", "PUBLISHER_URL": "https://sqs"}, "PUBLISHER_TYPE"},
 		{"mysql storage", map[string]string{"STORAGE_TYPE": "mysql"}, "STORAGE_TYPE"},
 		{"type contradicts URL", map[string]string{"PUBLISHER_TYPE": "kafka", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
 		{"type without URL", map[string]string{"PUBLISHER_TYPE": "nats"}, "needs PUBLISHER_URL"},
