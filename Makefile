@@ -22,33 +22,33 @@ run: build
 demo: build
 	scripts/demo.sh
 
-# Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
-# and Kafka run inside the tests), checks docker-compose.yml, then runs every
-# test with the race detector, the chaos suite included.
+# Starts PostgreSQL, RabbitMQ and Redis when nothing answers on their ports
+# (NATS and Kafka run inside the tests), checks docker-compose.yml, then runs
+# every test with the race detector, the chaos suite included.
 test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
-	scripts/services.sh postgres rabbitmq
+	scripts/services.sh postgres rabbitmq redis
 
 # docker-compose.yml must parse; no Docker engine is needed for that.
 compose-check:
 	scripts/services.sh docker-compose
 	docker-compose config -q
-	docker-compose --profile kafka --profile amqp --profile tools config -q
+	docker-compose --profile kafka --profile amqp --profile redis --profile tools config -q
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services
 	$(GO) test -race -count=1 -v ./internal/chaos/
 
 # The docker-compose stack (needs a Docker engine): postgres, nats, relay,
-# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers.
+# prometheus, grafana; PROFILES="kafka amqp redis" adds the other brokers.
 PROFILES ?=
 COMPOSE := docker compose $(foreach p,$(PROFILES),--profile $(p))
 up:
 	$(COMPOSE) up -d --build
 down:
-	$(COMPOSE) --profile kafka --profile amqp --profile tools down -v
+	$(COMPOSE) --profile kafka --profile amqp --profile redis --profile tools down -v
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(shell $(GO) env GOPATH)/bin/golangci-lint
@@ -63,14 +63,14 @@ lint:
 	else echo "golangci-lint did not install; skipped"; fi
 
 # Throughput (default): drains EVENTS pending 200-byte events into BROKER
-# (nats, kafka or amqp; in-process NATS and Kafka, the local RabbitMQ) and
-# into null:// (the storage side alone), printing events/s.
+# (nats, kafka, amqp or redis; in-process NATS and Kafka, the local RabbitMQ
+# and Redis) and into null:// (the storage side alone), printing events/s.
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 BROKER ?= nats
 MODE ?= throughput
-BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,NATS))
+BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,NATS)))
 bench: services
 ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay

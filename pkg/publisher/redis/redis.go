@@ -387,8 +387,7 @@ func (p *Publisher) entry(e *outbox.Event) (stream string, fields []any, err err
 		fields = append(fields, FieldPartitionKey, e.PartitionKey)
 		size += int64(len(FieldPartitionKey) + len(e.PartitionKey))
 	}
-	// Sorted, so that equal rows give identical entries.
-	for _, k := range slices.Sorted(maps.Keys(headers)) {
+	for _, k := range sortedKeys(headers) {
 		// The driver's own fields win: a row's x-event-id header next to
 		// the id field would leave consumers guessing which is true.
 		if outbox.IsEventHeader(k) {
@@ -403,6 +402,20 @@ func (p *Publisher) entry(e *outbox.Event) (stream string, fields []any, err err
 		return "", nil, fmt.Errorf("entry too large: %d bytes with stream name and fields, above max_entry_bytes=%d", size, p.cfg.MaxEntryBytes)
 	}
 	return stream, fields, nil
+}
+
+// sortedKeys returns h's keys in order, so that equal rows give identical
+// entries. Most rows have one header or none, which need no sorting.
+func sortedKeys(h map[string]string) []string {
+	switch len(h) {
+	case 0:
+		return nil
+	case 1:
+		for k := range h {
+			return []string{k}
+		}
+	}
+	return slices.Sorted(maps.Keys(h))
 }
 
 // result classifies one XADD of an executed pipeline. execErr is the
