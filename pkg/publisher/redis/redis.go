@@ -57,7 +57,7 @@ const (
 	// fsync.
 	ReadTimeoutDefault  = 5 * time.Second
 	WriteTimeoutDefault = 5 * time.Second
-	// PoolSizeDefault is the most connections open at once: one per batch
+	// PoolSizeDefault is the most connections in use at once: one per batch
 	// in flight (MAX_IN_FLIGHT_BATCHES) and a health check, with room.
 	PoolSizeDefault = 10
 	// MaxEntryBytesDefault is Redis's default proto-max-bulk-len, the
@@ -108,7 +108,7 @@ type Config struct {
 	// DialTimeout bounds connecting; ReadTimeout and WriteTimeout bound
 	// each pipeline's replies and its write.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
-	// PoolSize is the most connections open at once.
+	// PoolSize is the most connections in use at once.
 	PoolSize int
 	// ClientName is set with CLIENT SETNAME on each connection, when the
 	// ACL allows it; empty leaves connections unnamed.
