@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -442,7 +444,12 @@ func (p *Publisher) classify(err error, stream string) error {
 	var redisErr goredis.Error
 	if !errors.As(err, &redisErr) {
 		// No answer from Redis: refused, reset, EOF, timeout, TLS, the
-		// pool's wait or the caller's context.
+		// pool's wait or the caller's context. A connection closed under
+		// the pipeline may have been closed over one of its entries.
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+			return publisher.Dropped(fmt.Errorf("redis %s: the connection was closed: %w", p.cfg.Addr, err))
+		}
 		return publisher.Unavailable(fmt.Errorf("redis %s: %w", p.cfg.Addr, err))
 	}
 	// The checks read the reply itself, whatever go-redis wrapped it in.
