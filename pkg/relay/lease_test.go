@@ -52,12 +52,14 @@ func TestSlowBrokerKeepsItsLeases(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 	eventually.True(t, 10*time.Second, func() bool { return pub.Ping(context.Background()) == nil },
 		func() string { return "connected through the proxy" })
-	proxy.DelayReplies(1500 * time.Millisecond)
+	proxy.DelayReplies(3 * time.Second)
 
 	const n = 200
 	tb.InsertN(t, n, "slow.event")
 	counter := &sendCounter{Publisher: pub, sends: map[string]int{}}
-	const lease = 600 * time.Millisecond
+	// Long enough that a renewal is not lost to a busy machine, short
+	// enough that acknowledgements take twice as long.
+	const lease = 1500 * time.Millisecond
 	runReaper(t, tb, lease)
 	start(t, relay.Config{BatchSize: 50, LeaseTimeout: lease}, tb.Store, counter)
 

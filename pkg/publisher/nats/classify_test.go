@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/google/uuid"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -45,5 +46,15 @@ func TestNoResponseFromAnExistingStreamIsUnavailable(t *testing.T) {
 	// Without a stream for the subject, the same answer is the event's fault.
 	if err := p.classify(context.Background(), p.cur, "payments.created", natsgo.ErrNoResponders, map[string]error{}); !publisher.IsPermanent(err) {
 		t.Errorf("no responders for a subject no stream captures: got %v, want permanent", err)
+	}
+}
+
+func TestAppendUUIDWritesWhatStringWrites(t *testing.T) {
+	t.Parallel()
+	for range 100 {
+		id := uuid.New()
+		if got := string(appendUUID(nil, id)); got != id.String() {
+			t.Fatalf("appendUUID(%s) = %s", id, got)
+		}
 	}
 }

@@ -52,12 +52,18 @@ func (p *Publisher) checkSubject(e *outbox.Event, subject string) error {
 	if subject == "" {
 		return fmt.Errorf("invalid subject: event_type is empty")
 	}
-	for _, tok := range strings.Split(subject, ".") {
+	// Token by token without strings.Split, which would allocate for
+	// every event.
+	for rest := subject; ; {
+		tok, after, more := strings.Cut(rest, ".")
 		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\x00") {
 			return fmt.Errorf("invalid subject %q: NATS subjects are dot-separated tokens without wildcards or white space", subject)
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return nil
 }
 
 // validHeader applies nats.go's rule for header names (printable ASCII

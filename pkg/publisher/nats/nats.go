@@ -164,6 +164,9 @@ type Publisher struct {
 type conn struct {
 	nc *natsgo.Conn
 	js jetstream.JetStream
+	// acks is set once, right after connecting; nats.go's handlers may
+	// run before.
+	acks atomic.Pointer[acker]
 	// gone is closed when the connection is closed for good.
 	gone     chan struct{}
 	goneOnce sync.Once
@@ -247,6 +250,11 @@ func (p *Publisher) dial() (*conn, error) {
 			}
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) { c.markGone() }),
+		natsgo.DisconnectErrHandler(func(*natsgo.Conn, error) {
+			if a := c.acks.Load(); a != nil {
+				a.disconnected(natsgo.ErrDisconnected)
+			}
+		}),
 	)
 	nc, err := natsgo.Connect(c.servers, opts...)
 	if err != nil {
@@ -254,15 +262,20 @@ func (p *Publisher) dial() (*conn, error) {
 	}
 	c.nc = nc
 	connected(nc)
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(p.cfg.MaxPending),
-		jetstream.WithPublishAsyncTimeout(p.cfg.Timeout),
-	)
+	// For API requests (stream lookups, account info); publishes go
+	// through the acker.
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("open JetStream on NATS %s: %w", c.servers, err)
 	}
 	c.js = js
+	acks, err := newAcker(nc, p.cfg.MaxPending)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("subscribe to JetStream's acknowledgements on NATS %s: %w", c.servers, err)
+	}
+	c.acks.Store(acks)
 	return c, nil
 }
 
@@ -333,41 +346,56 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 		return publisher.Fill(len(batch), publisher.Unavailable(c.down()))
 	}
 	reconnects := c.nc.Stats().Reconnects
-	errs := make([]error, len(batch))
-	futures := make([]jetstream.PubAckFuture, len(batch))
+	parts := newMessageParts(batch)
+	subjects := make([]string, len(batch))
+	acks := c.acks.Load()
+	b := acks.begin(len(batch))
+	for i := range batch {
+		msg, err := p.message(c, &batch[i], &parts, i)
+		if err != nil {
+			acks.settle(b, i, publisher.Permanent(err))
+			continue
+		}
+		subjects[i], msg.Reply = msg.Subject, b.reply(i)
+		select {
+		case acks.slots <- struct{}{}:
+		case <-ctx.Done():
+			continue // unanswered: released below
+		case <-c.gone:
+			continue
+		}
+		acks.hold(b, i)
+		if err := c.nc.PublishMsg(msg); err != nil {
+			acks.settle(b, i, err)
+		}
+	}
+	timeout := time.NewTimer(p.cfg.Timeout)
+	select {
+	case <-b.done:
+	case <-timeout.C:
+	case <-c.gone:
+	case <-ctx.Done():
+	}
+	timeout.Stop()
+	answered, results := acks.end(b)
+
 	// What a stream lookup found, per subject: a batch for a missing stream
 	// asks JetStream once, not once per event.
 	verdicts := map[string]error{}
-	for i := range batch {
-		msg, err := p.message(c, &batch[i])
-		if err != nil {
-			errs[i] = publisher.Permanent(err)
-			continue
-		}
-		futures[i], err = c.js.PublishMsgAsync(msg)
-		if err != nil {
-			errs[i] = p.classify(ctx, c, msg.Subject, err, verdicts)
-		}
-	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs[i] = p.classify(ctx, c, f.Msg().Subject, err, verdicts)
-		case <-c.gone:
-			// Closed for good, so no answer is coming that has not come.
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				errs[i] = p.classify(ctx, c, f.Msg().Subject, err, verdicts)
-			default:
-				errs[i] = publisher.Unavailable(c.down())
-			}
-		case <-ctx.Done():
+	errs := make([]error, len(batch))
+	for i, err := range results {
+		switch {
+		case answered[i] && (err == nil || publisher.IsPermanent(err)):
+			errs[i] = err
+		case answered[i]:
+			errs[i] = p.classify(ctx, c, subjects[i], err, verdicts)
+		case ctx.Err() != nil:
 			errs[i] = publisher.Unavailable(fmt.Errorf("nats: waiting for ack: %w", ctx.Err()))
+		case c.nc.IsClosed():
+			// Closed for good, so no answer is coming that has not come.
+			errs[i] = publisher.Unavailable(c.down())
+		default:
+			errs[i] = p.classify(ctx, c, subjects[i], jetstream.ErrAsyncPublishTimeout, verdicts)
 		}
 	}
 	if ctx.Err() == nil && (!c.nc.IsConnected() || c.nc.Stats().Reconnects != reconnects) {
@@ -383,8 +411,53 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 	return errs
 }
 
-// message builds the JetStream message for e, or says why it cannot exist.
-func (p *Publisher) message(c *conn, e *outbox.Event) (*natsgo.Msg, error) {
+// messageParts is what a batch's messages are made of, allocated once per
+// batch rather than piece by piece per event: this is the hot path, and
+// nats.go wants every message as a map of header slices.
+type messageParts struct {
+	msgs []natsgo.Msg
+	// ids holds every event id as text, 36 bytes each.
+	ids string
+	// values backs the header values, one-element slices carved from it.
+	values []string
+}
+
+func newMessageParts(batch []outbox.Event) messageParts {
+	text := make([]byte, 0, 36*len(batch))
+	for i := range batch {
+		text = appendUUID(text, batch[i].ID)
+	}
+	return messageParts{
+		msgs:   make([]natsgo.Msg, len(batch)),
+		ids:    string(text),
+		values: make([]string, 0, 4*len(batch)),
+	}
+}
+
+// value returns v as a header's value list, capped so that an append to it
+// cannot run into another header's.
+func (m *messageParts) value(v string) []string {
+	m.values = append(m.values, v)
+	n := len(m.values)
+	return m.values[n-1 : n : n]
+}
+
+// appendUUID appends id in its canonical text form, as uuid.UUID.String
+// writes it, without allocating.
+func appendUUID(dst []byte, id [16]byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	for i, b := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst = append(dst, '-')
+		}
+		dst = append(dst, hexDigits[b>>4], hexDigits[b&0xf])
+	}
+	return dst
+}
+
+// message builds the JetStream message for e, the i-th event of the batch,
+// from parts, or says why it cannot exist.
+func (p *Publisher) message(c *conn, e *outbox.Event, parts *messageParts, i int) (*natsgo.Msg, error) {
 	subject := p.cfg.SubjectPrefix + e.Type
 	if err := p.checkSubject(e, subject); err != nil {
 		return nil, err
@@ -401,21 +474,23 @@ func (p *Publisher) message(c *conn, e *outbox.Event) (*natsgo.Msg, error) {
 		if err := validHeader(k, v); err != nil {
 			return nil, err
 		}
-		h[k] = []string{v}
+		h[k] = parts.value(v)
 	}
-	id := e.ID.String()
+	id := parts.value(parts.ids[36*i : 36*i+36])
 	// Nats-Msg-Id set here rather than through a publish option: the
 	// stream drops a copy it has seen within its duplicate window.
-	h[jetstream.MsgIDHeader] = []string{id}
-	h[outbox.HeaderEventID] = []string{id}
-	h[outbox.HeaderEventType] = []string{e.Type}
+	h[jetstream.MsgIDHeader] = id
+	h[outbox.HeaderEventID] = id
+	h[outbox.HeaderEventType] = parts.value(e.Type)
 	if e.PartitionKey != "" {
-		h[outbox.HeaderPartitionKey] = []string{e.PartitionKey}
+		h[outbox.HeaderPartitionKey] = parts.value(e.PartitionKey)
 	}
 	if err := checkSize(c.nc.MaxPayload(), headerSize(h), len(e.Payload)); err != nil {
 		return nil, err
 	}
-	return &natsgo.Msg{Subject: subject, Header: h, Data: e.Payload}, nil
+	msg := &parts.msgs[i]
+	msg.Subject, msg.Header, msg.Data = subject, h, e.Payload
+	return msg, nil
 }
 
 // reservedHeader reports whether a row header is left out: JetStream acts

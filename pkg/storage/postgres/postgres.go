@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -331,6 +332,11 @@ const handBackTimeout = 5 * time.Second
 const claimLockClass = 0x6f72 // "or"
 
 // readEvents reads the claimed rows, which the claim returns oldest first.
+//
+// It is on the hot path, and written to allocate per batch rather than per
+// event: the columns are read without a copy (valid until the next row),
+// payloads and headers copied into a few shared chunks, and repeated event
+// types and keys share one string.
 func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 	rows, err := results.Query()
 	if err != nil {
@@ -338,21 +344,57 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 	}
 	defer rows.Close()
 	events := make([]outbox.Event, 0, limit)
+	var (
+		typ, key, payload, headers pgtype.DriverBytes
+		createdAt                  pgtype.Timestamptz
+		arena                      byteArena
+		strs                       = map[string]string{}
+	)
 	for rows.Next() {
 		var e outbox.Event
-		var createdAt *time.Time
 		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
 		// through database/sql's Scanner and the id's text form.
-		if err := rows.Scan((*[16]byte)(&e.ID), &e.Type, &e.PartitionKey, &e.Payload, &e.Headers,
-			&e.Attempts, &createdAt); err != nil {
+		if err := rows.Scan((*[16]byte)(&e.ID), &typ, &key, &payload, &headers, &e.Attempts, &createdAt); err != nil {
 			return nil, fmt.Errorf("read row: %w", err)
 		}
-		if createdAt != nil {
-			e.CreatedAt = *createdAt
+		e.Type, e.PartitionKey = intern(strs, typ), intern(strs, key)
+		e.Payload, e.Headers = arena.copy(payload), arena.copy(headers)
+		if createdAt.Valid {
+			e.CreatedAt = createdAt.Time
 		}
 		events = append(events, e)
 	}
 	return events, rows.Err()
+}
+
+// intern returns b as a string, the same string for the same bytes.
+func intern(strs map[string]string, b []byte) string {
+	if s, ok := strs[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	strs[s] = s
+	return s
+}
+
+// byteArena hands out copies of byte slices carved from shared chunks.
+type byteArena struct{ chunk []byte }
+
+// arenaChunk is the size of a chunk; a larger slice gets a chunk of its own.
+const arenaChunk = 64 << 10
+
+func (a *byteArena) copy(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte{} // empty, not nil: a Kafka record tells them apart
+	}
+	if len(b) > cap(a.chunk)-len(a.chunk) {
+		a.chunk = make([]byte, 0, max(arenaChunk, len(b)))
+	}
+	start := len(a.chunk)
+	a.chunk = append(a.chunk, b...)
+	// Capped, so that an append to one event's slice cannot run into the
+	// next event's bytes.
+	return a.chunk[start:len(a.chunk):len(a.chunk)]
 }
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
