@@ -93,6 +93,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return 2
 	}
 	log := newLogger(cfg, stderr)
+	gogc, memLimit := tuneGC(environ)
+	log.Debug("garbage collector", "gogc", gogc, "gomemlimit", memLimit)
 	for _, note := range cfg.notes {
 		log.Info("Open Outbox setting: " + note)
 	}

@@ -344,21 +344,30 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 	}
 	defer rows.Close()
 	events := make([]outbox.Event, 0, limit)
+	// Scanned into the same variables row after row: the addresses Scan
+	// takes would otherwise move each row's Event to the heap.
 	var (
+		id                         [16]byte
 		typ, key, payload, headers pgtype.DriverBytes
+		attempts                   int
 		createdAt                  pgtype.Timestamptz
 		arena                      byteArena
 		strs                       = map[string]string{}
 	)
 	for rows.Next() {
-		var e outbox.Event
 		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
 		// through database/sql's Scanner and the id's text form.
-		if err := rows.Scan((*[16]byte)(&e.ID), &typ, &key, &payload, &headers, &e.Attempts, &createdAt); err != nil {
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt); err != nil {
 			return nil, fmt.Errorf("read row: %w", err)
 		}
-		e.Type, e.PartitionKey = intern(strs, typ), intern(strs, key)
-		e.Payload, e.Headers = arena.copy(payload), arena.copy(headers)
+		e := outbox.Event{
+			ID:           id,
+			Type:         intern(strs, typ),
+			PartitionKey: intern(strs, key),
+			Payload:      arena.copy(payload),
+			Headers:      arena.copy(headers),
+			Attempts:     attempts,
+		}
 		if createdAt.Valid {
 			e.CreatedAt = createdAt.Time
 		}
