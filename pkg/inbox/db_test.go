@@ -231,4 +231,3 @@ func (e *env) waitingForLocks(t *testing.T) int {
 	}
 	return n
 }
-
