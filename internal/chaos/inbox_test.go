@@ -104,7 +104,9 @@ func TestInboxAppliesEachEventOnceAfterRelayCrashes(t *testing.T) {
 		return n
 	}
 	eventually.True(t, time.Minute, func() bool { return records() >= n/3 },
-		func() string { return fmt.Sprintf("%d of %d events applied; logs:\n%s\n%s", records(), n, tail(a.Log(), 2000), tail(b.Log(), 2000)) })
+		func() string {
+			return fmt.Sprintf("%d of %d events applied; logs:\n%s\n%s", records(), n, tail(a.Log(), 2000), tail(b.Log(), 2000))
+		})
 	a.kill(t)
 	_, js := srv.Connect(t)
 	eventually.True(t, 2*time.Minute, func() bool {
@@ -115,7 +117,9 @@ func TestInboxAppliesEachEventOnceAfterRelayCrashes(t *testing.T) {
 		}
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && records() >= n
-	}, func() string { return fmt.Sprintf("%d of %d events applied; log:\n%s", records(), n, tail(b.Log(), 3000)) })
+	}, func() string {
+		return fmt.Sprintf("%d of %d events applied; log:\n%s", records(), n, tail(b.Log(), 3000))
+	})
 	b.stop(t)
 
 	// Every event's effect, once.
