@@ -33,7 +33,7 @@ func mysqlDSN() string {
 type backend struct {
 	name    string
 	dialect inbox.Dialect
-	open    func(t *testing.T) *env
+	open    func(t testing.TB) *env
 }
 
 // env is one test's database: a schema (PostgreSQL) or database (MySQL)
@@ -67,7 +67,7 @@ func forEachBackend(t *testing.T, test func(t *testing.T, e *env)) {
 	}
 }
 
-func openPostgres(t *testing.T) *env {
+func openPostgres(t testing.TB) *env {
 	t.Helper()
 	space := strings.Split(pgtest.New(t).Name, ".")[0]
 	db, err := sql.Open("pgx", pgtest.URL())
@@ -90,7 +90,7 @@ func openPostgres(t *testing.T) *env {
 	return e
 }
 
-func openMySQL(t *testing.T) *env {
+func openMySQL(t testing.TB) *env {
 	t.Helper()
 	admin, err := sql.Open("mysql", mysqlDSN())
 	if err != nil {
@@ -137,7 +137,7 @@ func openMySQL(t *testing.T) *env {
 	return e
 }
 
-func newInbox(t *testing.T, cfg inbox.Config) *inbox.Inbox {
+func newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	t.Helper()
 	box, err := inbox.New(cfg)
 	if err != nil {
@@ -146,14 +146,14 @@ func newInbox(t *testing.T, cfg inbox.Config) *inbox.Inbox {
 	return box
 }
 
-func createTable(t *testing.T, e *env) {
+func createTable(t testing.TB, e *env) {
 	t.Helper()
 	if _, err := e.box.CreateTable(context.Background(), e.db); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func mustExec(t *testing.T, db *sql.DB, query string, args ...any) int64 {
+func mustExec(t testing.TB, db *sql.DB, query string, args ...any) int64 {
 	t.Helper()
 	res, err := db.Exec(query, args...)
 	if err != nil {
