@@ -30,10 +30,12 @@ type CreateResult struct {
 // migrations with their own tools (`relay-cli migrate --inbox --print`).
 func (b *Inbox) SchemaSQL() string {
 	var out strings.Builder
-	fmt.Fprintf(&out, "-- Outbox Relay inbox table for %s: one row per event a consumer has applied.\n", b.dialectName())
-	out.WriteString(b.queries["create_table"] + ";\n")
+	fmt.Fprintf(&out, "-- Outbox Relay inbox table for %s. Every statement is idempotent.\n\n", b.dialectName())
+	// The files sort create_index before create_table; MySQL's index is
+	// part of its table (its create_index is for tables made by hand).
+	out.WriteString(b.ddl[1] + ";\n")
 	if b.dialect == Postgres {
-		out.WriteString(b.queries["create_index"] + ";\n")
+		out.WriteString("\n" + b.ddl[0] + ";\n")
 	}
 	return out.String()
 }

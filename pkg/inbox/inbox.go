@@ -110,6 +110,9 @@ type Inbox struct {
 	dialect Dialect
 	table   schema.Table
 	queries map[string]string
+	// ddl is the schema as SchemaSQL prints it: create_index, then
+	// create_table, comments kept.
+	ddl []string
 }
 
 //go:embed sql
@@ -137,7 +140,11 @@ func New(cfg Config) (*Inbox, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.queries[strings.TrimSuffix(e.Name(), ".sql")] = b.expand(string(text))
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		b.queries[name] = b.expand(string(text))
+		if strings.HasPrefix(name, "create_") {
+			b.ddl = append(b.ddl, b.expandWithComments(string(text)))
+		}
 	}
 	// Pruning one consumer's records or everyone's are different
 	// statements rather than a parameter that may be empty, so each gets
@@ -168,10 +175,14 @@ func (b *Inbox) expand(text string) string {
 		}
 		body = append(body, line)
 	}
+	return b.expandWithComments(strings.Join(body, "\n"))
+}
+
+func (b *Inbox) expandWithComments(text string) string {
 	return strings.NewReplacer(
 		"{{table}}", b.quote(b.table.Schema, b.table.Name),
 		"{{index}}", b.quote("", b.indexName()),
-	).Replace(strings.TrimSpace(strings.Join(body, "\n")))
+	).Replace(strings.TrimSpace(text))
 }
 
 // quote quotes an optionally qualified name for the dialect. Names are

@@ -2,9 +2,8 @@
 -- what makes a second delivery of an event a no-op for that consumer.
 -- VARBINARY compares bytes exactly: a VARCHAR's default collation would
 -- take "ABC" and "abc", or "a" and "a ", for the same id. processed_at is
--- UTC, written by the inbox from the server's clock (UTC_TIMESTAMP), so
--- retention does not depend on session time zones; it has no default
--- because MySQL and MariaDB disagree on expression defaults.
+-- UTC, which the inbox writes from the server's clock (UTC_TIMESTAMP) with
+-- every record, so retention does not depend on session time zones.
 CREATE TABLE IF NOT EXISTS {{table}} (
     consumer     VARBINARY(255) NOT NULL,
     event_id     VARBINARY(255) NOT NULL,
