@@ -222,7 +222,7 @@ func openInboxDB(c *cli.Context) (*sql.DB, error) {
 	db := stdlib.OpenDB(*cfg)
 	if err := db.PingContext(c.Context); err != nil {
 		_ = db.Close()
-		if c.Context.Err() != nil {
+		if c.Err() != nil {
 			return nil, fmt.Errorf("connect: %w", context.Cause(c.Context))
 		}
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d as user %q (check STORAGE_URL and that the server is running): %s",
