@@ -25,7 +25,8 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	publishers := map[string]string{
 		"nats":  "nats://relay:" + password + "@127.0.0.1:1?timeout=1s",
 		"kafka": "kafka://relay:" + password + "@127.0.0.1:1?sasl=scram-sha-512&timeout=1s",
-		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s", // RabbitMQ refuses the login
+		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s",        // RabbitMQ refuses the login
+		"redis": "redis://relay:" + password + "@127.0.0.1:6379/0?dial_timeout=2s", // no such ACL user: WRONGPASS
 	}
 	for name, pubURL := range publishers {
 		t.Run(name, func(t *testing.T) {

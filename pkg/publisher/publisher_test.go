@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -57,5 +58,19 @@ func TestRegisterConfig(t *testing.T) {
 		if p != nil {
 			t.Errorf("Open(%q) returned %#v with its error, want a nil Publisher", raw, p)
 		}
+	}
+}
+
+func TestClip(t *testing.T) {
+	t.Parallel()
+	if got := publisher.Clip("orders.created"); got != "orders.created" {
+		t.Errorf("short name changed: %q", got)
+	}
+	long := strings.Repeat("a", 63) + "é" + strings.Repeat("b", 100) // é straddles byte 64
+	if got, want := publisher.Clip(long), strings.Repeat("a", 63)+"…"; got != want {
+		t.Errorf("Clip = %q, want %q: cut on a character boundary", got, want)
+	}
+	if got := publisher.Clip(strings.Repeat("x", 5000)); len(got) != 64+len("…") {
+		t.Errorf("Clip kept %d bytes of 5000", len(got))
 	}
 }
