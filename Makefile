@@ -27,7 +27,7 @@ KEEP ?=
 demo: build
 	scripts/demo.sh $(if $(KEEP),-keep)
 
-# Starts PostgreSQL, RabbitMQ and Redis when nothing answers on their ports
+# Starts PostgreSQL, MariaDB, RabbitMQ and Redis when nothing answers on their ports
 # (NATS and Kafka run inside the tests), installing what is missing from
 # Debian packages (root or sudo), checks docker-compose.yml, then runs every
 # test with the race detector, the chaos suite included.
@@ -35,7 +35,7 @@ test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
-	scripts/services.sh postgres rabbitmq redis
+	scripts/services.sh postgres mariadb rabbitmq redis
 
 # Compose v2 (`docker compose`) when it is installed, else the standalone
 # docker-compose (v1, the Debian package scripts/services.sh installs when

@@ -2,7 +2,7 @@
 # Makes sure the services that `make test` and `make demo` talk to answer on
 # 127.0.0.1, installing them from Debian packages and starting them when they
 # do not, and that the tools they use are installed.
-# Usage: scripts/services.sh postgres [nats] [rabbitmq] [redis] [docker-compose]
+# Usage: scripts/services.sh postgres [mariadb] [nats] [rabbitmq] [redis] [docker-compose]
 #
 # The services are for `go test -race`, which needs cgo and so a C compiler:
 # asking for any of them also installs gcc when it is missing.
@@ -73,6 +73,44 @@ postgres() {
 	echo "started postgres pg_ctlcluster $ver main"
 }
 
+# MariaDB for the inbox's MySQL dialect: the tests connect as root over TCP
+# on 127.0.0.1 without a password, and create a database each.
+mariadb() {
+	answers 3306 && return 0
+	if [ ! -x /usr/sbin/mariadbd ]; then
+		echo "services.sh: installing MariaDB from Debian packages" >&2
+		apt_install mariadb-server
+	fi
+	# Installing the package may have started the server (systemd hosts).
+	if ! answers 3306; then
+		# Names are not resolved, so 127.0.0.1 is the account's host
+		# below, never "localhost" (root's socket-only account).
+		local conf=/etc/mysql/mariadb.conf.d/99-outbox-relay-tests.cnf
+		if [ -d /etc/mysql/mariadb.conf.d ] && [ ! -f "$conf" ]; then
+			printf '[mysqld]\nbind-address = 127.0.0.1\nport = 3306\nskip-name-resolve\n' | as_root tee "$conf" >/dev/null
+		fi
+		as_root install -d -o mysql -g mysql /run/mysqld
+		if [ ! -d /var/lib/mysql/mysql ]; then
+			as_root mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+		fi
+		as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+		wait_for 3306 MariaDB
+		echo "started mariadb mariadb-admin-shutdown"
+	fi
+	# Debian's root logs in through the Unix socket only; the tests need
+	# it over TCP without a password (a test server, like PostgreSQL's
+	# trust line above).
+	if ! mariadb -h 127.0.0.1 -u root -e 'SELECT 1' >/dev/null 2>&1; then
+		echo "services.sh: letting root connect from 127.0.0.1 without a password (test server)" >&2
+		# A server that resolves names maps 127.0.0.1 to root@localhost,
+		# one that does not to root@127.0.0.1: both take the empty
+		# password (root@localhost still logs in through the socket too).
+		as_root mariadb -u root -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+			GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+			ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('');"
+	fi
+}
+
 nats() {
 	answers 4222 && return 0
 	if ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then
@@ -134,13 +172,13 @@ c_compiler() {
 
 for svc in "$@"; do
 	case "$svc" in
-	postgres | nats | rabbitmq | redis)
+	postgres | mariadb | nats | rabbitmq | redis)
 		c_compiler
 		"$svc"
 		;;
 	docker-compose) docker_compose ;;
 	*)
-		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq, redis, docker-compose)" >&2
+		echo "services.sh: unknown service $svc (postgres, mariadb, nats, rabbitmq, redis, docker-compose)" >&2
 		exit 2
 		;;
 	esac

@@ -210,6 +210,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			listCommand(),
 			showCommand(),
 			emitCommand(),
+			inboxCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

@@ -12,16 +12,19 @@ func migrateCommand() *cli.Command {
 		Usage: "create the outbox table, its indexes and notify trigger (idempotent)",
 		Description: "Applies the embedded schema in one transaction and says what it created and what\n" +
 			"already existed. Running it again is safe: nothing is ever dropped.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 			jsonFlag(),
-		},
+		}, inboxMigrateFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
 			if c.Bool("print") && c.Bool("json") {
 				return usagef("--print and --json cannot be combined: --print writes SQL")
+			}
+			if c.Bool("inbox") || c.IsSet("inbox-table") {
+				return migrateInbox(c)
 			}
 			store, err := openStore(c)
 			if err != nil {

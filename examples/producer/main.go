@@ -1,6 +1,7 @@
 // Command producer shows how an application writes events: the business
 // change (an order marked paid) and its event commit in one transaction, so
-// neither exists without the other. Run it against a migrated database:
+// neither exists without the other (examples/consumer applies the event on
+// the other side). Run it against a migrated database:
 //
 //	bin/relay-cli migrate
 //	go run ./examples/producer -order 42
@@ -23,6 +24,8 @@ import (
 func main() {
 	dsn := flag.String("db", envOr("STORAGE_URL", "postgres://postgres@localhost:5432/postgres?sslmode=disable"), "PostgreSQL URL")
 	order := flag.Int("order", 42, "order id to mark paid")
+	customer := flag.String("customer", "acme", "the order's customer")
+	amount := flag.Int("amount", 1999, "the order's amount in cents")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -44,7 +47,7 @@ func main() {
 			ON CONFLICT (id) DO UPDATE SET status = 'paid'`, *order); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(map[string]any{"order_id": *order, "status": "paid"})
+		payload, _ := json.Marshal(map[string]any{"order_id": *order, "status": "paid", "customer": *customer, "amount_cents": *amount})
 		return postgres.Write(ctx, postgres.PgxTx(tx), outbox.Message{
 			Type:    "orders.paid",
 			Key:     fmt.Sprintf("order-%d", *order),

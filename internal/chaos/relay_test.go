@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// relayProc is one run of the relay binary.
+// relayProc is one run of the relay binary (or another the tests start).
 type relayProc struct {
 	cmd *exec.Cmd
 	// exited is closed when the process has ended; err is then its Wait
@@ -61,12 +61,8 @@ func (p *relayProc) Log() string {
 // killed when the test ends if still running.
 func startRelay(t *testing.T, env ...string) *relayProc {
 	t.Helper()
-	p := &relayProc{exited: make(chan struct{})}
-	p.cmd = exec.Command(relayBinary)
-	// If the test binary dies (a timeout, a panic), the relay dies with it
-	// instead of draining other tests' tables in the background.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p.cmd.Env = append(os.Environ(),
+	cmd := exec.Command(relayBinary)
+	cmd.Env = append(os.Environ(),
 		"HTTP_ADDR=127.0.0.1:0",
 		"LOG_FORMAT=text",
 		"POLL_INTERVAL=100ms",
@@ -74,10 +70,21 @@ func startRelay(t *testing.T, env ...string) *relayProc {
 		"REAPER_INTERVAL=200ms",
 		"OTEL_METRICS_EXPORTER=none",
 	)
-	p.cmd.Env = append(p.cmd.Env, env...)
+	cmd.Env = append(cmd.Env, env...)
+	return startProcess(t, cmd)
+}
+
+// startProcess starts cmd (the relay, or a consumer), keeping its output;
+// it is killed when the test ends if still running.
+func startProcess(t *testing.T, cmd *exec.Cmd) *relayProc {
+	t.Helper()
+	p := &relayProc{cmd: cmd, exited: make(chan struct{})}
+	// If the test binary dies (a timeout, a panic), the process dies with
+	// it instead of draining other tests' tables in the background.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start relay: %v", err)
+		t.Fatalf("start %s: %v", filepath.Base(cmd.Path), err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
