@@ -17,6 +17,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -102,8 +103,8 @@ type Certs struct {
 	CA string
 	// ClientCert and ClientKey are a client certificate for mutual TLS.
 	ClientCert, ClientKey string
-	server     tls.Certificate
-	pool       *x509.CertPool
+	server                tls.Certificate
+	pool                  *x509.CertPool
 }
 
 // Receiver is a webhook endpoint run by the test.
@@ -193,12 +194,14 @@ func (r *Receiver) serve(ln net.Listener) {
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(r.handle),
 		ReadHeaderTimeout: 10 * time.Second,
+		// Failed handshakes are what some tests are about.
+		ErrorLog: log.New(io.Discard, "", 0),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateNew {
 				r.conns.Add(1)
 			}
 		},
-		Protocols:         new(http.Protocols),
+		Protocols: new(http.Protocols),
 	}
 	srv.Protocols.SetHTTP1(true)
 	if r.h2c {
