@@ -113,7 +113,7 @@ type Config struct {
 	// fewer than Concurrency makes HTTP/1.1 connections churn.
 	MaxIdleConns int
 	// Headers are sent with every event; a row header of the same name is
-	// left out.
+	// left out, as a row's Authorization is when User is set.
 	Headers http.Header
 	// ContentType is sent for events whose row has no content-type header.
 	ContentType string
@@ -614,6 +614,9 @@ func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 		name := http.CanonicalHeaderKey(k)
 		if _, static := p.cfg.Headers[name]; static {
 			continue
+		}
+		if name == "Authorization" && p.cfg.User != nil {
+			continue // the URL's credentials, like a header option, win
 		}
 		h[name] = append(h[name], v)
 	}

@@ -255,7 +255,7 @@ func TestRequestCarriesTheEvent(t *testing.T) {
 		"http://", "http://relay:pw@", 1))
 	e := newEvent("orders/created v2", "customer 7/α", 0)
 	e.Headers = []byte(`{"CONTENT-TYPE":"application/json","x-tenant":"from-row","trace":"t1","n":3,` +
-		`"webhook-signature":"v1,forged","X-Partition-Key":"forged","gone":null}`)
+		`"webhook-signature":"v1,forged","X-Partition-Key":"forged","gone":null,"authorization":"Bearer from-row"}`)
 	plain := newEvent("plain", "", 1)
 	publishertest.RequireDelivered(t, publishertest.Publish(t, p, e, plain))
 
