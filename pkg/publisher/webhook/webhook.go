@@ -90,7 +90,8 @@ const (
 var knownOptions = []string{"timeout", "concurrency", "max_idle_conns", "header", "query", "content_type",
 	"secret_file", "secret_env", "unsigned", "h2c", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}
 
-// Config is a parsed http:// or https:// URL.
+// Config is a parsed http:// or https:// URL. Zero fields take their
+// defaults in Open.
 type Config struct {
 	// Scheme is http or https.
 	Scheme string
@@ -322,6 +323,7 @@ func staticHeader(opt string) (name, value string, err error) {
 // but does not connect, so an endpoint that is down is not an error here.
 // ctx gives the environment secret_env is looked up in (publisher.WithEnv).
 func Open(ctx context.Context, cfg Config) (*Publisher, error) {
+	cfg = cfg.withDefaults()
 	keys, err := signingKeys(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("webhook URL: %w", err)
@@ -332,8 +334,8 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 		DialContext:           (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   cfg.Timeout,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          max(cfg.MaxIdleConns, 1),
-		MaxIdleConnsPerHost:   max(cfg.MaxIdleConns, 1),
+		MaxIdleConns:          cfg.MaxIdleConns,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // only error bodies are read, and only their start
 		ExpectContinueTimeout: time.Second,
@@ -366,6 +368,26 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	p.pingURL = origin + pingPath + p.query
 	p.templated = strings.Contains(cfg.Path, "{")
 	return p, nil
+}
+
+// withDefaults gives zero fields their default, for a Config built by hand.
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = TimeoutDefault
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.MaxIdleConns <= 0 {
+		c.MaxIdleConns = c.Concurrency
+	}
+	if c.ContentType == "" {
+		c.ContentType = ContentTypeDefault
+	}
+	if c.Path == "" {
+		c.Path = "/"
+	}
+	return c
 }
 
 // signingKeys reads the whsec_ secrets, whitespace-separated: while a

@@ -740,3 +740,22 @@ func TestCloseIsFinal(t *testing.T) {
 		t.Error("Ping after Close succeeded")
 	}
 }
+
+func TestOpenGivesZeroFieldsTheirDefaults(t *testing.T) {
+	t.Parallel()
+	rcv := webhooktest.Start(t)
+	u, err := url.Parse(rcv.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := webhook.Open(context.Background(), webhook.Config{Scheme: "http", Host: u.Host, Unsigned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent("a", "", 0)))
+	r := rcv.Delivered(t, 1, nil)[0]
+	if r.Path != "/" || r.Header.Get("Content-Type") != webhook.ContentTypeDefault {
+		t.Errorf("hand-built Config: request to %q with Content-Type %q", r.Path, r.Header.Get("Content-Type"))
+	}
+}
