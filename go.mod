@@ -12,7 +12,7 @@ require (
 	golang.org/x/term v0.47.0
 )
 
-require github.com/standard-webhooks/standard-webhooks/libraries v0.0.1 // indirect
+require github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
