@@ -683,12 +683,17 @@ func validName(name string) error {
 		return errors.New("empty header name")
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+		if !tokenChar(name[i]) {
 			return errors.New("name is not an HTTP token (RFC 9110 allows letters, digits and !#$%&'*+-.^_`|~)")
 		}
 	}
 	return nil
+}
+
+// tokenChar reports whether c is an RFC 9110 tchar.
+func tokenChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // validValue checks a header value against RFC 9110's field-value rule:

@@ -157,7 +157,7 @@ func TestOpenRefusesBadSecretsWithoutQuotingThem(t *testing.T) {
 	if err != nil {
 		t.Fatalf("secret_env=HOOK_SECRET: %v", err)
 	}
-	defer p.Close(context.Background())
+	defer func() { _ = p.Close(context.Background()) }()
 	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent("a", "", 0)))
 	verify(t, webhooktest.Secret, rcv.Delivered(t, 1, nil)[0])
 }
@@ -418,19 +418,19 @@ func TestAKeyStopsAtAFailedEvent(t *testing.T) {
 	errs := publishertest.Publish(t, p, batch...)
 
 	for i, err := range errs {
-		switch {
-		case i == 3:
+		switch i {
+		case 3:
 			if d, ok := publisher.RetryDelay(err); publisher.IsPermanent(err) || publisher.IsUnavailable(err) || !ok || d != 7*time.Second {
 				t.Errorf("event answered 503: %v (delay %s), want retryable after 7s", err, d)
 			}
-		case i == 6 || i == 9:
+		case 6, 9:
 			// Held back, retryable, with the head's Retry-After.
 			d, _ := publisher.RetryDelay(err)
 			if err == nil || publisher.IsPermanent(err) || publisher.IsUnavailable(err) || d != 7*time.Second ||
 				!strings.Contains(err.Error(), "not sent: event "+batch[3].ID.String()) {
 				t.Errorf("event %d after a failed one of its key: %v (delay %s)", i, err, d)
 			}
-		case i == 4:
+		case 4:
 			if !publisher.IsPermanent(err) || !strings.Contains(err.Error(), "422") {
 				t.Errorf("event answered 422: %v", err)
 			}
@@ -752,7 +752,7 @@ func TestOpenGivesZeroFieldsTheirDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
+	defer func() { _ = p.Close(context.Background()) }()
 	publishertest.RequireDelivered(t, publishertest.Publish(t, p, newEvent("a", "", 0)))
 	r := rcv.Delivered(t, 1, nil)[0]
 	if r.Path != "/" || r.Header.Get("Content-Type") != webhook.ContentTypeDefault {
