@@ -24,6 +24,8 @@ LABEL org.opencontainers.image.title="outbox-relay" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/outbox-relay/relay"
 COPY --from=build /out/relay /out/relay-cli /usr/local/bin/
-USER nonroot:nonroot
+# Numeric, the distroless nonroot user: Kubernetes can check runAsNonRoot
+# only against a numeric USER (a name fails "image has non-numeric user").
+USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/relay"]

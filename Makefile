@@ -14,37 +14,54 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/relay ./cmd/relay
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/relay-cli ./cmd/relay-cli
 
-# Runs the relay against the local database with the environment's settings
-# (defaults: local PostgreSQL, stdout publisher), migrating the table first.
+# Runs the relay against the local database with the environment's settings,
+# migrating the table first. The relay has no default broker: this target
+# asks for stdout:// (events printed as JSON lines) unless PUBLISHER_URL is
+# set, e.g. `PUBLISHER_URL=nats://127.0.0.1:4222 make run`.
 run: build
-	STORAGE_AUTO_MIGRATE=$${STORAGE_AUTO_MIGRATE:-true} LOG_FORMAT=$${LOG_FORMAT:-text} ./bin/relay
+	@[ -n "$${PUBLISHER_URL:-}" ] || echo "make run: PUBLISHER_URL is not set, so stdout:// (events printed here)"
+	PUBLISHER_URL=$${PUBLISHER_URL:-stdout://} STORAGE_AUTO_MIGRATE=$${STORAGE_AUTO_MIGRATE:-true} LOG_FORMAT=$${LOG_FORMAT:-text} ./bin/relay
 
+# The demo drops its table and stream when it ends; KEEP=1 leaves them.
+KEEP ?=
 demo: build
-	scripts/demo.sh
+	scripts/demo.sh $(if $(KEEP),-keep)
 
 # Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
-# and Kafka run inside the tests), checks docker-compose.yml, then runs every
-# test with the race detector, the chaos suite included.
+# and Kafka run inside the tests), installing what is missing from Debian
+# packages (root or sudo), checks docker-compose.yml, then runs every test
+# with the race detector, the chaos suite included.
 test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
 	scripts/services.sh postgres rabbitmq
 
-# docker-compose.yml must parse; no Docker engine is needed for that.
+# Compose v2 (`docker compose`) when it is installed, else the standalone
+# docker-compose (v1, the Debian package scripts/services.sh installs when
+# neither is there).
+# Recursive, so that only the targets that use it run the check.
+COMPOSE_BIN = $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+
+# docker-compose.yml must parse with every combination of profiles; no Docker
+# engine is needed for that.
 compose-check:
-	scripts/services.sh docker-compose
-	docker-compose config -q
-	docker-compose --profile kafka --profile amqp --profile tools config -q
+	@scripts/services.sh docker-compose
+	@set -e; for k in '' '--profile kafka'; do for a in '' '--profile amqp'; do for t in '' '--profile tools'; do \
+		echo "$(COMPOSE_BIN) $$k $$a $$t config -q" | tr -s ' '; \
+		$(COMPOSE_BIN) $$k $$a $$t config -q; \
+	done; done; done
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services
 	$(GO) test -race -count=1 -v ./internal/chaos/
 
 # The docker-compose stack (needs a Docker engine): postgres, nats, relay,
-# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers.
+# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers. Host
+# ports come from OUTBOX_*_PORT variables (see docker-compose.yml); their
+# defaults keep clear of the local services `make test` starts.
 PROFILES ?=
-COMPOSE := docker compose $(foreach p,$(PROFILES),--profile $(p))
+COMPOSE = $(COMPOSE_BIN) $(foreach p,$(PROFILES),--profile $(p))
 up:
 	$(COMPOSE) up -d --build
 down:
@@ -69,6 +86,8 @@ lint:
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
+# MODE=memory-large: the same with 150 events of 10 MB into null://, which
+# MAX_BATCH_BYTES must keep under 300 MB.
 BROKER ?= nats
 MODE ?= throughput
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter webhook,$(BROKER)),Webhook,NATS)))
@@ -77,6 +96,9 @@ ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
+else ifeq ($(MODE),memory-large)
+	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay \
+		-memory.events 150 -memory.payload 10485760 -memory.publisher null
 else ifeq ($(MODE),ordering)
 	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
 else

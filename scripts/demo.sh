@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: starts PostgreSQL and NATS with JetStream when they are not
 # running, runs tools/demo against bin/relay, and stops what it started.
+# tools/demo drops its table and stream on the way out (success, failure,
+# Ctrl-C) unless given -keep (`make demo KEEP=1`). Arguments go to tools/demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +11,12 @@ cleanup() {
 	while read -r word name how rest; do
 		[ "$word" = started ] || continue
 		case "$name" in
-		nats) kill "$how" 2>/dev/null || true ;;
+		nats)
+			kill "$how" 2>/dev/null || true
+			# Its JetStream directory, once it has let go of it.
+			for _ in $(seq 1 50); do kill -0 "$how" 2>/dev/null || break; sleep 0.1; done
+			rm -rf "$rest"
+			;;
 		postgres)
 			if [ "$(id -u)" = 0 ]; then pg_ctlcluster --skip-systemctl-redirect $rest stop; else sudo pg_ctlcluster --skip-systemctl-redirect $rest stop; fi
 			;;

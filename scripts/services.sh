@@ -9,7 +9,8 @@
 #
 # A service that already answers is left alone. For each service this script
 # starts, it prints "started <name> <pid-or-how-to-stop>" so callers can stop
-# what they started.
+# what they started; for nats, the line ends with its JetStream directory,
+# which the caller removes after stopping it.
 set -euo pipefail
 
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -84,7 +85,7 @@ nats() {
 	"$bin" -a 127.0.0.1 -p 4222 -js -sd "$dir" >"$dir/nats.log" 2>&1 &
 	local pid=$!
 	wait_for 4222 "NATS"
-	echo "started nats $pid"
+	echo "started nats $pid $dir"
 }
 
 rabbitmq() {
@@ -99,9 +100,10 @@ rabbitmq() {
 }
 
 # docker-compose (the Debian package) checks docker-compose.yml's syntax; no
-# Docker engine is needed for that.
+# Docker engine is needed for that. Compose v2 (`docker compose`) does too.
 docker_compose() {
 	command -v docker-compose >/dev/null && return 0
+	docker compose version >/dev/null 2>&1 && return 0
 	echo "services.sh: installing docker-compose from Debian packages" >&2
 	apt_install docker-compose
 }

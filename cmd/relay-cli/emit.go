@@ -11,7 +11,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 func emitCommand() *cli.Command {
@@ -53,7 +52,7 @@ func emitCommand() *cli.Command {
 					EventType string      `json:"event_type"`
 					Count     int         `json:"count"`
 					EventIDs  []uuid.UUID `json:"event_ids"`
-				}{store.Table().String(), p.Type, len(ids), ids})
+				}{store.Table(), p.Type, len(ids), ids})
 			}
 			for _, id := range ids {
 				fmt.Fprintln(c.App.Writer, id)
@@ -77,8 +76,8 @@ func emitParams(c *cli.Context) (storage.EmitParams, error) {
 	if c.IsSet("key") && p.PartitionKey == "" {
 		return p, usagef("--key must not be empty; leave it out for no partition key")
 	}
-	if p.Count < 1 || p.Count > postgres.EmitCountMax {
-		return p, usagef("--count must be 1 to %d, got %d", postgres.EmitCountMax, p.Count)
+	if p.Count < 1 || p.Count > storage.EmitCountMax {
+		return p, usagef("--count must be 1 to %d, got %d", storage.EmitCountMax, p.Count)
 	}
 	if c.IsSet("available-in") {
 		d, err := parseDuration(c.String("available-in"))
@@ -115,11 +114,7 @@ func emitParams(c *cli.Context) (storage.EmitParams, error) {
 		}
 		headers[k] = v
 	}
-	raw, err := json.Marshal(headers)
-	if err != nil {
-		return p, err
-	}
-	p.Headers = raw
+	p.Headers = headers
 	return p, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -26,8 +27,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	schema "github.com/outbox-relay/relay/schema/postgres"
+	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -56,17 +56,127 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdin, stdout, stderr)
-	err := app.RunContext(ctx, reorderArgs(app, args))
+	reordered := reorderArgs(app, args)
+	err := app.RunContext(ctx, reordered)
 	if err == nil {
 		return exitOK
 	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		err = explainFlagError(app, reordered, ue)
+	}
 	// Errors can quote the URL; redact scrubs any password left in them.
 	fmt.Fprintf(stderr, "relay-cli: %s\n", redact.URL(err.Error()))
-	var ue usageError
 	if errors.As(err, &ue) {
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// flagProblem matches the errors of Go's flag package that name a flag.
+// It writes the name with one dash whatever the user typed (--jsn becomes
+// "-jsn"), which reads like a different flag.
+var flagProblem = regexp.MustCompile(`^(flag provided but not defined: |flag needs an argument: |` +
+	`invalid (?:boolean )?value "(?:[^"\\]|\\.)*" for (?:flag )?)-([^\s:=]+)`)
+
+// explainFlagError rewrites a flag error to name the flag as it was typed
+// and, for an unknown flag, suggests the flag it most likely meant.
+func explainFlagError(app *cli.App, args []string, ue usageError) error {
+	msg := ue.Error()
+	m := flagProblem.FindStringSubmatch(msg)
+	if m == nil {
+		return ue
+	}
+	name := m[2]
+	typed := "--" + name
+	for _, a := range args[1:] {
+		if a == "--" {
+			break
+		}
+		if n, _ := flagName(a); isFlagArg(a) && n == name {
+			typed = a[:len(a)-len(strings.TrimLeft(a, "-"))] + name
+			break
+		}
+	}
+	msg = m[1] + typed + msg[len(m[0]):]
+	if !strings.HasPrefix(m[1], "flag provided but not defined") {
+		return usageError{errors.New(msg)}
+	}
+	// The error came from the command's flags when a command was named,
+	// else from the global ones.
+	flags, help := app.Flags, "relay-cli --help"
+	if len(args) > 1 {
+		if cmd := app.Command(args[1]); cmd != nil {
+			flags, help = cmd.Flags, "relay-cli "+cmd.Name+" --help"
+		}
+	}
+	if guess := closestFlag(name, flags); guess != "" {
+		return usageError{fmt.Errorf("%s; did you mean --%s?", msg, guess)}
+	}
+	return usageError{fmt.Errorf("%s; %s lists the flags", msg, help)}
+}
+
+// closestFlag returns the flag name (or help) that name is most likely a
+// slip of: one or two typing mistakes away, or the only flag it begins.
+func closestFlag(name string, flags []cli.Flag) string {
+	names := []string{"help"}
+	for _, f := range flags {
+		names = append(names, f.Names()...)
+	}
+	best, bestDist := "", 0
+	for _, n := range names {
+		if len(n) < 2 {
+			continue // -h and -y: a one-letter flag is too easy to match
+		}
+		d := editDistance(name, n)
+		limit := 1
+		if len(name) > 4 {
+			limit = 2
+		}
+		if d <= limit && (best == "" || d < bestDist) {
+			best, bestDist = n, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	var prefixed []string
+	for _, n := range names {
+		if len(name) >= 2 && strings.HasPrefix(n, name) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return ""
+}
+
+// editDistance counts the insertions, deletions, substitutions and swaps of
+// two neighbours that turn a into b (optimal string alignment).
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev2 := make([]int, len(rb)+1)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(rb)]
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
@@ -136,15 +246,15 @@ func globalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{
 			Name:    "storage-url",
-			Usage:   "PostgreSQL URL of the database holding the outbox table",
+			Usage:   "URL of the database holding the outbox table (postgres://, mysql://)",
 			EnvVars: []string{"STORAGE_URL"},
 			Value:   storage.URLDefault,
 		},
 		&cli.StringFlag{
-			Name:    "table",
-			Usage:   "outbox table name, table or schema.table (a ?table= in the URL wins)",
-			EnvVars: []string{"STORAGE_TABLE_NAME"},
-			Value:   schema.DefaultTable,
+			Name:        "table",
+			Usage:       "outbox table name, table or schema.table (a ?table= in the URL wins)",
+			EnvVars:     []string{"STORAGE_TABLE_NAME"},
+			DefaultText: "openoutbox_events",
 		},
 	}
 }
@@ -239,16 +349,19 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
-// openStore opens the table named by the global flags. It does not connect.
-func openStore(c *cli.Context) (*postgres.Store, error) {
-	if _, err := schema.ParseTable(c.String("table")); err != nil {
-		return nil, usagef("--table: %w", err)
-	}
-	raw := storage.URLWithTable(c.String("storage-url"), c.String("table"))
-	if err := storage.Check(raw); err != nil {
+// openStore opens the table named by the global flags through the driver
+// the URL's scheme selects. It does not connect.
+func openStore(c *cli.Context) (storage.Storage, error) {
+	d, err := storage.Lookup(c.String("storage-url"))
+	if err != nil {
 		return nil, usagef("--storage-url: %w", err)
 	}
-	store, err := postgres.Open(c.Context, raw)
+	if t := c.String("table"); t != "" {
+		if err := d.CheckTable(t); err != nil {
+			return nil, usagef("--table: %w", err)
+		}
+	}
+	store, err := storage.Open(c.Context, storage.URLWithTable(c.String("storage-url"), c.String("table")))
 	if err != nil {
 		return nil, usagef("--storage-url: %w", err)
 	}

@@ -42,7 +42,7 @@ func migrateCommand() *cli.Command {
 					Table   string   `json:"table"`
 					Created []string `json:"created"`
 					Existed []string `json:"existed"`
-				}{store.Table().String(), nonNil(res.Created), nonNil(res.Existed)})
+				}{store.Table(), nonNil(res.Created), nonNil(res.Existed)})
 			}
 			for _, obj := range res.Created {
 				fmt.Fprintf(out, "created  %s\n", obj)

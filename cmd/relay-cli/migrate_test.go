@@ -1,10 +1,12 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // newTableName names a table that does not exist yet, in tb's schema, which
@@ -56,6 +58,82 @@ func TestMigrateCreatesThenFindsEverything(t *testing.T) {
 	}](t, ok(t, cmd{args: append(args, "--json")}.run(t)))
 	if js.Table != name || js.Created == nil || len(js.Created) != 0 || len(js.Existed) < 8 {
 		t.Errorf("migrate --json = %+v, want nothing created ([]) and every object existing", js)
+	}
+}
+
+// The printed schema opens with a header that names the table as the
+// statements below spell it.
+func TestMigratePrintHeaderNamesTheTable(t *testing.T) {
+	t.Parallel()
+	for table, quoted := range map[string]string{"openoutbox_events": `"openoutbox_events"`, "app.events": `"app"."events"`} {
+		r := ok(t, cmd{args: []string{"migrate", "--print", "--storage-url", unreachableURL, "--table", table}}.run(t))
+		var header []string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header = append(header, line)
+		}
+		want := []string{
+			"-- Outbox Relay schema for PostgreSQL 13 or later: the outbox table",
+			"-- " + quoted + ", its indexes and its insert trigger.",
+			"--",
+			"-- The table follows the Open Outbox table contract column for column, so the",
+			"-- relay can take over an existing Open Outbox table. Every statement is",
+			"-- idempotent and nothing is ever dropped: running this file again is safe.",
+		}
+		if strings.Join(header, "\n") != strings.Join(want, "\n") {
+			t.Errorf("migrate --print --table %s begins\n%s\nwant\n%s", table, strings.Join(header, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+// docs/migrating-from-open-outbox.md shows how to read the index
+// definitions out of `migrate --print` (to build them CONCURRENTLY first):
+// the command it gives must print every index the guide lists, with its
+// definition.
+func TestMigratingGuideCommandPrintsTheIndexDefinitions(t *testing.T) {
+	t.Parallel()
+	doc := readFile(t, "../../docs/migrating-from-open-outbox.md")
+	m := regexp.MustCompile(`relay-cli migrate --print \| sed -n '/([^/]+)/,/([^/]+)/p'`).FindStringSubmatch(doc)
+	if m == nil {
+		t.Fatal("the guide has no `relay-cli migrate --print | sed -n '/FROM/,/TO/p'` (update this test if it reads the definitions another way)")
+	}
+	from, to := m[1], m[2]
+	for _, p := range []string{from, to} {
+		// sed's basic regular expressions: these characters would make a
+		// pattern more than a plain string.
+		if strings.ContainsAny(p, `.*[]^$\`) {
+			t.Fatalf("pattern %q is more than a plain string; teach this test to read it", p)
+		}
+	}
+	r := ok(t, cmd{args: []string{"migrate", "--print", "--storage-url", unreachableURL}}.run(t))
+	// What sed -n '/from/,/to/p' prints: from the first line holding from
+	// through the next line holding to.
+	var printed []string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if len(printed) == 0 && !strings.Contains(line, from) {
+			continue
+		}
+		printed = append(printed, line)
+		if len(printed) > 1 && strings.Contains(line, to) {
+			break
+		}
+	}
+	out := strings.Join(printed, "\n")
+	names := regexp.MustCompile("index(?:es)? ((?:`<table>_[a-z_]+_idx`(?:, )?)+)").FindAllStringSubmatch(doc, -1)
+	listed := 0
+	for _, n := range names {
+		for _, idx := range regexp.MustCompile("`<table>(_[a-z_]+_idx)`").FindAllStringSubmatch(n[1], -1) {
+			listed++
+			name := schema.DefaultTable + idx[1]
+			if !regexp.MustCompile(`\('` + name + `', \$d\$\(`).MatchString(out) {
+				t.Errorf("the guide's command does not print index %s with its definition:\n%s", name, out)
+			}
+		}
+	}
+	if listed < 8 {
+		t.Errorf("found %d indexes in the guide's table, want the 8 the schema creates", listed)
 	}
 }
 

@@ -94,7 +94,7 @@ func pruneCommand() *cli.Command {
 					OlderThanSeconds float64          `json:"older_than_seconds"`
 					Rows             map[string]int64 `json:"rows"`
 					Total            int64            `json:"total"`
-				}{store.Table().String(), dryRun, olderThan.Seconds(), rows, total})
+				}{store.Table(), dryRun, olderThan.Seconds(), rows, total})
 			}
 			return nil
 		},

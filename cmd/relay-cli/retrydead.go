@@ -67,7 +67,7 @@ func retryDeadCommand() *cli.Command {
 					return err
 				}
 				if n == 0 {
-					return printRetried(c, store.Table().String(), 0, false)
+					return printRetried(c, store.Table(), 0, false)
 				}
 				fmt.Fprintf(c.App.ErrWriter, "No filter given: move %s in %s back to PENDING? [y/N] ", plural(n, "DEAD event"), store.Table())
 				answer, _ := bufio.NewReader(c.App.Reader).ReadString('\n')
@@ -81,7 +81,7 @@ func retryDeadCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return printRetried(c, store.Table().String(), n, dryRun)
+			return printRetried(c, store.Table(), n, dryRun)
 		},
 	}
 }

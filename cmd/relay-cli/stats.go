@@ -9,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // watchIntervalMin keeps --watch from turning into a load test.
@@ -19,7 +18,8 @@ func statsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "stats",
 		Usage: "count events per status, the backlog and who holds leases",
-		Description: "Counts per status (PENDING split into new and retrying), the oldest pending age,\n" +
+		Description: "Counts per status (PENDING split into new and retrying), the oldest pending age (of\n" +
+			"the oldest PENDING event that is due: scheduled and backing-off events are not late),\n" +
 			"deliveries in the last minute and hour, the event types with the largest backlog\n" +
 			"and the relays holding leases now, all from one snapshot.",
 		Flags: []cli.Flag{
@@ -66,7 +66,7 @@ func statsCommand() *cli.Command {
 // watchStats redraws until interrupted, which is how it is meant to end:
 // exit code 0. A database error on the first read ends it (the URL or table
 // is probably wrong); later ones are reported and the watch goes on.
-func watchStats(c *cli.Context, store *postgres.Store, p storage.StatsParams, interval time.Duration) error {
+func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, interval time.Duration) error {
 	ctx := c.Context
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -122,10 +122,13 @@ type statusCounts struct {
 	Dead       int64 `json:"dead"`
 }
 
+// typeJSON is one event type's backlog. OldestPendingAgeSec means what the
+// top level's does: the age of the type's oldest due PENDING event, null when
+// none is due.
 type typeJSON struct {
-	EventType           string  `json:"event_type"`
-	Pending             int64   `json:"pending"`
-	OldestPendingAgeSec float64 `json:"oldest_pending_age_seconds"`
+	EventType           string   `json:"event_type"`
+	Pending             int64    `json:"pending"`
+	OldestPendingAgeSec *float64 `json:"oldest_pending_age_seconds"`
 }
 
 type leaseJSON struct {
@@ -135,11 +138,11 @@ type leaseJSON struct {
 	OldestLeaseAgeSec float64    `json:"oldest_lease_age_seconds"`
 }
 
-func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watching bool) error {
+func printStats(c *cli.Context, store storage.Storage, st storage.Stats, watching bool) error {
 	out := c.App.Writer
 	if c.Bool("json") {
 		v := statsJSON{
-			Table:      store.Table().String(),
+			Table:      store.Table(),
 			ObservedAt: st.ObservedAt,
 			Counts: statusCounts{
 				Pending: st.Pending(), Delivering: st.Delivering, Delivered: st.Delivered, Dead: st.Dead,
@@ -160,7 +163,12 @@ func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watchin
 			v.OldestPendingAgeSec, v.OldestPendingCreatedAt = &age, &st.OldestPendingAt
 		}
 		for _, t := range st.TopTypes {
-			v.TopEventTypes = append(v.TopEventTypes, typeJSON{t.EventType, t.Pending, t.OldestPendingAge.Seconds()})
+			tj := typeJSON{EventType: t.EventType, Pending: t.Pending}
+			if t.OldestPendingAge != 0 {
+				age := t.OldestPendingAge.Seconds()
+				tj.OldestPendingAgeSec = &age
+			}
+			v.TopEventTypes = append(v.TopEventTypes, tj)
 		}
 		for _, l := range st.Leases {
 			lj := leaseJSON{LockedBy: l.RelayID, Events: l.Events, OldestLeaseAgeSec: l.OldestLeaseAge.Seconds()}
@@ -183,7 +191,7 @@ func printStats(c *cli.Context, store *postgres.Store, st storage.Stats, watchin
 			fmt.Fprintln(out)
 		}
 	}
-	return writeStatsText(out, store.Table().String(), st)
+	return writeStatsText(out, store.Table(), st)
 }
 
 func writeStatsText(out io.Writer, table string, st storage.Stats) error {
@@ -191,8 +199,8 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 	tw := newTable(out)
 	fmt.Fprintln(tw, "STATUS\tEVENTS\tDETAIL")
 	pendingDetail := fmt.Sprintf("new %d, retrying %d", st.PendingNew, st.PendingRetrying)
-	if !st.OldestPendingAt.IsZero() {
-		pendingDetail += ", oldest " + formatAge(st.OldestPendingAge)
+	if st.Pending() > 0 {
+		pendingDetail += ", oldest pending " + oldestPending(st.OldestPendingAge, !st.OldestPendingAt.IsZero())
 	}
 	fmt.Fprintf(tw, "PENDING\t%d\t%s\n", st.Pending(), pendingDetail)
 	fmt.Fprintf(tw, "DELIVERING\t%d\t%d relay(s) holding leases\n", st.Delivering, len(st.Leases))
@@ -207,9 +215,10 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 		fmt.Fprintln(out, "  (nothing pending)")
 	} else {
 		tw = newTable(out)
-		fmt.Fprintln(tw, "EVENT TYPE\tPENDING\tOLDEST")
+		fmt.Fprintln(tw, "EVENT TYPE\tPENDING\tOLDEST PENDING")
 		for _, t := range st.TopTypes {
-			fmt.Fprintf(tw, "%s\t%d\t%s\n", printable(t.EventType), t.Pending, formatAge(t.OldestPendingAge))
+			// The storage reports 0 for a type with nothing due.
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", printable(t.EventType), t.Pending, oldestPending(t.OldestPendingAge, t.OldestPendingAge != 0))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -246,4 +255,13 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", printable(b.Key), b.Waiting, b.DeadEventID, printable(b.DeadEventType))
 	}
 	return tw.Flush()
+}
+
+// oldestPending writes the oldest pending age, which counts only events that
+// are due, the same in the headline and per event type.
+func oldestPending(age time.Duration, due bool) string {
+	if !due {
+		return "none due"
+	}
+	return formatAge(age)
 }

@@ -81,7 +81,7 @@ func TestStatsText(t *testing.T) {
 	statsFixture(t, tb)
 	r := ok(t, relayCLI(t, tb, "stats"))
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^PENDING +3 +new 2, retrying 1, oldest 10m0\ds$`),
+		regexp.MustCompile(`(?m)^PENDING +3 +new 2, retrying 1, oldest pending 10m0\ds$`),
 		regexp.MustCompile(`(?m)^DELIVERING +3 +2 relay\(s\) holding leases$`),
 		regexp.MustCompile(`(?m)^DELIVERED +3 +last minute 1, last hour 2$`),
 		regexp.MustCompile(`(?m)^DEAD +1\b`),
@@ -93,6 +93,62 @@ func TestStatsText(t *testing.T) {
 			t.Errorf("stats output does not match %s:\n%s", want, r.stdout)
 		}
 	}
+}
+
+// The oldest pending age means one thing everywhere: the age of the oldest
+// PENDING event that is due. An event scheduled for later is pending but not
+// late, in the headline and per event type alike.
+func TestStatsOldestPendingCountsOnlyDueEvents(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	a := tb.InsertN(t, 2, "type.a")
+	b := tb.InsertN(t, 1, "type.b")
+	tb.Set(t, a[0], "created_at = now() - interval '5 minutes'")
+	tb.Set(t, a[1], "created_at = now() - interval '20 minutes', available_at = now() + interval '1 hour'")
+	tb.Set(t, b[0], "created_at = now() - interval '30 minutes', available_at = now() + interval '1 hour'")
+
+	st := decode[statsJSON](t, ok(t, relayCLI(t, tb, "stats", "--json")))
+	about5m := func(age *float64) bool { return age != nil && *age >= 300 && *age < 310 }
+	if !about5m(st.OldestPendingAgeSec) {
+		t.Errorf("oldest_pending_age_seconds = %v, want about 300 (the due type.a event)", deref(st.OldestPendingAgeSec))
+	}
+	types := map[string]typeJSON{}
+	for _, ty := range st.TopEventTypes {
+		types[ty.EventType] = ty
+	}
+	if ty := types["type.a"]; ty.Pending != 2 || !about5m(ty.OldestPendingAgeSec) {
+		t.Errorf("type.a: %d pending, oldest %v; want 2 pending (the scheduled one too), oldest about 300 (not its scheduled 1200)",
+			ty.Pending, deref(ty.OldestPendingAgeSec))
+	}
+	if ty := types["type.b"]; ty.Pending != 1 || ty.OldestPendingAgeSec != nil {
+		t.Errorf("type.b: %d pending, oldest %v; want 1 pending and null: nothing of it is due", ty.Pending, deref(ty.OldestPendingAgeSec))
+	}
+
+	r := ok(t, relayCLI(t, tb, "stats"))
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^PENDING +3 +new 3, retrying 0, oldest pending 5m0\ds$`),
+		regexp.MustCompile(`(?m)^EVENT TYPE +PENDING +OLDEST PENDING$`),
+		regexp.MustCompile(`(?m)^type\.a +2 +5m0\ds$`),
+		regexp.MustCompile(`(?m)^type\.b +1 +none due$`),
+	} {
+		if !want.MatchString(r.stdout) {
+			t.Errorf("stats output does not match %s:\n%s", want, r.stdout)
+		}
+	}
+
+	// With nothing due at all, the headline says so too.
+	tb.Set(t, a[0], "available_at = now() + interval '1 hour'")
+	r = ok(t, relayCLI(t, tb, "stats"))
+	if want := regexp.MustCompile(`(?m)^PENDING +3 +new 3, retrying 0, oldest pending none due$`); !want.MatchString(r.stdout) {
+		t.Errorf("stats output does not match %s:\n%s", want, r.stdout)
+	}
+}
+
+func deref(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
 }
 
 func TestStatsOfAnEmptyTable(t *testing.T) {

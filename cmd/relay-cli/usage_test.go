@@ -89,6 +89,78 @@ func TestUsageErrorsExit2BeforeConnecting(t *testing.T) {
 	}
 }
 
+// A mistyped flag is named as it was typed (Go's flag package writes every
+// name with one dash, so --jsn came out as "-jsn"), with the flag it most
+// likely meant, and exits 2.
+func TestFlagErrorsNameTheFlagAsTyped(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "--jsn"}, "flag provided but not defined: --jsn; did you mean --json?"},
+		{[]string{"list", "-jsn"}, "flag provided but not defined: -jsn; did you mean --json?"},
+		{[]string{"list", "--jsn=true"}, "flag provided but not defined: --jsn; did you mean --json?"},
+		{[]string{"show", "--jsn", "0190a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d"}, "flag provided but not defined: --jsn; did you mean --json?"},
+		{[]string{"--tabel", "x", "stats"}, "flag provided but not defined: --tabel; did you mean --table?"},
+		{[]string{"stats", "--storage_url", "x"}, "flag provided but not defined: --storage_url; did you mean --storage-url?"},
+		{[]string{"retry-dead", "--eror-contains", "x"}, "flag provided but not defined: --eror-contains; did you mean --error-contains?"},
+		{[]string{"list", "--stat", "dead"}, "flag provided but not defined: --stat; did you mean --status?"},
+		{[]string{"prune", "--hlep"}, "flag provided but not defined: --hlep; did you mean --help?"},
+		{[]string{"stats", "--colour"}, "flag provided but not defined: --colour; relay-cli stats --help lists the flags"},
+		{[]string{"--colour", "stats"}, "flag provided but not defined: --colour; relay-cli --help lists the flags"},
+		{[]string{"list", "--limit"}, "flag needs an argument: --limit"},
+		{[]string{"list", "-limit"}, "flag needs an argument: -limit"},
+		{[]string{"prune", "--older-than", "7d", "--batch-size", "many"}, `invalid value "many" for flag --batch-size`},
+		{[]string{"list", "--json=maybe"}, `invalid boolean value "maybe" for --json`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := cmd{args: c.args, env: []string{"STORAGE_URL=" + unreachableURL}}.run(t)
+			if r.code != 2 {
+				t.Fatalf("want exit code 2:\n%s", r)
+			}
+			if got := strings.TrimSpace(r.stderr); !strings.HasPrefix(got, "relay-cli: "+c.want) {
+				t.Errorf("stderr %q, want it to begin %q", got, "relay-cli: "+c.want)
+			}
+		})
+	}
+}
+
+func TestClosestFlag(t *testing.T) {
+	t.Parallel()
+	flags := listCommand().Flags
+	for name, want := range map[string]string{
+		"jsn": "json", "josn": "json", "jason": "json", "limt": "limit", "stauts": "status",
+		"event_type": "event-type", "eventtype": "event-type", "event": "event-type",
+		"help": "help", "x": "", "colour": "", "verbose": "", "lim": "limit", "j": "",
+	} {
+		if got := closestFlag(name, flags); got != want {
+			t.Errorf("closestFlag(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// Every command's help says what it does at length, not just its one line.
+func TestEveryCommandHelpHasADescription(t *testing.T) {
+	t.Parallel()
+	for _, c := range newApp(nil, nil, nil).Commands {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			if c.Usage == "" || c.Description == "" {
+				t.Fatalf("command %s has Usage %q and Description %q; it needs both", c.Name, c.Usage, c.Description)
+			}
+			r := cmd{args: []string{c.Name, "--help"}}.run(t)
+			firstLine, _, _ := strings.Cut(c.Description, "\n")
+			if r.code != 0 || !strings.Contains(r.stdout, "DESCRIPTION:") || !strings.Contains(r.stdout, firstLine) ||
+				!strings.Contains(r.stdout, c.Usage) {
+				t.Errorf("relay-cli %s --help does not show its usage and description:\n%s", c.Name, r)
+			}
+		})
+	}
+}
+
 func TestUnreachableDatabaseExits1WithoutThePassword(t *testing.T) {
 	t.Parallel()
 	const id = "0190a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d"

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,10 +27,13 @@ type openOutboxConfig struct {
 	KafkaAsync         string `env:"KAFKA_ASYNC"`
 }
 
-// ignoredOpenOutboxSettings have no meaning here: the relay batches from the
-// database itself, always waits for the broker, and retries per event.
-var ignoredOpenOutboxSettings = []string{
-	"ENVIRONMENT", "KAFKA_BATCH_SIZE", "KAFKA_BATCH_TIMEOUT", "KAFKA_MAX_ATTEMPTS", "KAFKA_READ_TIMEOUT",
+// ignoredOpenOutboxSettings have no meaning here; each is logged with why.
+var ignoredOpenOutboxSettings = []struct{ name, why string }{
+	{"ENVIRONMENT", "this relay behaves the same everywhere; LOG_FORMAT and LOG_LEVEL set its logging"},
+	{"KAFKA_BATCH_SIZE", "the relay batches from the database (BATCH_SIZE) and sends each batch in one request"},
+	{"KAFKA_BATCH_TIMEOUT", "the relay sends each batch in one request as soon as it is claimed"},
+	{"KAFKA_MAX_ATTEMPTS", "failed events are retried per event (RETRY_MAX_ATTEMPTS, RETRY_BASE_DELAY, RETRY_MAX_DELAY)"},
+	{"KAFKA_READ_TIMEOUT", "PUBLISHER_URL's ?timeout= bounds every Kafka request"},
 }
 
 // publisherSchemes maps PUBLISHER_TYPE values to URL schemes.
@@ -38,23 +42,30 @@ var publisherSchemes = map[string]string{
 }
 
 // applyOpenOutbox translates Open Outbox settings into cfg and returns what
-// it did, for the log.
+// it did, for the log: one note for every Open Outbox variable that is set,
+// saying whether it was used, and how, or why not.
 func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, err error) {
 	var oo openOutboxConfig
 	if err := env.ParseWithOptions(&oo, env.Options{Environment: environ}); err != nil {
 		return nil, err
 	}
-	if t := strings.ToLower(oo.StorageType); t != "" && t != "postgres" && t != "postgresql" {
-		return nil, fmt.Errorf("STORAGE_TYPE=%q: only postgres is supported", oo.StorageType)
+	if t := strings.ToLower(oo.StorageType); t != "" {
+		if t != "postgres" && t != "postgresql" {
+			return nil, fmt.Errorf("STORAGE_TYPE=%q: only postgres is supported", oo.StorageType)
+		}
+		notes = append(notes, "STORAGE_TYPE="+oo.StorageType+" can be removed: STORAGE_URL's scheme selects the storage driver")
 	}
 	if oo.PublisherType != "" {
-		if err := applyPublisherType(cfg, environ, strings.ToLower(oo.PublisherType)); err != nil {
+		note, err := applyPublisherType(cfg, environ, strings.ToLower(oo.PublisherType))
+		if err != nil {
 			return nil, err
 		}
-		notes = append(notes, "PUBLISHER_TYPE is implied by PUBLISHER_URL's scheme; it can be removed")
+		notes = append(notes, note)
 	}
 	if oo.ServerPort != "" {
-		if _, set := environ["HTTP_ADDR"]; !set {
+		if _, set := environ["HTTP_ADDR"]; set {
+			notes = append(notes, "SERVER_PORT ignored: HTTP_ADDR is set, and wins")
+		} else {
 			cfg.HTTPAddr = oo.ServerPort
 			if _, err := strconv.Atoi(oo.ServerPort); err == nil {
 				cfg.HTTPAddr = ":" + oo.ServerPort
@@ -63,22 +74,27 @@ func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, er
 		}
 	}
 
-	var opts []urlOption
-	switch scheme := schemeOf(cfg.PublisherURL); scheme {
-	case "nats", "tls":
-		opts = []urlOption{{"NATS_PUBLISH_TIMEOUT", oo.NATSPublishTimeout, "timeout", checkDuration}}
-	case "kafka":
-		opts = []urlOption{
-			{"KAFKA_REQUIRED_ACKS", strings.ToLower(oo.KafkaRequiredAcks), "acks", checkOneOf("all", "one", "none")},
-			{"KAFKA_COMPRESSION", strings.ToLower(oo.KafkaCompression), "compression", checkOneOf("none", "gzip", "snappy", "lz4", "zstd")},
-			{"KAFKA_BATCH_BYTES", oo.KafkaBatchBytes, "batch_bytes", checkPositiveInt},
-			{"KAFKA_WRITE_TIMEOUT", oo.KafkaWriteTimeout, "timeout", checkDuration},
-		}
-		if b, _ := strconv.ParseBool(oo.KafkaAsync); b {
-			notes = append(notes, "KAFKA_ASYNC=true ignored: the relay always waits for Kafka's acknowledgement before marking events delivered")
-		}
+	// Each driver option applies to its own driver only; set for another,
+	// it is reported as ignored rather than dropped without a word.
+	nats := []urlOption{{"NATS_PUBLISH_TIMEOUT", oo.NATSPublishTimeout, "timeout", checkDuration}}
+	kafka := []urlOption{
+		{"KAFKA_REQUIRED_ACKS", strings.ToLower(oo.KafkaRequiredAcks), "acks", checkOneOf("all", "one", "none")},
+		{"KAFKA_COMPRESSION", strings.ToLower(oo.KafkaCompression), "compression", checkOneOf("none", "gzip", "snappy", "lz4", "zstd")},
+		{"KAFKA_BATCH_BYTES", oo.KafkaBatchBytes, "batch_bytes", checkPositiveInt},
+		{"KAFKA_WRITE_TIMEOUT", oo.KafkaWriteTimeout, "timeout", checkDuration},
 	}
-	for _, o := range opts {
+	scheme := schemeOf(cfg.PublisherURL)
+	var apply, ignore []urlOption
+	var driver string
+	switch scheme {
+	case "nats", "tls":
+		apply, ignore, driver = nats, kafka, "NATS"
+	case "kafka":
+		apply, ignore, driver = kafka, nats, "Kafka"
+	default:
+		ignore = append(slices.Clone(nats), kafka...)
+	}
+	for _, o := range apply {
 		note, err := o.apply(cfg)
 		if err != nil {
 			return nil, err
@@ -87,34 +103,65 @@ func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, er
 			notes = append(notes, note)
 		}
 	}
-	for _, name := range ignoredOpenOutboxSettings {
-		if _, set := environ[name]; set {
-			notes = append(notes, name+" ignored: it has no meaning for this relay")
+	for _, o := range ignore {
+		if o.value != "" {
+			notes = append(notes, o.variable+" ignored: it is an option of another broker's driver, and PUBLISHER_URL is "+schemeName(scheme))
+		}
+	}
+	if oo.KafkaAsync != "" {
+		async, err := strconv.ParseBool(oo.KafkaAsync)
+		switch {
+		case driver != "Kafka":
+			notes = append(notes, "KAFKA_ASYNC ignored: it is an option of the Kafka driver, and PUBLISHER_URL is "+schemeName(scheme))
+		case err != nil:
+			return nil, fmt.Errorf("KAFKA_ASYNC=%q: want true or false", oo.KafkaAsync)
+		case async:
+			notes = append(notes, "KAFKA_ASYNC=true ignored: the relay always waits for Kafka's acknowledgement before marking events delivered")
+		default:
+			notes = append(notes, "KAFKA_ASYNC=false can be removed: the relay always waits for Kafka's acknowledgement")
+		}
+	}
+	for _, s := range ignoredOpenOutboxSettings {
+		if _, set := environ[s.name]; set {
+			notes = append(notes, s.name+" ignored: "+s.why)
 		}
 	}
 	return notes, nil
 }
 
+// schemeName names a PUBLISHER_URL by its scheme for a note; the URL itself
+// can hold credentials and is never logged.
+func schemeName(scheme string) string {
+	if scheme == "" {
+		return "not set"
+	}
+	return scheme + "://…"
+}
+
 // applyPublisherType completes a PUBLISHER_URL written, as Open Outbox
-// allows, without a scheme ("broker-1:9092,broker-2:9092").
-func applyPublisherType(cfg *config, environ map[string]string, typ string) error {
+// allows, without a scheme ("broker-1:9092,broker-2:9092"), and says what it
+// did.
+func applyPublisherType(cfg *config, environ map[string]string, typ string) (note string, err error) {
 	scheme, ok := publisherSchemes[typ]
 	if !ok {
-		return fmt.Errorf("PUBLISHER_TYPE=%q is not supported here (nats, kafka, amqp, stdout, null)", typ)
+		return "", fmt.Errorf("PUBLISHER_TYPE=%q is not supported here (nats, kafka, amqp, stdout, null)", typ)
 	}
 	raw, set := environ["PUBLISHER_URL"]
 	switch {
 	case !set || raw == "":
 		if scheme != "stdout" && scheme != "null" {
-			return fmt.Errorf("PUBLISHER_TYPE=%s needs PUBLISHER_URL", typ)
+			return "", fmt.Errorf("PUBLISHER_TYPE=%s needs PUBLISHER_URL", typ)
 		}
 		cfg.PublisherURL = scheme + "://"
+		return fmt.Sprintf("PUBLISHER_TYPE=%s used as PUBLISHER_URL=%s://; set that instead and PUBLISHER_TYPE can be removed", typ, scheme), nil
 	case !strings.Contains(raw, "://"):
 		cfg.PublisherURL = scheme + "://" + raw
+		return fmt.Sprintf("PUBLISHER_TYPE=%s completed PUBLISHER_URL, which has no scheme, as %s://…; "+
+			"write %s:// in front of PUBLISHER_URL and PUBLISHER_TYPE can be removed", typ, scheme, scheme), nil
 	case !sameDriver(scheme, schemeOf(raw)):
-		return fmt.Errorf("PUBLISHER_TYPE=%s contradicts PUBLISHER_URL's scheme %q; remove PUBLISHER_TYPE", typ, schemeOf(raw))
+		return "", fmt.Errorf("PUBLISHER_TYPE=%s contradicts PUBLISHER_URL's scheme %q; remove PUBLISHER_TYPE", typ, schemeOf(raw))
 	}
-	return nil
+	return fmt.Sprintf("PUBLISHER_TYPE=%s can be removed: PUBLISHER_URL's scheme %s:// selects the driver", typ, schemeOf(raw)), nil
 }
 
 // sameDriver reports whether two schemes select the same driver: tls:// is

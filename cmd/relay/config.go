@@ -16,10 +16,10 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/reaper"
+	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/telemetry"
-	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // config is everything the relay reads from the environment. Names follow
@@ -33,6 +33,7 @@ type config struct {
 	RelayID          string `env:"RELAY_ID"`
 
 	BatchSize          int           `env:"BATCH_SIZE"`
+	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES"`
 	PollInterval       time.Duration `env:"POLL_INTERVAL"`
 	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES"`
 	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT"`
@@ -76,24 +77,21 @@ type config struct {
 	spanExporter sdktrace.SpanExporter
 }
 
-// WAKEUP values.
+// WAKEUP values. Unset means notify where the storage can notify (PostgreSQL)
+// and poll where it cannot (MySQL).
 const (
 	wakeupNotify = "notify"
 	wakeupPoll   = "poll"
 )
 
 // Defaults that belong to no package.
-const (
-	publisherURLDefault = "stdout://"
-	httpAddrDefault     = ":8080"
-)
+const httpAddrDefault = ":8080"
 
 func defaultConfig() config {
 	return config{
 		StorageURL:         storage.URLDefault,
-		PublisherURL:       publisherURLDefault,
-		StorageTableName:   schema.DefaultTable,
 		BatchSize:          relay.BatchSizeDefault,
+		MaxBatchBytes:      relay.MaxBatchBytesDefault,
 		PollInterval:       relay.PollIntervalDefault,
 		MaxInFlightBatches: relay.MaxInFlightBatchesDefault,
 		LeaseTimeout:       relay.LeaseTimeoutDefault,
@@ -104,7 +102,6 @@ func defaultConfig() config {
 		RetryMaxDelay:      relay.RetryMaxDelayDefault,
 		RetryJitter:        relay.RetryJitterDefault,
 		ShutdownTimeout:    relay.ShutdownTimeoutDefault,
-		Wakeup:             wakeupNotify,
 		NotifyDebounce:     relay.NotifyDebounceDefault,
 		Ordering:           string(relay.OrderingDefault),
 		OrderingOnDead:     string(relay.OnDeadDefault),
@@ -176,6 +173,8 @@ func kindName(t reflect.Type) string {
 		return "a boolean (true or false)"
 	case reflect.TypeOf(0.0):
 		return "a number"
+	case reflect.TypeOf(byteSize(0)):
+		return "a size (such as 8MiB, 512KiB or 1048576)"
 	}
 	return t.String()
 }
@@ -187,40 +186,55 @@ func (c config) validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := storage.Check(c.StorageURL); err != nil {
+	if d, err := storage.Lookup(c.StorageURL); err != nil {
 		add(fmt.Errorf("STORAGE_URL: %w", err))
+	} else if c.StorageTableName != "" {
+		if err := d.CheckTable(c.StorageTableName); err != nil {
+			add(fmt.Errorf("STORAGE_TABLE_NAME: %w", err))
+		}
 	}
-	if err := publisher.Check(c.PublisherURL); err != nil {
-		add(fmt.Errorf("PUBLISHER_URL: %w", err))
-	}
-	if _, err := schema.ParseTable(c.StorageTableName); err != nil {
-		add(fmt.Errorf("STORAGE_TABLE_NAME: %w", err))
+	switch {
+	case c.PublisherURL == "":
+		// Printing events to stdout and marking them delivered is no
+		// default: a typo in the variable's name would lose them all.
+		add(errors.New("PUBLISHER_URL is not set: name the broker, such as nats://nats:4222, kafka://kafka:9092 or amqp://rabbitmq:5672/ (stdout:// prints events, and only when asked for)"))
+	default:
+		if err := publisher.Check(c.PublisherURL); err != nil {
+			add(fmt.Errorf("PUBLISHER_URL: %w", err))
+		}
 	}
 	add(c.engineConfig(nil).Validate())
 	add(c.reaperConfig(nil).Validate())
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add(err)
 	}
-	if c.Wakeup != wakeupNotify && c.Wakeup != wakeupPoll {
+	if c.Wakeup != "" && c.Wakeup != wakeupNotify && c.Wakeup != wakeupPoll {
 		add(fmt.Errorf("WAKEUP must be notify or poll, got %q", c.Wakeup))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		add(fmt.Errorf("LOG_FORMAT must be json or text, got %q", c.LogFormat))
 	}
-	if c.HTTPAddr == "" {
-		add(fmt.Errorf("HTTP_ADDR must not be empty (use 127.0.0.1:8080 to listen locally only)"))
-	} else if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		// net.Listen would fail only after the database and the broker were
-		// reached, and a bare "8080" is an easy mistake to make.
-		add(fmt.Errorf("HTTP_ADDR %q is not host:port (%v); use :%s to listen on every interface or 127.0.0.1:%s locally only",
-			c.HTTPAddr, err, portHint(c.HTTPAddr), portHint(c.HTTPAddr)))
-	}
+	add(c.validateHTTPAddr())
 	add(c.telemetryConfig(nil).Validate())
 	if c.BacklogInterval <= 0 {
 		add(fmt.Errorf("BACKLOG_INTERVAL must be positive, got %s", c.BacklogInterval))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}
+	}
+	return nil
+}
+
+// validateHTTPAddr checks HTTP_ADDR now: net.Listen would fail only after
+// the database and the broker were reached, and a bare "8080" is an easy
+// mistake to make.
+func (c config) validateHTTPAddr() error {
+	if c.HTTPAddr == "" {
+		return errors.New("HTTP_ADDR must not be empty (use 127.0.0.1:8080 to listen locally only)")
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return fmt.Errorf("HTTP_ADDR %q is not host:port (%v); use :%s to listen on every interface or 127.0.0.1:%s locally only",
+			c.HTTPAddr, err, portHint(c.HTTPAddr), portHint(c.HTTPAddr))
 	}
 	return nil
 }
@@ -238,6 +252,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 	return relay.Config{
 		RelayID:            c.RelayID,
 		BatchSize:          c.BatchSize,
+		MaxBatchBytes:      int64(c.MaxBatchBytes),
 		PollInterval:       c.PollInterval,
 		MaxInFlightBatches: c.MaxInFlightBatches,
 		LeaseTimeout:       c.LeaseTimeout,
@@ -251,6 +266,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		Ordering:       storage.Ordering(c.Ordering),
 		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
 		NotifyDebounce: c.NotifyDebounce,
+		Broker:         redact.URL(c.PublisherURL),
 		Logger:         log,
 	}
 }

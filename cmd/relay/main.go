@@ -123,17 +123,39 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
+// closeTimeout bounds, all together, the steps that follow the engine's
+// stop (HTTP server, publisher, telemetry flush): a hung broker or exporter
+// must not add its own wait to the others' and push the exit past
+// SHUTDOWN_TIMEOUT by more than a few seconds.
+const closeTimeout = 5 * time.Second
+
 // serve wires the relay together and runs it until ctx ends.
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
-	storageURL := storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName)
-	// Said before the first query, which waits for the database: a relay
-	// that hangs here shows where it hangs.
-	log.Info("connecting to PostgreSQL", "storage", redact.URL(storageURL))
-	store, err := storage.Open(ctx, storageURL)
+	// closing ends closeTimeout after the first step that stops uses it.
+	closing := sync.OnceValue(func() context.Context {
+		closeCtx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(closeTimeout, cancel)
+		return closeCtx
+	})
+	store, err := storage.Open(ctx, storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName))
 	if err != nil {
 		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
 	}
 	defer store.Close()
+	// Said before the first query, which waits for the database: a relay
+	// that hangs here shows where it hangs.
+	log.Info("connecting to " + store.Describe())
+	notifier, canNotify := store.(storage.Notifier)
+	wakeup := cfg.Wakeup
+	switch {
+	case wakeup == wakeupNotify && !canNotify:
+		return usageError{fmt.Errorf("WAKEUP=notify: this storage cannot notify the relay of inserts; unset WAKEUP or set WAKEUP=poll (new events are then found every POLL_INTERVAL, %s)", cfg.PollInterval)}
+	case wakeup == "" && canNotify:
+		wakeup = wakeupNotify
+	case wakeup == "":
+		wakeup = wakeupPoll
+		log.Info("this storage cannot notify the relay of inserts: polling for new events", "poll_interval", cfg.PollInterval)
+	}
 
 	// Drivers connect in the background, so opening the publisher finds
 	// mistakes in its URL without waiting for the broker. A variable its
@@ -144,9 +166,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
 	}
 	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := pub.Close(closeCtx); err != nil {
+		if err := pub.Close(closing()); err != nil {
 			log.Warn("closing the publisher failed", "error", err)
 		}
 	}()
@@ -169,9 +189,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer func() {
 		// Runs after the engine and reaper stopped: what they recorded last
 		// is flushed to OTLP or the console before the process exits.
-		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(flushCtx); err != nil {
+		if err := tel.Shutdown(closing()); err != nil {
 			log.Warn("flushing telemetry failed", "error", err)
 		}
 	}()
@@ -188,12 +206,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return usageError{err}
 	}
-	var backlog *telemetry.BacklogPoller
-	if src, ok := store.(telemetry.BacklogSource); ok {
-		backlog = tel.PollBacklog(src, cfg.BacklogInterval, log)
-	} else {
-		log.Warn("this storage driver cannot read the backlog; no backlog gauges and no /stats")
-	}
+	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
 
 	health := &healthState{}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -217,12 +230,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"version", version,
 		"relay_id", cfg.RelayID,
 		"storage", redact.URL(cfg.StorageURL),
-		"table", cfg.StorageTableName,
+		"table", store.Table(),
 		"publisher", redact.URL(cfg.PublisherURL),
 		"http", ln.Addr().String(),
 		"batch_size", cfg.BatchSize,
+		"max_batch_bytes", cfg.MaxBatchBytes.String(),
 		"max_in_flight_batches", cfg.MaxInFlightBatches,
-		"wakeup", cfg.Wakeup,
+		"wakeup", wakeup,
 		"ordering", cfg.Ordering,
 		"metrics_exporter", cfg.MetricsExporter,
 		"traces_exporter", cfg.TracesExporter)
@@ -233,18 +247,16 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer wg.Done()
 		rp.Run(ctx)
 	}()
-	if backlog != nil {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		backlog.Run(ctx)
+	}()
+	if wakeup == wakeupNotify {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			backlog.Run(ctx)
-		}()
-	}
-	if cfg.Wakeup == wakeupNotify {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			engine.Listen(ctx, store)
+			engine.Listen(ctx, notifier)
 		}()
 	}
 	health.setRunning(true)
@@ -252,9 +264,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	health.setRunning(false)
 	wg.Wait()
 
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
+	_ = srv.Shutdown(closing())
 	log.Info("relay stopped")
 	return nil
 }

@@ -54,6 +54,9 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 		{"table in URL injection", map[string]string{"STORAGE_URL": "postgres://u:" + secret + "@localhost/db?table=x%22y"},
 			[]string{"STORAGE_URL", "invalid table name"}},
 		{"jitter out of range", map[string]string{"RETRY_JITTER": "2"}, []string{"RETRY_JITTER"}},
+		// Without a broker named, printing events and marking them
+		// delivered would lose them all.
+		{"no PUBLISHER_URL", map[string]string{"PUBLISHER_URL": ""}, []string{"PUBLISHER_URL is not set", "stdout://"}},
 		{"bad log format", map[string]string{"LOG_FORMAT": "xml"}, []string{"LOG_FORMAT"}},
 		{"bad nats option", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@127.0.0.1:1?subjectprefix=x"},
 			[]string{"PUBLISHER_URL", "unknown option"}},
@@ -67,7 +70,7 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{"HTTP_ADDR": "127.0.0.1:0"}
+			env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PUBLISHER_URL": "null://"}
 			for k, v := range c.env {
 				env[k] = v
 			}
@@ -155,7 +158,7 @@ func buildRelayBinary(t testing.TB, race bool) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -212,7 +215,7 @@ func TestSIGTERMDrainsAndExits0(t *testing.T) {
 	}, func() string { return "/healthz 200; relay log:\n" + stderr.String() })
 	healthcheck := func() error {
 		hc := exec.Command(bin, "healthcheck")
-		hc.Env = append(os.Environ(), "HTTP_ADDR="+addr)
+		hc.Env = cmd.Env // a container's health check runs with the relay's environment
 		return hc.Run()
 	}
 	if err := healthcheck(); err != nil {

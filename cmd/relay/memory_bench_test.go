@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -19,20 +20,35 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
-var memoryEvents = flag.Int("memory.events", 1_000_000, "backlog BenchmarkDrainMemory drains")
+var (
+	memoryEvents    = flag.Int("memory.events", 1_000_000, "backlog BenchmarkDrainMemory drains")
+	memoryPayload   = flag.Int("memory.payload", 200, "payload bytes of each event BenchmarkDrainMemory drains")
+	memoryPublisher = flag.String("memory.publisher", "nats", "where BenchmarkDrainMemory publishes: nats (in-process JetStream) or null")
+)
 
-// BenchmarkDrainMemory runs the relay binary over a backlog of
-// -memory.events 200-byte events into JetStream and samples its resident
-// memory (VmRSS) every 250 ms: it reports the peak and the readings at each
-// quarter of the drain, which should be flat.
+// BenchmarkDrainMemory runs the relay binary, with its default settings,
+// over a backlog of -memory.events events of -memory.payload bytes into
+// JetStream (or null://) and samples its resident memory (VmRSS) every
+// 250 ms: it reports the peak and the readings at each quarter of the
+// drain, which should be flat.
 func BenchmarkDrainMemory(b *testing.B) {
 	bin := buildRelayBinary(b, false) // the race detector would multiply memory
 	tb := pgtest.New(b)
-	srv := natstest.Start(b)
-	srv.Stream(b, jetstream.StreamConfig{Name: "MEMORY", Subjects: []string{"memory.>"}, Storage: jetstream.FileStorage})
-	n := *memoryEvents
-	for done := 0; done < n; done += 100_000 {
-		tb.InsertN(b, min(100_000, n-done), "memory.event")
+	publisherURL := "null://"
+	if *memoryPublisher == "nats" {
+		srv := natstest.Start(b, func(o *server.Options) { o.MaxPayload = 64 << 20 })
+		srv.Stream(b, jetstream.StreamConfig{Name: "MEMORY", Subjects: []string{"memory.>"}, Storage: jetstream.FileStorage})
+		publisherURL = srv.URL()
+	}
+	n, size := *memoryEvents, *memoryPayload
+	// Inserts of at most about 64 MB each.
+	chunk := max(1, min(100_000, (64<<20)/size))
+	for done := 0; done < n; done += chunk {
+		events := make([]pgtest.Event, min(chunk, n-done))
+		for i := range events {
+			events[i] = pgtest.Event{Type: "memory.event", Payload: pgtest.Payload(done+i, size)}
+		}
+		tb.Insert(b, events...)
 	}
 	tb.Exec(b, "VACUUM ANALYZE {{table}}")
 
@@ -40,7 +56,7 @@ func BenchmarkDrainMemory(b *testing.B) {
 	cmd := exec.Command(bin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test
 	cmd.Env = append(os.Environ(), "STORAGE_URL="+pgtest.URL(), "STORAGE_TABLE_NAME="+tb.Name,
-		"PUBLISHER_URL="+srv.URL(), "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=warn")
+		"PUBLISHER_URL="+publisherURL, "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=warn")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -80,8 +96,8 @@ func BenchmarkDrainMemory(b *testing.B) {
 	for _, q := range quarters {
 		readings = append(readings, fmt.Sprintf("%.0f MB", float64(q)/1024))
 	}
-	b.Logf("%d events in %s; RSS at 25/50/75/100%%: %s; peak %.0f MB",
-		n, took.Round(time.Second), strings.Join(readings, ", "), float64(peak)/1024)
+	b.Logf("%d events of %d bytes into %s in %s; RSS at 25/50/75/100%%: %s; peak %.0f MB",
+		n, size, publisherURL, took.Round(time.Second), strings.Join(readings, ", "), float64(peak)/1024)
 }
 
 // residentKB reads a process's resident set size from /proc.

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 func main() {
@@ -44,7 +45,7 @@ func main() {
 			return err
 		}
 		payload, _ := json.Marshal(map[string]any{"order_id": *order, "status": "paid"})
-		return outbox.Write(ctx, outbox.PgxTx(tx), outbox.Message{
+		return postgres.Write(ctx, postgres.PgxTx(tx), outbox.Message{
 			Type:    "orders.paid",
 			Key:     fmt.Sprintf("order-%d", *order),
 			Payload: payload,

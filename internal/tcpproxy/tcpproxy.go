@@ -18,8 +18,11 @@ type Proxy struct {
 	mu    sync.Mutex
 	down  bool
 	delay time.Duration
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	// thawed is closed while traffic flows and open while the proxy is
+	// frozen.
+	thawed chan struct{}
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
 // Start forwards a free local port to target until the test ends.
@@ -29,7 +32,8 @@ func Start(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("tcpproxy: listen: %v", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, thawed: make(chan struct{})}
+	close(p.thawed)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -55,6 +59,29 @@ func (p *Proxy) DelayReplies(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay = d
+}
+
+// Freeze holds every byte in both directions, on open connections and on
+// new ones, without closing anything: a server that hangs.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		p.thawed = make(chan struct{})
+	default:
+	}
+}
+
+// Thaw lets the held traffic through.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
 }
 
 // Up lets connections through again.
@@ -115,10 +142,11 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.mu.Lock()
+			d, thawed := p.delay, p.thawed
+			p.mu.Unlock()
+			<-thawed
 			if replies {
-				p.mu.Lock()
-				d := p.delay
-				p.mu.Unlock()
 				time.Sleep(d)
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -139,6 +167,7 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 
 func (p *Proxy) close() {
 	_ = p.ln.Close()
+	p.Thaw()
 	p.Down()
 	p.wg.Wait()
 }

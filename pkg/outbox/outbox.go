@@ -1,10 +1,8 @@
-// Package outbox is the outbox's shared vocabulary and its producer side.
-//
-// Applications call Write to add events to the outbox table inside the
-// transaction that makes their business change, with pgx or database/sql.
-// The relay's packages share the Event it moves, the Status values of the
-// state machine, and the rules for turning a row's JSON headers into broker
-// headers.
+// Package outbox is the outbox's shared vocabulary: the Event the relay
+// moves, the Status values of the state machine, the rules for turning a
+// row's JSON headers into broker headers, and the Message producers write.
+// It holds no database client and no SQL: each storage driver has its own
+// producer helper (postgres.Write, mysql.Write) built on Prepare.
 package outbox
 
 import (

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -42,6 +43,33 @@ type unavailableError struct{ err error }
 
 func (e unavailableError) Error() string { return e.err.Error() }
 func (e unavailableError) Unwrap() error { return e.err }
+
+// droppedError marks an unavailable error that came from the broker closing
+// the connection while the event was in flight.
+type droppedError struct{ err error }
+
+func (e droppedError) Error() string { return e.err.Error() }
+func (e droppedError) Unwrap() error { return unavailableError{e.err} }
+
+// Dropped marks err as the broker (or the network) closing the connection
+// while the event was in flight. It is Unavailable: the event is released
+// and keeps its attempts. The engine also learns from it that the batch
+// may hold an event the broker cannot stand: when the broker answers again
+// at once, it sends the batch again in halves until such an event stands
+// alone. Drivers use it only for a connection lost mid-publish, never for
+// timeouts or refusals.
+func Dropped(err error) error {
+	if err == nil {
+		return nil
+	}
+	return droppedError{err}
+}
+
+// IsDropped reports whether err, or an error it wraps, was marked Dropped.
+func IsDropped(err error) bool {
+	var d droppedError
+	return errors.As(err, &d)
+}
 
 // Permanent marks err as one that will never succeed: the event goes DEAD at
 // once with err as its last_error.
@@ -149,7 +177,7 @@ func LookupEnv(ctx context.Context, name string) (string, bool, error) {
 	return v, ok, nil
 }
 
-var drivers = driver.NewRegistry[Publisher]("publisher")
+var drivers = driver.NewRegistry[driver.Opener[Publisher]]("publisher")
 
 // Register makes a driver available to Open under the given URL schemes;
 // driver packages call it from init.
@@ -176,8 +204,30 @@ func RegisterConfig[C any, P Publisher](parse func(*url.URL) (C, error), open fu
 
 // Open connects the driver registered for rawURL's scheme.
 func Open(ctx context.Context, rawURL string) (Publisher, error) {
-	return drivers.Open(ctx, rawURL)
+	open, u, err := drivers.Lookup(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, u)
 }
 
 // Check reports whether rawURL names a registered driver, without connecting.
-func Check(rawURL string) error { return drivers.Known(rawURL) }
+func Check(rawURL string) error {
+	_, _, err := drivers.Lookup(rawURL)
+	return err
+}
+
+// Clip shortens s, a subject, topic or header name taken from an event, for
+// an error message: an event_type of kilobytes would bury the reason in
+// last_error. It keeps the first 64 bytes, cut on a character boundary.
+func Clip(s string) string {
+	const keep = 64
+	if len(s) <= keep {
+		return s
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -101,3 +101,17 @@ func TestLookupEnvReadsOnlyTheGivenEnvironment(t *testing.T) {
 		t.Errorf("LookupEnv(PATH) found it (%v, %v): the process environment leaked in", ok, err)
 	}
 }
+
+func TestClip(t *testing.T) {
+	t.Parallel()
+	if got := publisher.Clip("orders.created"); got != "orders.created" {
+		t.Errorf("short name changed: %q", got)
+	}
+	long := strings.Repeat("a", 63) + "é" + strings.Repeat("b", 100) // é straddles byte 64
+	if got, want := publisher.Clip(long), strings.Repeat("a", 63)+"…"; got != want {
+		t.Errorf("Clip = %q, want %q: cut on a character boundary", got, want)
+	}
+	if got := publisher.Clip(strings.Repeat("x", 5000)); len(got) != 64+len("…") {
+		t.Errorf("Clip kept %d bytes of 5000", len(got))
+	}
+}

@@ -20,11 +20,6 @@ const (
 	BatchSizeDefault = 1000
 )
 
-// Store is the part of the outbox table the reaper uses.
-type Store interface {
-	Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error)
-}
-
 // Config tunes a Reaper.
 type Config struct {
 	// Interval is the time between passes (REAPER_INTERVAL).
@@ -64,12 +59,12 @@ func (c Config) Validate() error {
 // Reaper periodically takes back expired leases.
 type Reaper struct {
 	cfg   Config
-	store Store
+	store storage.Reaper
 	log   *slog.Logger
 }
 
 // New returns a Reaper, or the configuration's errors.
-func New(cfg Config, store Store) (*Reaper, error) {
+func New(cfg Config, store storage.Reaper) (*Reaper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -12,7 +12,10 @@ import (
 
 // Defaults for Config.
 const (
-	BatchSizeDefault          = 500
+	BatchSizeDefault = 500
+	// MaxBatchBytesDefault keeps what the relay holds at once near
+	// MaxInFlightBatches × 8 MiB of events, whatever their sizes.
+	MaxBatchBytesDefault      = 8 << 20
 	PollIntervalDefault       = 500 * time.Millisecond
 	MaxInFlightBatchesDefault = 4
 	LeaseTimeoutDefault       = time.Minute
@@ -37,6 +40,9 @@ type Config struct {
 	RelayID string
 	// BatchSize is the most events one claim takes.
 	BatchSize int
+	// MaxBatchBytes is the most payload and header bytes one claim takes;
+	// a single larger event still goes, alone.
+	MaxBatchBytes int64
 	// PollInterval is how long the engine waits for new events when a claim
 	// came back short and nothing woke it.
 	PollInterval time.Duration
@@ -60,6 +66,9 @@ type Config struct {
 	// notifications, so a burst of inserts makes a few full claims instead
 	// of many tiny ones. Zero wakes the engine for every notification.
 	NotifyDebounce time.Duration
+	// Broker names the broker in the logs about its availability (its URL
+	// without secrets); empty leaves it out.
+	Broker string
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
 	// Observer is told what the engine does; nil observes nothing.
@@ -90,6 +99,7 @@ func (p RetryPolicy) Delay(attempts int, r float64) time.Duration {
 
 func (c Config) withDefaults() Config {
 	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.MaxBatchBytes, MaxBatchBytesDefault)
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
 	setDefault(&c.LeaseTimeout, LeaseTimeoutDefault)
@@ -112,7 +122,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
@@ -130,6 +140,7 @@ func (c Config) Validate() error {
 	}
 	check(c.RelayID != "", "RELAY_ID must not be empty")
 	check(c.BatchSize > 0, "BATCH_SIZE must be positive, got %d", c.BatchSize)
+	check(c.MaxBatchBytes > 0, "MAX_BATCH_BYTES must be positive, got %d", c.MaxBatchBytes)
 	check(c.PollInterval > 0, "POLL_INTERVAL must be positive, got %s", c.PollInterval)
 	check(c.MaxInFlightBatches > 0, "MAX_IN_FLIGHT_BATCHES must be positive, got %d", c.MaxInFlightBatches)
 	check(c.LeaseTimeout >= LeaseTimeoutMin, "LEASE_TIMEOUT must be at least %s, got %s", LeaseTimeoutMin, c.LeaseTimeout)

@@ -55,7 +55,7 @@ type running struct {
 	stopped sync.Once
 }
 
-func start(t *testing.T, cfg relay.Config, store relay.Store, pub publisher.Publisher) *running {
+func start(t *testing.T, cfg relay.Config, store storage.Queue, pub publisher.Publisher) *running {
 	t.Helper()
 	if cfg.RelayID == "" {
 		cfg.RelayID = "test-relay"

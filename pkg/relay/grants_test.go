@@ -63,7 +63,7 @@ func TestRelayRunsWithLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer producer.Close(ctx)
-	w, err := outbox.NewWriter(tb.Name)
+	w, err := postgres.NewWriter(tb.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestRelayRunsWithLeastPrivilege(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = outbox.Message{Type: "grants.event", Key: "k"}
 		}
-		return w.Write(ctx, outbox.PgxTx(tx), msgs...)
+		return w.Write(ctx, postgres.PgxTx(tx), msgs...)
 	})
 	if err != nil {
 		t.Fatalf("producer write: %v", err)

@@ -80,12 +80,12 @@ func TestSlowBrokerKeepsItsLeases(t *testing.T) {
 // lostAnswerStore lets its first renewal land and then reports it failed,
 // as a connection that drops after the commit would.
 type lostAnswerStore struct {
-	relay.Store
+	storage.Queue
 	lost atomic.Bool
 }
 
 func (s *lostAnswerStore) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
-	n, err := s.Store.Renew(ctx, p)
+	n, err := s.Queue.Renew(ctx, p)
 	if err == nil && s.lost.CompareAndSwap(false, true) {
 		return 0, errors.New("connection reset after commit")
 	}
@@ -111,7 +111,7 @@ func TestALostRenewalAnswerLosesNoLease(t *testing.T) {
 
 	const n = 50
 	tb.InsertN(t, n, "lost.event")
-	store := &lostAnswerStore{Store: tb.Store}
+	store := &lostAnswerStore{Queue: tb.Store}
 	counter := &sendCounter{Publisher: pub, sends: map[string]int{}}
 	start(t, relay.Config{BatchSize: n, LeaseTimeout: 600 * time.Millisecond}, store, counter)
 

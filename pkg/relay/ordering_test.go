@@ -134,7 +134,7 @@ type crashable struct {
 var errCrashed = errors.New("process is gone")
 
 type crashStore struct {
-	relay.Store
+	storage.Queue
 	c *crashable
 }
 
@@ -142,28 +142,28 @@ func (s crashStore) Claim(ctx context.Context, p storage.ClaimParams) (storage.B
 	if s.c.crashed.Load() {
 		return storage.Batch{}, errCrashed
 	}
-	return s.Store.Claim(ctx, p)
+	return s.Queue.Claim(ctx, p)
 }
 
 func (s crashStore) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
 	if s.c.crashed.Load() {
 		return 0, errCrashed
 	}
-	return s.Store.MarkDelivered(ctx, p)
+	return s.Queue.MarkDelivered(ctx, p)
 }
 
 func (s crashStore) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
 	if s.c.crashed.Load() {
 		return 0, errCrashed
 	}
-	return s.Store.MarkFailed(ctx, p)
+	return s.Queue.MarkFailed(ctx, p)
 }
 
 func (s crashStore) Release(ctx context.Context, p storage.SettleParams) (int, error) {
 	if s.c.crashed.Load() {
 		return 0, errCrashed
 	}
-	return s.Store.Release(ctx, p)
+	return s.Queue.Release(ctx, p)
 }
 
 type crashPublisher struct {
@@ -215,10 +215,10 @@ func TestPartitionOrderSurvivesFailuresAndACrash(t *testing.T) {
 	runReaper(t, tb, 2*time.Second)
 	victim := &crashable{}
 	for i := range 3 {
-		var store relay.Store = tb.Store
+		var store storage.Queue = tb.Store
 		var pub publisher.Publisher = newFlaky(openNATS(t, srv, ""), uint64(i))
 		if i == 0 {
-			store = crashStore{Store: tb.Store, c: victim}
+			store = crashStore{Queue: tb.Store, c: victim}
 			pub = crashPublisher{Publisher: pub, c: victim}
 		}
 		start(t, partitionConfig(fmt.Sprintf("relay-%d", i)), store, pub)

@@ -17,7 +17,7 @@ import (
 )
 
 // listen runs the engine's notification listener until the test ends.
-func listen(t *testing.T, r *running, l relay.Listener) {
+func listen(t *testing.T, r *running, l storage.Notifier) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -70,13 +70,13 @@ func TestListenerReconnectsWhenItsConnectionDrops(t *testing.T) {
 
 // countingStore counts claims.
 type countingStore struct {
-	relay.Store
+	storage.Queue
 	claims atomic.Int64
 }
 
 func (s *countingStore) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	s.claims.Add(1)
-	return s.Store.Claim(ctx, p)
+	return s.Queue.Claim(ctx, p)
 }
 
 func TestNotificationBurstsAreDebounced(t *testing.T) {
@@ -84,7 +84,7 @@ func TestNotificationBurstsAreDebounced(t *testing.T) {
 	tb := pgtest.New(t)
 	srv := natstest.Start(t)
 	srv.Stream(t, jetstream.StreamConfig{Name: "BURST", Subjects: []string{"burst.>"}})
-	store := &countingStore{Store: tb.Store}
+	store := &countingStore{Queue: tb.Store}
 	r := start(t, relay.Config{PollInterval: pollForever, NotifyDebounce: 100 * time.Millisecond}, store, openNATS(t, srv, ""))
 	listen(t, r, tb.Store)
 

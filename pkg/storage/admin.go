@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"time"
@@ -10,9 +11,35 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
-// This file holds the params and results of the queries operators run
-// (relay-cli) and the metrics endpoint reads. They are not part of Store:
-// the relay does not need them, and a driver can offer them on its own type.
+// Admin is what operators need: relay-cli, the metrics' backlog gauges and
+// the console reach a table through it and nothing else. Methods that
+// change rows never touch a PENDING row's lease or a DELIVERING row. On a
+// table that does not exist every method returns an error wrapping
+// ErrTableMissing that says to run `relay-cli migrate`.
+type Admin interface {
+	// Backlog reads the work waiting, cheaply enough to be called every few
+	// seconds on a table with a long delivered history.
+	Backlog(ctx context.Context) (Backlog, error)
+	// Stats reads a consistent snapshot of the table.
+	Stats(ctx context.Context, p StatsParams) (Stats, error)
+	// List returns rows newest first (created_at, then the later insert
+	// first) without payload and headers; none match: an empty list and no
+	// error.
+	List(ctx context.Context, p ListParams) ([]Row, error)
+	// Get returns every column of one row, or an error wrapping
+	// ErrEventNotFound.
+	Get(ctx context.Context, id uuid.UUID) (Row, error)
+	// Prune deletes DELIVERED or DEAD rows older than p.OlderThan in
+	// batches; in a dry run it only counts them.
+	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
+	// RetryDead moves the DEAD rows p selects back to PENDING, attempts 0
+	// and due now, wakes the relays as an insert would, and returns how
+	// many it moved (or would move, in a dry run).
+	RetryDead(ctx context.Context, p RetryDeadParams) (int64, error)
+	// Emit inserts test events through the driver's producer insert, in
+	// one statement, and returns their ids in insertion order.
+	Emit(ctx context.Context, p EmitParams) ([]uuid.UUID, error)
+}
 
 // ErrEventNotFound is returned when no row has the event id asked for.
 var ErrEventNotFound = errors.New("event not found")
@@ -188,13 +215,16 @@ type Row struct {
 	Age time.Duration
 }
 
+// EmitCountMax bounds one Emit: the events are one statement and one
+// transaction, and test traffic does not need more.
+const EmitCountMax = 100000
+
 // EmitParams describes test events to insert.
 type EmitParams struct {
 	Type         string
 	PartitionKey string // empty: NULL
 	Payload      []byte
-	// Headers is a JSON object; empty means {}.
-	Headers     json.RawMessage
-	Count       int
-	AvailableIn time.Duration
+	Headers      map[string]string
+	Count        int
+	AvailableIn  time.Duration
 }

@@ -1,47 +1,112 @@
-// Package storage defines what the relay and relay-cli need from the outbox
-// table: one method per query, each taking a params struct so new options do
-// not change signatures. Drivers register for URL schemes and Open picks one.
+// Package storage is the boundary between the relay and the databases that
+// hold outbox tables. It declares what each consumer needs as a small
+// interface — the engine (Queue), the reaper (Reaper), wakeups (Notifier,
+// optional), operators (Admin) and schema management (Schema) — and a
+// registry from which a driver is chosen by the URL's scheme. Every query is
+// one method taking a params struct, so new options do not change
+// signatures.
+//
+// The rules every driver keeps are written on the methods below; the
+// storagetest package checks them. Two apply throughout:
+//   - Timestamps are kept and compared with microsecond precision. A lease
+//     stamp the relay passes back (Lease.LockedAt, RenewParams.To) must match
+//     the stored locked_at exactly when it is a value the driver returned or
+//     stored, truncated to the microsecond.
+//   - Partition keys compare bytewise (PostgreSQL's "C" collation, MySQL's
+//     utf8mb4_bin), the order of Go's string comparison: ordered claims walk
+//     keys in that order and ClaimParams.After is compared in it.
 package storage
 
 import (
 	"context"
 	"errors"
 	"net/url"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/pkg/driver"
-	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
-// Store is the outbox table.
-type Store interface {
+// Queue is what the relay engine needs: claim batches and settle them.
+// Every method that settles names the lease that claimed the rows and
+// changes only rows still DELIVERING under that lease (locked_by and one of
+// Lease.Stamps()), so a late answer from a relay whose lease was taken back
+// changes nothing.
+type Queue interface {
 	// Claim moves up to Limit due PENDING rows to DELIVERING under a new
-	// lease and returns them sorted oldest first.
+	// lease and returns them oldest first (created_at, then insertion
+	// order). Nothing due: an empty batch and no error. A row that cannot
+	// be read in full must not fail the claim; and when the claim fails
+	// after rows were leased, the driver hands them back before returning
+	// its error, rather than leaving them for the reaper.
 	Claim(ctx context.Context, p ClaimParams) (Batch, error)
-	// MarkDelivered moves leased rows to DELIVERED.
+	// MarkDelivered moves delivered rows to DELIVERED and returns how
+	// many it changed.
 	MarkDelivered(ctx context.Context, p SettleParams) (int, error)
-	// MarkFailed records failed attempts: back to PENDING after a delay, or
-	// DEAD.
+	// MarkFailed records failed attempts, attempts+1: back to PENDING with
+	// available_at = now + Delay (by the database's clock, to the
+	// microsecond), or DEAD (available_at unchanged), with last_error set
+	// to StorableError(Error). It returns how many rows it changed.
 	MarkFailed(ctx context.Context, p FailParams) (int, error)
-	// Release hands leased rows back to PENDING without counting an attempt.
+	// Release hands rows back to PENDING without counting an attempt and
+	// returns how many it changed.
 	Release(ctx context.Context, p SettleParams) (int, error)
-	// Renew moves a lease still in use to a new stamp, p.To, and returns
-	// how many rows it covers now. Setting the same stamp twice is
-	// harmless, so a renewal whose answer was lost can be repeated.
+	// Renew moves the lease's rows to the stamp p.To and returns how many
+	// rows it covers now. Setting the same stamp twice is harmless, so a
+	// renewal whose answer was lost can be repeated.
 	Renew(ctx context.Context, p RenewParams) (int, error)
-	// Reap takes back leases older than the lease timeout.
+}
+
+// Reaper is what the reaper needs.
+type Reaper interface {
+	// Reap takes back at most p.Limit leases older than p.LeaseTimeout by
+	// the database's clock, oldest first: attempts+1, last_error "lease
+	// expired (relay <locked_by>)", then PENDING (due now) or DEAD when
+	// attempts reach p.MaxAttempts. Rows in other states are never
+	// touched, whatever their locked_at.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
+}
 
-	// Listen calls onNotify whenever events are inserted, until ctx ends
-	// (nil) or its connection fails (an error; call it again).
+// Notifier is offered by a storage that can tell the relay when events are
+// inserted (PostgreSQL's LISTEN/NOTIFY). It is optional: the relay finds it
+// at start with a type assertion and polls where it is missing.
+type Notifier interface {
+	// Listen calls onNotify once as soon as it listens and then for every
+	// insert notification, until ctx ends (nil) or its connection fails
+	// (an error; the caller calls it again).
 	Listen(ctx context.Context, onNotify func()) error
+}
 
-	// Migrate creates the table and its indexes and trigger if missing.
+// Schema is what creating and checking the table needs.
+type Schema interface {
+	// Migrate creates the table, its indexes and whatever else the driver
+	// needs, where missing; running it twice changes nothing.
 	Migrate(ctx context.Context) (MigrateResult, error)
-	// Check verifies that the database answers and the table is usable.
+	// Check verifies that the database answers and the table is usable. A
+	// missing table is an error wrapping ErrTableMissing; a database that
+	// cannot be reached or refuses the login wraps ErrUnreachable and does
+	// not mention the table.
 	Check(ctx context.Context) error
+	// SchemaSQL is the DDL Migrate applies, for teams that run migrations
+	// with their own tools.
+	SchemaSQL() string
+	// GrantsSQL is the least-privilege users or roles for the relay,
+	// producers and operators, and their grants on the table.
+	GrantsSQL() string
+	// ApplyGrants runs GrantsSQL.
+	ApplyGrants(ctx context.Context) error
+}
+
+// Storage is one outbox table in one database, as a driver opens it: every
+// consumer's interface at once. Consumers take the small interface they use.
+type Storage interface {
+	Queue
+	Reaper
+	Admin
+	Schema
+	// Table is the table's name as given (table or schema.table).
+	Table() string
+	// Describe says where the table is, for logs: the database, host and
+	// user, never a password.
+	Describe() string
 	// Close releases every connection.
 	Close()
 }
@@ -49,144 +114,70 @@ type Store interface {
 // ErrTableMissing is returned by Check when the outbox table does not exist.
 var ErrTableMissing = errors.New("outbox table does not exist")
 
-// Lease identifies one claim: the relay that made it and the instant it did.
-// Every transition out of DELIVERING names the lease it settles, so a relay
-// whose lease was reaped and claimed again changes nothing.
-type Lease struct {
-	RelayID  string
-	LockedAt time.Time
-	// Unconfirmed are stamps of renewals whose answer was lost: any may
-	// have landed, so the rows hold LockedAt or one of these.
-	Unconfirmed []time.Time
+// ErrUnreachable matches (errors.Is) the errors that mean the database
+// could not be reached or refused the login, as opposed to a statement it
+// rejected; drivers mark them with Unreachable.
+var ErrUnreachable = errors.New("database unreachable")
+
+// Unreachable marks err as the database being unreachable or refusing the
+// login. The message stays err's own.
+func Unreachable(err error) error { return unreachableError{err} }
+
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string        { return e.err.Error() }
+func (e unreachableError) Unwrap() error        { return e.err }
+func (e unreachableError) Is(target error) bool { return target == ErrUnreachable }
+
+// Driver describes a storage driver to the registry.
+type Driver struct {
+	// Name is the database's name in logs and errors: "PostgreSQL".
+	Name string
+	// DefaultTable is the table used when neither the URL nor
+	// STORAGE_TABLE_NAME names one.
+	DefaultTable string
+	// CheckTable reports whether name is a table name this database
+	// accepts by the driver's identifier rules, which keep names out of
+	// SQL injection's way.
+	CheckTable func(name string) error
+	// Open returns the table the URL names without connecting yet.
+	Open func(ctx context.Context, u *url.URL) (Storage, error)
 }
 
-// Stamps are the locked_at values the lease's rows may hold.
-func (l Lease) Stamps() []time.Time {
-	return append([]time.Time{l.LockedAt}, l.Unconfirmed...)
+var drivers = driver.NewRegistry[Driver]("storage")
+
+// Register makes a driver available under the given URL schemes; driver
+// packages call it from init.
+func Register(d Driver, schemes ...string) {
+	drivers.Register(d, schemes...)
 }
 
-// RenewParams moves leased rows to a new stamp.
-type RenewParams struct {
-	Lease Lease
-	IDs   []uuid.UUID
-	// To is the new locked_at: the relay picks it, so that it knows the
-	// new lease even when the answer does not arrive.
-	To time.Time
+// Open opens the table rawURL names with the driver registered for its
+// scheme. It does not connect: call Check for that.
+func Open(ctx context.Context, rawURL string) (Storage, error) {
+	d, u, err := drivers.Lookup(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return d.Open(ctx, u)
 }
 
-// ClaimParams selects a batch to claim.
-type ClaimParams struct {
-	RelayID string
-	Limit   int
-	// Ordering partition claims an event only when every earlier event with
-	// its key is finished, and a key's events as a run in order.
-	Ordering Ordering
-	// OnDead says whether a DEAD event holds its key back (partition only).
-	OnDead DeadPolicy
-	// After is the last key the previous ordered claim took; the next one
-	// starts after it so that every key gets its turn.
-	After string
+// Lookup returns the driver registered for rawURL's scheme, without
+// connecting, so that configuration can be checked before anything is
+// opened.
+func Lookup(rawURL string) (Driver, error) {
+	d, _, err := drivers.Lookup(rawURL)
+	return d, err
 }
-
-// Ordering is the ORDERING setting.
-type Ordering string
-
-// Orderings.
-const (
-	// OrderingNone claims the oldest due events, whatever their keys.
-	OrderingNone Ordering = "none"
-	// OrderingPartition keeps every partition key's events in order at the
-	// broker, across relays, retries and crashes.
-	OrderingPartition Ordering = "partition"
-)
-
-// DeadPolicy is the ORDERING_ON_DEAD setting.
-type DeadPolicy string
-
-// Dead policies.
-const (
-	// DeadSkip lets the events after a DEAD one go on.
-	DeadSkip DeadPolicy = "skip"
-	// DeadBlock holds the key until an operator retries or removes the DEAD
-	// event.
-	DeadBlock DeadPolicy = "block"
-)
-
-// Batch is the result of one claim.
-type Batch struct {
-	Lease  Lease
-	Events []outbox.Event
-}
-
-// SettleParams names leased rows whose outcome needs no detail.
-type SettleParams struct {
-	Lease Lease
-	IDs   []uuid.UUID
-}
-
-// Failure is the outcome of one failed publish.
-type Failure struct {
-	ID    uuid.UUID
-	Error string
-	// Dead sends the row to DEAD; otherwise it is PENDING again after Delay.
-	Dead  bool
-	Delay time.Duration
-}
-
-// FailParams records failed publishes of leased rows.
-type FailParams struct {
-	Lease    Lease
-	Failures []Failure
-}
-
-// ReapParams selects expired leases to take back.
-type ReapParams struct {
-	// LeaseTimeout is how long a lease may be held before it is taken back.
-	LeaseTimeout time.Duration
-	// Limit bounds the rows changed by one statement.
-	Limit int
-	// MaxAttempts sends a row DEAD when its attempts, counting the expired
-	// lease, reach this number.
-	MaxAttempts int
-}
-
-// ReapResult counts what one Reap call changed.
-type ReapResult struct {
-	Requeued int
-	Dead     int
-}
-
-// MigrateResult lists the schema objects a migration created and the ones
-// that were already there.
-type MigrateResult struct {
-	Created []string
-	Existed []string
-}
-
-var drivers = driver.NewRegistry[Store]("storage")
-
-// Register makes a driver available to Open under the given URL schemes;
-// driver packages call it from init.
-func Register(opener driver.Opener[Store], schemes ...string) {
-	drivers.Register(opener, schemes...)
-}
-
-// Open connects the driver registered for rawURL's scheme.
-func Open(ctx context.Context, rawURL string) (Store, error) {
-	return drivers.Open(ctx, rawURL)
-}
-
-// Check reports whether rawURL names a registered driver, without connecting.
-func Check(rawURL string) error { return drivers.Known(rawURL) }
 
 // URLDefault is the database the relay and relay-cli use when STORAGE_URL
 // is not set: the local server's postgres database.
 const URLDefault = "postgres://postgres@localhost:5432/postgres?sslmode=disable"
 
 // URLWithTable returns rawURL with its table parameter set to table, unless
-// the URL already names a table: a table in the URL wins over
-// STORAGE_TABLE_NAME. An unparsable URL is returned unchanged for Open to
-// report.
+// table is empty or the URL already names a table: a table in the URL wins
+// over STORAGE_TABLE_NAME. An unparsable URL is returned unchanged for Open
+// to report.
 func URLWithTable(rawURL, table string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil || table == "" {
@@ -199,4 +190,17 @@ func URLWithTable(rawURL, table string) string {
 	q.Set("table", table)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// TableOf returns the table rawURL names (its table parameter), or the
+// driver's default; "" when no driver serves the URL.
+func TableOf(rawURL string) string {
+	d, u, err := drivers.Lookup(rawURL)
+	if err != nil {
+		return ""
+	}
+	if t := u.Query().Get("table"); t != "" {
+		return t
+	}
+	return d.DefaultTable
 }

@@ -16,8 +16,8 @@ const BacklogIntervalDefault = 15 * time.Second
 // the poller past a few intervals.
 const backlogTimeout = 10 * time.Second
 
-// BacklogSource reads the table's backlog in one cheap query;
-// *postgres.Store implements it.
+// BacklogSource reads the table's backlog in one cheap query; every
+// storage.Admin has it.
 type BacklogSource interface {
 	Backlog(ctx context.Context) (storage.Backlog, error)
 }

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -231,16 +230,16 @@ func (t *Telemetry) OnReap(r storage.ReapResult) {
 // InstrumentReap times every reap statement as storage.latency with
 // op = reap. The reaper has no observer of its own; wrapping its store is
 // all it takes.
-func (t *Telemetry) InstrumentReap(s reaper.Store) reaper.Store { return timedReap{s, t} }
+func (t *Telemetry) InstrumentReap(s storage.Reaper) storage.Reaper { return timedReap{s, t} }
 
 type timedReap struct {
-	reaper.Store
+	storage.Reaper
 	t *Telemetry
 }
 
 func (r timedReap) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
 	began := time.Now()
-	res, err := r.Store.Reap(ctx, p)
+	res, err := r.Reaper.Reap(ctx, p)
 	r.t.inst.storageLatency.Record(ctx, time.Since(began).Seconds(), storageSet(opReap, err))
 	return res, err
 }

@@ -92,8 +92,12 @@ func RenderGrants(t Table) string {
 	return Expand(grantsSQL, t)
 }
 
-// Expand substitutes t into SQL text written with the placeholders {{table}},
-// {{name}}, {{schema}} and {{migration_lock}}.
+// Expand substitutes t into SQL text written with the placeholders {{table}}
+// (the quoted, possibly schema-qualified name), {{name}} (the bare table
+// name), {{schema}} (the quoted schema and a dot, or nothing) and
+// {{migration_lock}}. Comments in the templates are substituted too and are
+// written for the reader of the result (`relay-cli migrate --print`), so
+// they use placeholders only where the rendered name reads well.
 func Expand(sql string, t Table) string {
 	return strings.NewReplacer(
 		"{{table}}", t.Quoted(),

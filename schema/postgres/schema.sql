@@ -1,11 +1,9 @@
--- Outbox Relay schema for PostgreSQL 13 or later.
+-- Outbox Relay schema for PostgreSQL 13 or later: the outbox table
+-- {{table}}, its indexes and its insert trigger.
 --
 -- The table follows the Open Outbox table contract column for column, so the
--- relay can take over an existing openoutbox_events table. Every statement is
+-- relay can take over an existing Open Outbox table. Every statement is
 -- idempotent and nothing is ever dropped: running this file again is safe.
--- {{table}} is the (quoted) table name, {{name}} its bare name, and
--- {{schema}} the quoted schema with a trailing dot when the name is
--- schema-qualified.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
     event_id      UUID PRIMARY KEY DEFAULT gen_random_uuid(),

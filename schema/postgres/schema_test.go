@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -176,5 +177,29 @@ func TestDefaultTableIsValid(t *testing.T) {
 	}
 	if tbl.Schema != "" || tbl.Name != "openoutbox_events" {
 		t.Errorf("DefaultTable parsed as %#v", tbl)
+	}
+}
+
+// Comments are rendered with the statements (`relay-cli migrate --print`
+// shows them), so a template comment may name the table only as {{table}}:
+// {{name}} and {{schema}} become fragments, or nothing, once substituted.
+func TestTemplateCommentsReadWellOnceRendered(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{"schema.sql", "grants.sql"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			_, comment, ok := strings.Cut(line, "--")
+			if !ok {
+				continue
+			}
+			for _, p := range []string{"{{name}}", "{{schema}}", "{{migration_lock}}"} {
+				if strings.Contains(comment, p) {
+					t.Errorf("%s:%d: a comment holds %s, which reads as a fragment once rendered: %s", file, i+1, p, line)
+				}
+			}
+		}
 	}
 }

@@ -516,7 +516,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 	}
 	pending := make([]*amqp091.DeferredConfirmation, len(batch))
 	for i := range batch {
-		msg, err := p.message(&batch[i])
+		msg, err := p.message(&batch[i], s.conn.Config.FrameSize)
 		if err != nil {
 			errs[i] = publisher.Permanent(err)
 			continue
@@ -525,7 +525,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 		if err != nil {
 			// Nothing after a failed publish may go out: a later event with
 			// the same key would overtake this one.
-			err = publisher.Unavailable(fmt.Errorf("amqp: publish: %w", err))
+			err = publisher.Dropped(fmt.Errorf("amqp: publish: %w", err))
 			for j := i; j < len(batch); j++ {
 				if errs[j] == nil {
 					errs[j] = err
@@ -607,7 +607,7 @@ var tooLarge = regexp.MustCompile(`message size (\d+) is larger than configured 
 // only a refusal that names this event's size is held against it.
 func (p *Publisher) channelClosed(reason *amqp091.Error, e *outbox.Event) error {
 	if reason == nil {
-		return publisher.Unavailable(errors.New("amqp: connection closed before RabbitMQ confirmed the message"))
+		return publisher.Dropped(errors.New("amqp: connection closed before RabbitMQ confirmed the message"))
 	}
 	if m := tooLarge.FindStringSubmatch(reason.Reason); m != nil && reason.Code == amqp091.PreconditionFailed {
 		if limit, err := strconv.ParseInt(m[2], 10, 64); err == nil {
@@ -616,7 +616,7 @@ func (p *Publisher) channelClosed(reason *amqp091.Error, e *outbox.Event) error 
 				return publisher.Permanent(fmt.Errorf("message too large: %d bytes, RabbitMQ's max_message_size is %d: %w", len(e.Payload), limit, reason))
 			}
 			// The culprit is known and now refused before sending.
-			return publisher.Unavailable(fmt.Errorf("amqp: channel closed by another event of the batch: %w", reason))
+			return publisher.Dropped(fmt.Errorf("amqp: channel closed by another event of the batch: %w", reason))
 		}
 	}
 	switch {
@@ -629,12 +629,12 @@ func (p *Publisher) channelClosed(reason *amqp091.Error, e *outbox.Event) error 
 		// every event, so the relay pauses and tries again with backoff.
 		return publisher.Unavailable(fmt.Errorf("amqp: RabbitMQ refused to take messages for exchange %q: %w", p.cfg.Exchange, reason))
 	case reason.Server && reason.Recoverable():
-		// Some other refusal of a message, which names no event. Retrying
-		// costs an attempt so that an event that causes it every time goes
-		// DEAD after RETRY_MAX_ATTEMPTS instead of stalling the relay.
-		return fmt.Errorf("amqp: RabbitMQ closed the channel before confirming the message: %w", reason)
+		// Some other refusal of a message, which names no event: the
+		// engine sends the batch again in halves until the event that
+		// causes it stands alone and pays with an attempt.
+		return publisher.Dropped(fmt.Errorf("amqp: RabbitMQ closed the channel before confirming the message: %w", reason))
 	}
-	return publisher.Unavailable(fmt.Errorf("amqp: connection lost: %w", reason))
+	return publisher.Dropped(fmt.Errorf("amqp: connection lost: %w", reason))
 }
 
 func (p *Publisher) learnMaxSize(limit int64) {
@@ -647,12 +647,14 @@ func (p *Publisher) learnMaxSize(limit int64) {
 }
 
 // message builds the AMQP message for e, or says why it cannot exist.
-func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
+// frameMax is the frame size negotiated on the connection it will go out
+// on; 0 skips that check.
+func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, error) {
 	switch {
 	case e.Type == "":
 		return amqp091.Publishing{}, errors.New("invalid routing key: event_type is empty")
 	case len(e.Type) > maxShortstr:
-		return amqp091.Publishing{}, fmt.Errorf("invalid routing key: event_type is %d bytes, AMQP allows at most %d", len(e.Type), maxShortstr)
+		return amqp091.Publishing{}, fmt.Errorf("invalid routing key: event_type is %d bytes; AMQP short strings (routing key, type) hold at most %d", len(e.Type), maxShortstr)
 	}
 	if limit := p.maxSize.Load(); int64(len(e.Payload)) > limit {
 		return amqp091.Publishing{}, fmt.Errorf("message too large: %d bytes, max_message_size is %d", len(e.Payload), limit)
@@ -665,7 +667,7 @@ func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
 	var contentType string
 	for k, v := range headers {
 		if len(k) > maxShortstr {
-			return amqp091.Publishing{}, fmt.Errorf("header %q…: name is %d bytes, AMQP allows at most %d", k[:32], len(k), maxShortstr)
+			return amqp091.Publishing{}, fmt.Errorf("header %q: name is %d bytes; AMQP short strings (header names) hold at most %d", publisher.Clip(k), len(k), maxShortstr)
 		}
 		// RabbitMQ reads CC and BCC as extra routing keys and closes the
 		// channel when they are not arrays.
@@ -681,7 +683,7 @@ func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
 		// look at, and is not repeated as a header.
 		if strings.EqualFold(k, "content-type") {
 			if len(v) > maxShortstr {
-				return amqp091.Publishing{}, fmt.Errorf("header %q: content type is %d bytes, AMQP allows at most %d", k, len(v), maxShortstr)
+				return amqp091.Publishing{}, fmt.Errorf("header %q: content type is %d bytes; AMQP short strings (content_type) hold at most %d", k, len(v), maxShortstr)
 			}
 			contentType = v
 			continue
@@ -698,7 +700,7 @@ func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	return amqp091.Publishing{
+	msg := amqp091.Publishing{
 		Headers:      table,
 		ContentType:  contentType,
 		DeliveryMode: amqp091.Persistent,
@@ -706,7 +708,46 @@ func (p *Publisher) message(e *outbox.Event) (amqp091.Publishing, error) {
 		Type:         e.Type,
 		Timestamp:    ts,
 		Body:         e.Payload,
-	}, nil
+	}
+	if size := headerFrameSize(&msg); frameMax > 0 && size > frameMax {
+		return amqp091.Publishing{}, fmt.Errorf("properties and headers too large: the properties and headers are %d bytes as an AMQP content header frame, over the frame_max of %d bytes negotiated with RabbitMQ, which closes the connection over a larger frame (every header, the partition key and the event type count)",
+			size, frameMax)
+	}
+	return msg, nil
+}
+
+// headerFrameSize is the size of the content header frame amqp091 writes
+// for m, which must fit in one frame, unlike the body: the frame's header
+// and end (8 bytes), class, weight, body size and property flags (14), then
+// each property that is set. The driver's header tables hold strings only.
+func headerFrameSize(m *amqp091.Publishing) int {
+	shortstr := func(s string) int {
+		if s == "" {
+			return 0
+		}
+		return 1 + len(s)
+	}
+	n := 8 + 14
+	n += shortstr(m.ContentType) + shortstr(m.ContentEncoding)
+	if len(m.Headers) > 0 {
+		n += 4 // the table's length
+		for k, v := range m.Headers {
+			s, _ := v.(string)
+			n += 1 + len(k) + 1 + 4 + len(s) // shortstr name, 'S', longstr value
+		}
+	}
+	if m.DeliveryMode > 0 {
+		n++
+	}
+	if m.Priority > 0 {
+		n++
+	}
+	n += shortstr(m.CorrelationId) + shortstr(m.ReplyTo) + shortstr(m.Expiration) + shortstr(m.MessageId)
+	if !m.Timestamp.IsZero() {
+		n += 8
+	}
+	n += shortstr(m.Type) + shortstr(m.UserId) + shortstr(m.AppId)
+	return n
 }
 
 // Ping connects if needed, then checks the exchange on a channel of its

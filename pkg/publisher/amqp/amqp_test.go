@@ -374,10 +374,10 @@ func TestServerRefusalOfALargeMessage(t *testing.T) {
 	// The limit is learned: the next oversized event is refused before it
 	// can close the channel.
 	mid := newEvent("t", "k", strings.Repeat("x", 1500), "")
-	if _, err := p.message(&mid); err == nil || !strings.Contains(err.Error(), "too large") {
+	if _, err := p.message(&mid, 0); err == nil || !strings.Contains(err.Error(), "too large") {
 		t.Errorf("an event over the learned limit: %v, want too large", err)
 	}
-	if _, err := p.message(&small); err != nil {
+	if _, err := p.message(&small, 0); err != nil {
 		t.Errorf("a small event: %v", err)
 	}
 }
@@ -394,16 +394,18 @@ func TestChannelCloseClassification(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		reason *amqp091.Error
-		want   string // "unavailable" or "retryable"
+		want   string // "unavailable", "dropped" or "retryable"
 	}{
-		{"closed by us", nil, "unavailable"},
-		{"connection lost", &amqp091.Error{Code: amqp091.FrameError, Reason: "EOF"}, "unavailable"},
-		{"broker shutting down", &amqp091.Error{Code: amqp091.ConnectionForced, Reason: "CONNECTION_FORCED - shutdown", Server: true}, "unavailable"},
+		// Dropped: the engine checks the broker; down, it pauses; up, it
+		// sends the batch again in halves until an event that closes the
+		// channel every time stands alone and pays with an attempt.
+		{"closed by us", nil, "dropped"},
+		{"connection lost", &amqp091.Error{Code: amqp091.FrameError, Reason: "EOF"}, "dropped"},
+		{"broker shutting down", &amqp091.Error{Code: amqp091.ConnectionForced, Reason: "CONNECTION_FORCED - shutdown", Server: true}, "dropped"},
+		{"unknown message refusal", &amqp091.Error{Code: amqp091.PreconditionFailed, Reason: "PRECONDITION_FAILED - invalid message", Server: true, Recover: true}, "dropped"},
+		// Configuration, the same for every event: pause.
 		{"missing exchange", &amqp091.Error{Code: amqp091.NotFound, Reason: "NOT_FOUND - no exchange 'events' in vhost '/'", Server: true, Recover: true}, "unavailable"},
 		{"no write permission", &amqp091.Error{Code: amqp091.AccessRefused, Reason: "ACCESS_REFUSED - access to exchange 'events' refused", Server: true, Recover: true}, "unavailable"},
-		// Retried with an attempt counted, so that an event that causes it
-		// every time cannot stall the relay forever.
-		{"unknown message refusal", &amqp091.Error{Code: amqp091.PreconditionFailed, Reason: "PRECONDITION_FAILED - invalid message", Server: true, Recover: true}, "retryable"},
 	} {
 		err := p.channelClosed(tc.reason, &e)
 		got := "retryable"
@@ -412,6 +414,8 @@ func TestChannelCloseClassification(t *testing.T) {
 			got = "delivered"
 		case publisher.IsPermanent(err):
 			got = "permanent"
+		case publisher.IsDropped(err):
+			got = "dropped"
 		case publisher.IsUnavailable(err):
 			got = "unavailable"
 		}

@@ -64,6 +64,14 @@ func (b *rabbitBroker) Received(t *testing.T, eventType string, want int) []publ
 func (b *rabbitBroker) Stop(*testing.T)  { b.proxy.Down() }
 func (b *rabbitBroker) Start(*testing.T) { b.proxy.Up() }
 
+// Drop cuts the driver's connections as RabbitMQ does when it closes one
+// (FRAME_ERROR, a forced close): the proxy is the only way to act on the
+// driver's connection without changing the shared server.
+func (b *rabbitBroker) Drop(*testing.T) {
+	b.proxy.Down()
+	b.proxy.Up()
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	publishertest.Run(t, publishertest.Driver{
@@ -78,6 +86,8 @@ func TestConformance(t *testing.T) {
 			{Name: "header holds an object", Event: outbox.Event{Headers: []byte(`{"meta":{"a":1}}`)}, WantErr: `header "meta"`},
 			{Name: "CC header", Event: outbox.Event{Headers: []byte(`{"CC":"ops@example.com"}`)}, WantErr: `header "CC"`},
 			{Name: "header name too long", Event: outbox.Event{Headers: []byte(`{"` + strings.Repeat("h", 256) + `":"v"}`)}, WantErr: "at most 255"},
+			{Name: "headers over the frame size", Event: outbox.Event{Headers: []byte(`{"big":"` + strings.Repeat("v", 140000) + `"}`)}, WantErr: "frame_max"},
+			{Name: "partition key over the frame size", Event: outbox.Event{PartitionKey: strings.Repeat("k", 140000)}, WantErr: "frame_max"},
 		},
 	})
 }

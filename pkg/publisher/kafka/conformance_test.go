@@ -48,6 +48,13 @@ func (b *kafkaBroker) Received(t *testing.T, eventType string, want int) []publi
 func (b *kafkaBroker) Stop(*testing.T)    { b.c.Stop() }
 func (b *kafkaBroker) Start(t *testing.T) { b.c.Start(t) }
 
+// Drop restarts the cluster at once: kfake cannot close one client's
+// connections, and a restart closes every one of them.
+func (b *kafkaBroker) Drop(t *testing.T) {
+	b.c.Stop()
+	b.c.Start(t)
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	publishertest.Run(t, publishertest.Driver{
@@ -61,6 +68,8 @@ func TestConformance(t *testing.T) {
 			{Name: "too large for batch_bytes", Event: outbox.Event{Payload: make([]byte, 2<<20)}, WantErr: "too large"},
 			{Name: "invalid topic", Event: outbox.Event{Type: "orders/created"}, KeepType: true, WantErr: "invalid topic"},
 			{Name: "topic name too long", Event: outbox.Event{Type: strings.Repeat("t", 250)}, KeepType: true, WantErr: "invalid topic"},
+			{Name: "topic not ASCII", Event: outbox.Event{Type: "orders.créé"}, KeepType: true, WantErr: "character 'é'"},
+			{Name: "headers too large for the broker", Event: outbox.Event{Headers: []byte(`{"big":"` + strings.Repeat("v", 70000) + `"}`)}, WantErr: "message.max.bytes"},
 			{Name: "headers not an object", Event: outbox.Event{Headers: []byte(`["x"]`)}, WantErr: "headers must be a JSON object"},
 			{Name: "header holds an object", Event: outbox.Event{Headers: []byte(`{"meta":{"a":1}}`)}, WantErr: `header "meta"`},
 		},

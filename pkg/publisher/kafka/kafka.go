@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -21,7 +22,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	kafkago "github.com/segmentio/kafka-go"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
@@ -247,13 +250,21 @@ const maxTopicLen = 249
 // validTopic applies Kafka's rules for topic names, so that a bad event type
 // goes DEAD with a clear reason instead of a broker error code.
 func validTopic(topic string) error {
-	if topic == "" || topic == "." || topic == ".." || len(topic) > maxTopicLen {
-		return fmt.Errorf("invalid topic %q: Kafka topic names are 1 to %d characters of [a-zA-Z0-9._-], not \".\" or \"..\"", topic, maxTopicLen)
+	switch {
+	case topic == "":
+		return fmt.Errorf(`invalid topic "": Kafka topic names are 1 to %d characters of [a-zA-Z0-9._-]`, maxTopicLen)
+	case topic == "." || topic == "..":
+		return fmt.Errorf(`invalid topic %q: Kafka does not allow "." or ".." as a topic name`, topic)
 	}
-	for _, c := range []byte(topic) {
-		if !legalInTopic(c) {
-			return fmt.Errorf("invalid topic %q: character %q is not allowed; Kafka topic names use [a-zA-Z0-9._-]", topic, c)
+	// Every allowed character is one byte, so a rune that is not one of
+	// them is named whole rather than by its first byte.
+	for _, r := range topic {
+		if r >= utf8.RuneSelf || !legalInTopic(byte(r)) {
+			return fmt.Errorf("invalid topic %q: character %q is not allowed; Kafka topic names use [a-zA-Z0-9._-]", publisher.Clip(topic), r)
 		}
+	}
+	if len(topic) > maxTopicLen {
+		return fmt.Errorf("invalid topic %q: it is %d characters; Kafka topic names are 1 to %d characters", publisher.Clip(topic), len(topic), maxTopicLen)
 	}
 	return nil
 }
@@ -423,6 +434,13 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 
 var errClosed = errors.New("kafka: publisher is closed")
 
+// connectionDropped reports whether err is an established connection
+// closed under a request, as opposed to one that could not be made.
+func connectionDropped(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // write sends msgs in one call and returns each one's error.
 func (p *Publisher) write(ctx context.Context, w *kafkago.Writer, msgs []kafkago.Message) []error {
 	if len(msgs) == 0 {
@@ -475,7 +493,7 @@ func (p *Publisher) message(e *outbox.Event, now time.Time) (kafkago.Message, er
 	m := kafkago.Message{Topic: topic, Key: key, Value: value, Headers: headers, Time: now}
 	if size := recordSize(&m); size > p.cfg.BatchBytes {
 		// kafka-go would refuse the whole WriteMessages call for it.
-		return kafkago.Message{}, fmt.Errorf("message too large: %d bytes with key and headers, above batch_bytes=%d", size, p.cfg.BatchBytes)
+		return kafkago.Message{}, fmt.Errorf("record too large: %d bytes counting key, value and headers, above batch_bytes=%d, the largest record the relay sends (keep it at or below the brokers' message.max.bytes)", size, p.cfg.BatchBytes)
 	}
 	return m, nil
 }
@@ -553,7 +571,11 @@ func (p *Publisher) classify(ctx context.Context, topic string, err error, missi
 		// Not an answer from a broker: the connection failed (refused,
 		// reset, DNS, TLS, timeout), the context ended, or the writer is
 		// closed. Checked before net.Error, which kafka-go's Error also
-		// satisfies.
+		// satisfies. A connection the broker closed mid-request may have
+		// been closed over one of the records.
+		if ctx.Err() == nil && connectionDropped(err) {
+			return publisher.Dropped(fmt.Errorf("kafka: the broker closed the connection: %w", err))
+		}
 		return publisher.Unavailable(fmt.Errorf("kafka: %w", err))
 	}
 	switch {

@@ -37,13 +37,13 @@ func TestNoResponseFromAnExistingStreamIsUnavailable(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 
 	for _, cause := range []error{natsgo.ErrNoResponders, jetstream.ErrNoStreamResponse} {
-		err := p.classify(context.Background(), "orders.created", cause, map[string]error{})
+		err := p.classify(context.Background(), p.cur, "orders.created", cause, map[string]error{})
 		if !publisher.IsUnavailable(err) || publisher.IsPermanent(err) || !errors.Is(err, cause) {
 			t.Errorf("%v for a subject a stream captures: got %v, want Unavailable wrapping it", cause, err)
 		}
 	}
 	// Without a stream for the subject, the same answer is the event's fault.
-	if err := p.classify(context.Background(), "payments.created", natsgo.ErrNoResponders, map[string]error{}); !publisher.IsPermanent(err) {
+	if err := p.classify(context.Background(), p.cur, "payments.created", natsgo.ErrNoResponders, map[string]error{}); !publisher.IsPermanent(err) {
 		t.Errorf("no responders for a subject no stream captures: got %v, want permanent", err)
 	}
 }

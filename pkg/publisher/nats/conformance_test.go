@@ -59,6 +59,7 @@ func (b *natsBroker) Received(t *testing.T, eventType string, want int) []publis
 
 func (b *natsBroker) Stop(*testing.T)  { b.srv.Stop() }
 func (b *natsBroker) Start(*testing.T) { b.srv.Restart() }
+func (b *natsBroker) Drop(*testing.T)  { b.srv.Kick("outbox-relay") }
 
 func TestConformance(t *testing.T) {
 	publishertest.Run(t, publishertest.Driver{
@@ -72,6 +73,9 @@ func TestConformance(t *testing.T) {
 			{Name: "too large for the stream", Event: outbox.Event{Payload: make([]byte, 100*1024)}, WantErr: "too large"},
 			{Name: "too large for the server", Event: outbox.Event{Payload: make([]byte, 200*1024)}, WantErr: "too large"},
 			{Name: "invalid subject", Event: outbox.Event{Type: "a..b"}, KeepType: true, WantErr: "invalid subject"},
+			{Name: "subject over the control line", Event: outbox.Event{Type: strings.Repeat("s", 5000)}, KeepType: true, WantErr: "max_control_line"},
+			{Name: "headers over 64 KiB", Event: outbox.Event{Headers: []byte(`{"big":"` + strings.Repeat("v", 70000) + `"}`)}, WantErr: "65535"},
+			{Name: "header name not ASCII", Event: outbox.Event{Headers: []byte(`{"naïve":"v"}`)}, WantErr: "invalid NATS header name"},
 			{Name: "headers not an object", Event: outbox.Event{Headers: []byte(`["x"]`)}, WantErr: "headers must be a JSON object"},
 			{Name: "header holds an object", Event: outbox.Event{Headers: []byte(`{"meta":{"a":1}}`)}, WantErr: `header "meta"`},
 		},

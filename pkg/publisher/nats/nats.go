@@ -10,10 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -31,6 +34,10 @@ func init() {
 const (
 	TimeoutDefault    = 5 * time.Second
 	MaxPendingDefault = 16384
+	// MaxControlLineDefault is nats-server's default max_control_line. The
+	// server does not announce it, so a server configured otherwise needs
+	// the max_control_line option.
+	MaxControlLineDefault = 4096
 )
 
 // Config is a parsed nats:// or tls:// URL.
@@ -56,12 +63,17 @@ type Config struct {
 	TLSCA, TLSCert, TLSKey string
 	// Name is the connection name shown by the server.
 	Name string
+	// MaxControlLine is the server's max_control_line: the longest
+	// protocol line it reads. A publish's line holds the subject, so this
+	// bounds the subject; see maxSubjectLen.
+	MaxControlLine int
 }
 
 // ParseURL reads the driver's options from u: subject_prefix, timeout,
-// max_pending, creds, nkey, tls_ca, tls_cert, tls_key, name.
+// max_pending, max_control_line, creds, nkey, tls_ca, tls_cert, tls_key,
+// name.
 func ParseURL(u *url.URL) (Config, error) {
-	cfg := Config{Timeout: TimeoutDefault, MaxPending: MaxPendingDefault, Name: "outbox-relay"}
+	cfg := Config{Timeout: TimeoutDefault, MaxPending: MaxPendingDefault, MaxControlLine: MaxControlLineDefault, Name: "outbox-relay"}
 	if u.Host == "" {
 		return cfg, fmt.Errorf("nats URL %q has no host: want %s://host:4222", u.Redacted(), u.Scheme)
 	}
@@ -94,6 +106,13 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		cfg.MaxPending = n
 	}
+	if v := q.Get("max_control_line"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= controlLineReserve {
+			return cfg, fmt.Errorf("nats URL: max_control_line=%q is not a number of bytes above %d; use the server's max_control_line (4096 unless configured)", v, controlLineReserve)
+		}
+		cfg.MaxControlLine = n
+	}
 	cfg.CredsFile, cfg.NkeySeedFile = q.Get("creds"), q.Get("nkey")
 	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
 	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
@@ -105,24 +124,66 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
-// errCodeStreamStoreFailed is JetStream's "stream store failed" error,
-// which includes "maximum messages exceeded" and "maximum bytes exceeded".
-const errCodeStreamStoreFailed jetstream.ErrorCode = 10077
-
 // knownOptions are the URL query parameters the driver reads.
-var knownOptions = []string{"subject_prefix", "timeout", "max_pending", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name"}
+var knownOptions = []string{"subject_prefix", "timeout", "max_pending", "max_control_line", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name"}
 
-// Publisher publishes to JetStream.
+// redialInterval is how long a connection the server closed is reported
+// as it is before a new one is dialled, so that a server that refuses the
+// client at once (authorization) is not dialled by every publish and ping.
+const redialInterval = time.Second
+
+var errClosed = errors.New("nats: publisher is closed")
+
+// Publisher publishes to JetStream. It holds one connection, shared by
+// concurrent Publish calls. nats.go reconnects a connection that breaks,
+// but gives up on one the server closed with an error (a protocol line over
+// max_control_line, an authorization error): the next Publish or Ping then
+// opens a new one.
 type Publisher struct {
-	cfg       Config
-	nc        *natsgo.Conn
-	js        jetstream.JetStream
-	closeOnce sync.Once
+	cfg  Config
+	opts []natsgo.Option
+
+	mu       sync.Mutex // guards the fields below; held while dialling
+	cur      *conn      // nil once closed
+	closed   bool
+	lastDial time.Time
+	dialErr  error // why the last dial failed, reported until redialInterval passes
+
+	// noAck holds the streams found unable to acknowledge, by name: Ping
+	// keeps failing until each acknowledges again.
+	noAckMu sync.Mutex
+	noAck   map[string]struct{}
+
+	pingMu  sync.Mutex // orders Ping's pings.Add before Close's pings.Wait
+	stopped bool
+	pings   sync.WaitGroup // Ping's checks, which Close waits for
+}
+
+// conn is one client connection with its JetStream context. It is replaced
+// as a whole once the server has closed it.
+type conn struct {
+	nc *natsgo.Conn
+	js jetstream.JetStream
+	// gone is closed when the connection is closed for good.
+	gone     chan struct{}
+	goneOnce sync.Once
+	// url is the server connected to last, for errors once disconnected.
+	url     atomic.Pointer[string]
+	servers string
+	// dialErr is why the last attempt to (re)connect failed, such as a
+	// refused connection; nats.go's LastError does not keep it.
+	dialErr atomic.Pointer[error]
 }
 
 // Open connects to the servers. A server that is down is not an error: the
 // connection keeps retrying in the background and Ping reports it.
 func Open(_ context.Context, cfg Config) (*Publisher, error) {
+	switch {
+	case cfg.MaxControlLine == 0:
+		cfg.MaxControlLine = MaxControlLineDefault
+	case cfg.MaxControlLine <= controlLineReserve:
+		return nil, fmt.Errorf("nats: MaxControlLine %d leaves no room for a subject; use the server's max_control_line (4096 unless configured)", cfg.MaxControlLine)
+	}
 	opts := []natsgo.Option{
 		natsgo.Name(cfg.Name),
 		natsgo.Timeout(cfg.Timeout),
@@ -132,6 +193,9 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 		// No buffering while disconnected: a publish then fails at once and
 		// the batch is released, instead of being sent later behind our back.
 		natsgo.ReconnectBufSize(-1),
+		// Errors reach the relay through Publish and Ping; nats.go would
+		// print them to stderr.
+		natsgo.ErrorHandler(func(*natsgo.Conn, *natsgo.Subscription, error) {}),
 	}
 	if cfg.User != "" || cfg.Password != "" {
 		opts = append(opts, natsgo.UserInfo(cfg.User, cfg.Password))
@@ -155,41 +219,134 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 	if cfg.TLSCert != "" {
 		opts = append(opts, natsgo.ClientCert(cfg.TLSCert, cfg.TLSKey))
 	}
-	nc, err := natsgo.Connect(strings.Join(cfg.Servers, ","), opts...)
+	p := &Publisher{cfg: cfg, opts: opts, noAck: map[string]struct{}{}}
+	c, err := p.dial()
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS %s: %w", strings.Join(cfg.Servers, ","), err)
+		return nil, err
 	}
+	p.cur, p.lastDial = c, time.Now()
+	return p, nil
+}
+
+// dial opens a connection. With RetryOnFailedConnect a server that is down
+// is no error: the connection keeps trying in the background.
+func (p *Publisher) dial() (*conn, error) {
+	c := &conn{gone: make(chan struct{}), servers: strings.Join(p.cfg.Servers, ",")}
+	connected := func(nc *natsgo.Conn) {
+		if u := nc.ConnectedUrlRedacted(); u != "" {
+			c.url.Store(&u)
+		}
+		c.dialErr.Store(nil)
+	}
+	opts := append(slices.Clip(p.opts),
+		natsgo.ConnectHandler(connected),
+		natsgo.ReconnectHandler(connected),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				c.dialErr.Store(&err)
+			}
+		}),
+		natsgo.ClosedHandler(func(*natsgo.Conn) { c.markGone() }),
+	)
+	nc, err := natsgo.Connect(c.servers, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", c.servers, err)
+	}
+	c.nc = nc
+	connected(nc)
 	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
-		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
+		jetstream.WithPublishAsyncMaxPending(p.cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(p.cfg.Timeout),
 	)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("open JetStream: %w", err)
+		return nil, fmt.Errorf("open JetStream on NATS %s: %w", c.servers, err)
 	}
-	return &Publisher{cfg: cfg, nc: nc, js: js}, nil
+	c.js = js
+	return c, nil
+}
+
+func (c *conn) markGone() { c.goneOnce.Do(func() { close(c.gone) }) }
+
+// server names the server for errors: the one connected to, or last
+// connected to, or else the configured list. None of them holds
+// credentials.
+func (c *conn) server() string {
+	if u := c.nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	if u := c.url.Load(); u != nil {
+		return *u
+	}
+	return c.servers
+}
+
+// down describes a connection that is not connected now, with the reason
+// nats.go last saw.
+func (c *conn) down() error {
+	if err := c.nc.LastError(); err != nil {
+		if c.nc.IsClosed() {
+			return fmt.Errorf("nats: server %s: the connection was closed: %w", c.server(), err)
+		}
+		return fmt.Errorf("nats: server %s: not connected: %w", c.server(), err)
+	}
+	if err := c.dialErr.Load(); err != nil {
+		return fmt.Errorf("nats: server %s: not connected (status %s): %w", c.server(), c.nc.Status(), *err)
+	}
+	return fmt.Errorf("nats: server %s: not connected (status %s)", c.server(), c.nc.Status())
+}
+
+// connection returns the connection, opening a new one in place of one
+// that is closed for good.
+func (p *Publisher) connection() (*conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed
+	}
+	if !p.cur.nc.IsClosed() {
+		return p.cur, nil
+	}
+	if time.Since(p.lastDial) < redialInterval {
+		if p.dialErr != nil {
+			return nil, p.dialErr
+		}
+		return p.cur, nil // closed: callers report why
+	}
+	c, err := p.dial()
+	p.lastDial, p.dialErr = time.Now(), err
+	if err != nil {
+		return nil, err
+	}
+	p.cur = c
+	return c, nil
 }
 
 // Publish sends the whole batch, then waits for every acknowledgement. A
 // Duplicate acknowledgement counts as delivered: the stream holds the event.
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
-	if !p.nc.IsConnected() {
-		return publisher.Fill(len(batch), publisher.Unavailable(fmt.Errorf("nats: not connected (status %s)", p.nc.Status())))
+	c, err := p.connection()
+	if err != nil {
+		return publisher.Fill(len(batch), publisher.Unavailable(err))
 	}
+	if !c.nc.IsConnected() {
+		return publisher.Fill(len(batch), publisher.Unavailable(c.down()))
+	}
+	reconnects := c.nc.Stats().Reconnects
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
 	// What a stream lookup found, per subject: a batch for a missing stream
 	// asks JetStream once, not once per event.
 	verdicts := map[string]error{}
 	for i := range batch {
-		msg, err := p.message(&batch[i])
+		msg, err := p.message(c, &batch[i])
 		if err != nil {
 			errs[i] = publisher.Permanent(err)
 			continue
 		}
-		futures[i], err = p.js.PublishMsgAsync(msg)
+		futures[i], err = c.js.PublishMsgAsync(msg)
 		if err != nil {
-			errs[i] = p.classify(ctx, msg.Subject, err, verdicts)
+			errs[i] = p.classify(ctx, c, msg.Subject, err, verdicts)
 		}
 	}
 	for i, f := range futures {
@@ -199,25 +356,44 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Event) []error {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = p.classify(ctx, f.Msg().Subject, err, verdicts)
+			errs[i] = p.classify(ctx, c, f.Msg().Subject, err, verdicts)
+		case <-c.gone:
+			// Closed for good, so no answer is coming that has not come.
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				errs[i] = p.classify(ctx, c, f.Msg().Subject, err, verdicts)
+			default:
+				errs[i] = publisher.Unavailable(c.down())
+			}
 		case <-ctx.Done():
 			errs[i] = publisher.Unavailable(fmt.Errorf("nats: waiting for ack: %w", ctx.Err()))
+		}
+	}
+	if ctx.Err() == nil && (!c.nc.IsConnected() || c.nc.Stats().Reconnects != reconnects) {
+		// The connection was up when the batch began and went down under
+		// it: the events it took with it were dropped, and the batch may
+		// hold the one the server closed it over.
+		for i, err := range errs {
+			if publisher.IsUnavailable(err) {
+				errs[i] = publisher.Dropped(err)
+			}
 		}
 	}
 	return errs
 }
 
 // message builds the JetStream message for e, or says why it cannot exist.
-func (p *Publisher) message(e *outbox.Event) (*natsgo.Msg, error) {
+func (p *Publisher) message(c *conn, e *outbox.Event) (*natsgo.Msg, error) {
 	subject := p.cfg.SubjectPrefix + e.Type
-	if err := validSubject(subject); err != nil {
+	if err := p.checkSubject(e, subject); err != nil {
 		return nil, err
 	}
 	headers, err := outbox.ParseHeaders(e.Headers)
 	if err != nil {
 		return nil, err
 	}
-	h := make(natsgo.Header, len(headers)+3)
+	h := make(natsgo.Header, len(headers)+4)
 	for k, v := range headers {
 		if reservedHeader(k) {
 			continue
@@ -236,21 +412,10 @@ func (p *Publisher) message(e *outbox.Event) (*natsgo.Msg, error) {
 	if e.PartitionKey != "" {
 		h[outbox.HeaderPartitionKey] = []string{e.PartitionKey}
 	}
+	if err := checkSize(c.nc.MaxPayload(), headerSize(h), len(e.Payload)); err != nil {
+		return nil, err
+	}
 	return &natsgo.Msg{Subject: subject, Header: h, Data: e.Payload}, nil
-}
-
-// validSubject accepts what a JetStream publish can go to: dot-separated
-// non-empty tokens, no wildcards, no white space.
-func validSubject(s string) error {
-	if s == "" {
-		return fmt.Errorf("invalid subject: event_type is empty")
-	}
-	for _, tok := range strings.Split(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\x00") {
-			return fmt.Errorf("invalid subject %q: NATS subjects are dot-separated tokens without wildcards or white space", s)
-		}
-	}
-	return nil
 }
 
 // reservedHeader reports whether a row header is left out: JetStream acts
@@ -263,99 +428,194 @@ func reservedHeader(k string) bool {
 	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") || outbox.IsEventHeader(k)
 }
 
-func validHeader(k, v string) error {
-	if k == "" || strings.ContainsAny(k, ": \t\r\n") {
-		return fmt.Errorf("header %q: invalid NATS header name", k)
-	}
-	if strings.ContainsAny(v, "\r\n") {
-		return fmt.Errorf("header %q: value contains a line break", k)
-	}
-	return nil
-}
+// JetStream error codes the driver tells apart.
+const (
+	// errCodeStreamStoreFailed is "stream store failed", which includes
+	// "maximum messages exceeded" and "maximum bytes exceeded".
+	errCodeStreamStoreFailed jetstream.ErrorCode = 10077
+	// errCodeHeaderTooLarge is "header size exceeds maximum allowed of
+	// 64k"; checkSize refuses such messages before they are sent.
+	errCodeHeaderTooLarge jetstream.ErrorCode = 10097
+)
 
 // classify sorts a publish error into permanent (the event can never be
 // stored), unavailable (the broker cannot take anything now) or retryable.
 // verdicts caches stream lookups for the batch by subject.
-func (p *Publisher) classify(ctx context.Context, subject string, err error, verdicts map[string]error) error {
+func (p *Publisher) classify(ctx context.Context, c *conn, subject string, err error, verdicts map[string]error) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, natsgo.ErrMaxPayload):
-		return publisher.Permanent(fmt.Errorf("message too large for the NATS server's max_payload (%d bytes): %w", p.nc.MaxPayload(), err))
+		return publisher.Permanent(fmt.Errorf("message too large for the NATS server's max_payload (%d bytes): %w", c.nc.MaxPayload(), err))
 	case errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
 		return publisher.Permanent(fmt.Errorf("message too large for the stream's max_msg_size: %w", err))
 	case errors.Is(err, natsgo.ErrBadSubject):
-		return publisher.Permanent(fmt.Errorf("invalid subject %q: %w", subject, err))
+		return publisher.Permanent(fmt.Errorf("invalid subject %q: %w", publisher.Clip(subject), err))
+	case errors.Is(err, natsgo.ErrBadHeaderMsg):
+		return publisher.Permanent(fmt.Errorf("invalid NATS header: %w", err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
-		if v, ok := verdicts[subject]; ok {
-			return v
-		}
-		v := p.noResponders(ctx, subject, err)
-		verdicts[subject] = v
-		return v
+		return verdict(verdicts, subject, func() error { return p.noResponders(ctx, c, subject, err) })
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		return verdict(verdicts, subject, func() error { return p.unacknowledged(ctx, c, subject, err) })
 	case errors.As(err, &apiErr):
-		// A stream at its limits with the discard-new policy answers 503
-		// with this code. Only the events for that stream are stuck, so
-		// they retry with backoff while the others keep flowing.
-		if apiErr.ErrorCode == errCodeStreamStoreFailed {
+		switch {
+		case apiErr.ErrorCode == errCodeHeaderTooLarge:
+			return publisher.Permanent(fmt.Errorf("headers too large for JetStream (at most %d bytes): %w", maxHeaderBytes, err))
+		case apiErr.ErrorCode == errCodeStreamStoreFailed:
+			// A stream at its limits with the discard-new policy answers
+			// 503 with this code. Only the events for that stream are
+			// stuck, so they retry with backoff while the others flow.
 			return fmt.Errorf("stream refused the message: %w", err)
-		}
-		if apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
-			apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabledForAccount || apiErr.Code >= 500 {
-			return publisher.Unavailable(err)
+		case apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
+			apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabledForAccount || apiErr.Code >= 500:
+			return publisher.Unavailable(fmt.Errorf("nats: server %s: %w", c.server(), err))
 		}
 		return fmt.Errorf("jetstream rejected the message: %w", err)
-	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, natsgo.ErrTimeout),
+	case errors.Is(err, natsgo.ErrTimeout),
 		errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, natsgo.ErrConnectionClosed),
 		errors.Is(err, natsgo.ErrReconnectBufExceeded), errors.Is(err, jetstream.ErrTooManyStalledMsgs),
 		errors.Is(err, natsgo.ErrNoServers), errors.Is(err, natsgo.ErrConnectionDraining),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return publisher.Unavailable(fmt.Errorf("nats: %w", err))
+		if !c.nc.IsConnected() {
+			return publisher.Unavailable(fmt.Errorf("%w (%w)", c.down(), err))
+		}
+		return publisher.Unavailable(fmt.Errorf("nats: server %s: %w", c.server(), err))
 	}
-	if !p.nc.IsConnected() {
+	if !c.nc.IsConnected() {
 		// Whatever the error says, a lost connection is to blame.
-		return publisher.Unavailable(fmt.Errorf("nats: connection lost: %w", err))
+		return publisher.Unavailable(fmt.Errorf("%w (%w)", c.down(), err))
 	}
 	return err
 }
 
+// verdict returns what verdicts holds for subject, or finds it out once.
+func verdict(verdicts map[string]error, subject string, find func() error) error {
+	if v, ok := verdicts[subject]; ok {
+		return v
+	}
+	v := find()
+	verdicts[subject] = v
+	return v
+}
+
 // noResponders tells a subject no stream listens on (permanent) from a
 // JetStream that is not answering at all (unavailable).
-func (p *Publisher) noResponders(ctx context.Context, subject string, err error) error {
+func (p *Publisher) noResponders(ctx context.Context, c *conn, subject string, err error) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	_, lookupErr := p.js.StreamNameBySubject(ctx, subject)
+	_, lookupErr := c.js.StreamNameBySubject(ctx, subject)
 	if errors.Is(lookupErr, jetstream.ErrStreamNotFound) {
 		return publisher.Permanent(fmt.Errorf("no JetStream stream captures subject %q; create one (nats stream add --subjects %q) or fix the event type or subject_prefix", subject, subject))
 	}
 	if lookupErr != nil {
-		return publisher.Unavailable(fmt.Errorf("nats: no response from JetStream for %q: %w", subject, err))
+		return publisher.Unavailable(fmt.Errorf("nats: server %s: no response from JetStream for %q: %w", c.server(), subject, err))
 	}
 	// The stream exists but does not answer (no leader, or restarting):
 	// nothing sent to it can succeed now, so the relay pauses rather than
 	// spending the events' attempts.
-	return publisher.Unavailable(fmt.Errorf("nats: no response from stream for %q: %w", subject, err))
+	return publisher.Unavailable(fmt.Errorf("nats: server %s: no response from stream for %q: %w", c.server(), subject, err))
 }
 
-// Ping checks that the connection is up and JetStream answers.
-func (p *Publisher) Ping(ctx context.Context) error {
-	if !p.nc.IsConnected() {
-		if err := p.nc.LastError(); err != nil {
-			return fmt.Errorf("nats: not connected: %w", err)
-		}
-		return fmt.Errorf("nats: not connected (status %s)", p.nc.Status())
+// unacknowledged explains an acknowledgement that did not come. A stream created
+// with no_ack stores messages without ever answering, so nothing sent to it
+// can be confirmed: the relay pauses, Ping names the stream until it
+// acknowledges again, and the events keep their attempts.
+func (p *Publisher) unacknowledged(ctx context.Context, c *conn, subject string, err error) error {
+	timedOut := publisher.Unavailable(fmt.Errorf("nats: server %s: no acknowledgement for subject %q within %s: %w", c.server(), publisher.Clip(subject), p.cfg.Timeout, err))
+	if !c.nc.IsConnected() {
+		return publisher.Unavailable(fmt.Errorf("%w (%w)", c.down(), err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	if _, err := p.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("nats: JetStream does not answer: %w", err)
+	name, lookupErr := c.js.StreamNameBySubject(ctx, subject)
+	if lookupErr != nil {
+		return timedOut
+	}
+	stream, lookupErr := c.js.Stream(ctx, name)
+	if lookupErr != nil || !stream.CachedInfo().Config.NoAck {
+		return timedOut
+	}
+	p.noAckMu.Lock()
+	p.noAck[name] = struct{}{}
+	p.noAckMu.Unlock()
+	return publisher.Unavailable(noAckError(c, name))
+}
+
+func noAckError(c *conn, stream string) error {
+	return fmt.Errorf("nats: server %s: stream %q has no_ack set, so JetStream never acknowledges what it stores and the relay cannot confirm any event; turn acknowledgements on (nats stream edit %s --ack)",
+		c.server(), stream, stream)
+}
+
+// Ping checks that the connection is up, JetStream answers, and no stream
+// the relay publishes to was found unable to acknowledge. It opens a new
+// connection in place of one the server closed. It returns when ctx ends;
+// a check still running then finishes in the background.
+func (p *Publisher) Ping(ctx context.Context) error {
+	p.pingMu.Lock()
+	if p.stopped {
+		p.pingMu.Unlock()
+		return errClosed
+	}
+	p.pings.Add(1)
+	p.pingMu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		defer p.pings.Done()
+		done <- p.ping(context.WithoutCancel(ctx))
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("nats: server %s: health check: no answer in time: %w", strings.Join(p.cfg.Servers, ","), ctx.Err())
+	}
+}
+
+func (p *Publisher) ping(ctx context.Context) error {
+	c, err := p.connection()
+	if err != nil {
+		return err
+	}
+	if !c.nc.IsConnected() {
+		return c.down()
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("nats: server %s: JetStream does not answer: %w", c.server(), err)
+	}
+	p.noAckMu.Lock()
+	names := slices.Sorted(maps.Keys(p.noAck))
+	p.noAckMu.Unlock()
+	for _, name := range names {
+		stream, err := c.js.Stream(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+		case err != nil:
+			return fmt.Errorf("nats: server %s: look up stream %q: %w", c.server(), name, err)
+		case stream.CachedInfo().Config.NoAck:
+			return noAckError(c, name)
+		}
+		p.noAckMu.Lock()
+		delete(p.noAck, name)
+		p.noAckMu.Unlock()
 	}
 	return nil
 }
 
-// Close closes the connection. Publish has already awaited or given up on
-// every acknowledgement, so nothing is waited for. Calling it again does
-// nothing.
+// Close closes the connection and waits for health checks still running.
+// Publish has already awaited or given up on every acknowledgement, so
+// nothing is waited for. Calling it again does nothing.
 func (p *Publisher) Close(context.Context) error {
-	p.closeOnce.Do(p.nc.Close)
+	p.mu.Lock()
+	c := p.cur
+	p.cur, p.closed = nil, true
+	p.mu.Unlock()
+	if c != nil {
+		c.nc.Close()
+	}
+	p.pingMu.Lock()
+	p.stopped = true
+	p.pingMu.Unlock()
+	p.pings.Wait()
 	return nil
 }

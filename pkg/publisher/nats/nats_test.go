@@ -566,7 +566,8 @@ func TestParseURL(t *testing.T) {
 			t.Fatal(err)
 		}
 		if cfg.Timeout != nats.TimeoutDefault || cfg.MaxPending != nats.MaxPendingDefault ||
-			cfg.SubjectPrefix != "" || cfg.Name != "outbox-relay" || cfg.User != "" || cfg.Password != "" {
+			cfg.SubjectPrefix != "" || cfg.Name != "outbox-relay" || cfg.User != "" || cfg.Password != "" ||
+			cfg.MaxControlLine != nats.MaxControlLineDefault {
 			t.Errorf("defaults: %+v", cfg)
 		}
 		if len(cfg.Servers) != 1 || cfg.Servers[0] != "nats://localhost:4222" {
@@ -577,14 +578,14 @@ func TestParseURL(t *testing.T) {
 	t.Run("every option", func(t *testing.T) {
 		t.Parallel()
 		cfg, err := parse(t, "tls://nats.example:4443/?subject_prefix=app.&timeout=750ms&max_pending=99"+
-			"&creds=/etc/nats/user.creds&nkey=/etc/nats/seed.nk&tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem&name=relay-7")
+			"&creds=/etc/nats/user.creds&nkey=/etc/nats/seed.nk&tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem&name=relay-7&max_control_line=8192")
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := nats.Config{
 			Servers: []string{"tls://nats.example:4443"}, SubjectPrefix: "app.", Timeout: 750 * time.Millisecond,
 			MaxPending: 99, CredsFile: "/etc/nats/user.creds", NkeySeedFile: "/etc/nats/seed.nk",
-			TLSCA: "/ca.pem", TLSCert: "/c.pem", TLSKey: "/k.pem", Name: "relay-7",
+			TLSCA: "/ca.pem", TLSCert: "/c.pem", TLSKey: "/k.pem", Name: "relay-7", MaxControlLine: 8192,
 		}
 		if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", want) {
 			t.Errorf("got  %+v\nwant %+v", cfg, want)
@@ -646,6 +647,8 @@ func TestParseURL(t *testing.T) {
 		{"max_pending not a number", "nats://alice:" + secret + "@h:4222?max_pending=lots", `max_pending="lots"`},
 		{"max_pending zero", "nats://h:4222?max_pending=0", `max_pending="0"`},
 		{"max_pending negative", "nats://h:4222?max_pending=-5", `max_pending="-5"`},
+		{"max_control_line not a number", "nats://alice:" + secret + "@h:4222?max_control_line=4k", `max_control_line="4k"`},
+		{"max_control_line leaves no room", "nats://h:4222?max_control_line=64", `max_control_line="64"`},
 		{"tls_cert without tls_key", "nats://alice:" + secret + "@h:4222?tls_cert=/c.pem", "tls_cert and tls_key"},
 		{"tls_key without tls_cert", "tls://h:4222?tls_key=/k.pem", "tls_cert and tls_key"},
 		{"missing host", "nats://alice:" + secret + "@/?timeout=1s", "has no host"},

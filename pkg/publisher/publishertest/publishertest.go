@@ -1,14 +1,17 @@
 // Package publishertest is the conformance suite every publisher driver
 // runs against a real broker: a batch arrives complete with ids and headers,
-// per-key order is kept, permanent and unavailable errors are classified, a
-// broker that goes away yields unavailable and the driver recovers when it is
-// back, and Close is idempotent. A driver's test describes its broker with a
-// Driver and calls Run.
+// per-key order is kept, permanent and unavailable errors are classified,
+// events the broker can never take do not disturb the many good ones around
+// them, a broker that goes away yields unavailable and the driver recovers
+// when it is back, a connection the broker drops is replaced before Ping
+// says healthy, and Close is idempotent. A driver's test describes its
+// broker with a Driver and calls Run.
 package publishertest
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +57,17 @@ type Outage interface {
 	Start(t *testing.T)
 }
 
-// PermanentCase is an event that can never be delivered.
+// Dropper is a Broker that can close the driver's connections while it
+// stays up, as a broker does to a client it will not serve.
+type Dropper interface {
+	Broker
+	// Drop closes every connection the driver has open to the broker; new
+	// ones are accepted at once.
+	Drop(t *testing.T)
+}
+
+// PermanentCase is an event that can never be delivered: one over a limit
+// of the broker (size, name, headers), or one the broker refuses.
 type PermanentCase struct {
 	Name string
 	// Event is sent with its Type replaced by a destination's event type
@@ -89,7 +102,9 @@ func Run(t *testing.T, d Driver) {
 	t.Run("BatchArrivesComplete", func(t *testing.T) { t.Parallel(); batchArrivesComplete(t, d) })
 	t.Run("PerKeyOrder", func(t *testing.T) { t.Parallel(); perKeyOrder(t, d) })
 	t.Run("PermanentErrors", func(t *testing.T) { t.Parallel(); permanentErrors(t, d) })
+	t.Run("PermanentAmongMany", func(t *testing.T) { t.Parallel(); permanentAmongMany(t, d) })
 	t.Run("UnavailableThenRecovers", func(t *testing.T) { t.Parallel(); unavailableThenRecovers(t, d) })
+	t.Run("DroppedConnectionIsReplaced", func(t *testing.T) { t.Parallel(); droppedConnectionIsReplaced(t, d) })
 	t.Run("CloseIsIdempotent", func(t *testing.T) { t.Parallel(); closeIsIdempotent(t, d) })
 }
 
@@ -274,6 +289,111 @@ func permanentErrors(t *testing.T, d Driver) {
 				t.Fatalf("error %q does not mention %q", err, c.WantErr)
 			}
 		})
+	}
+}
+
+// permanentAmongMany sends every permanent case at once, spread through a
+// batch of many good events: each bad event fails permanently on its own,
+// every good one arrives exactly once, and the next batch goes through. A
+// driver that let a bad event reach the broker, and the broker close the
+// connection over it, fails here.
+func permanentAmongMany(t *testing.T, d Driver) {
+	if len(d.Permanent) == 0 {
+		t.Fatal("a driver must list its permanent failures")
+	}
+	b := d.NewBroker(t)
+	p := b.Open(t)
+	typ := b.Destination(t)
+	const goodCount = 150
+	batch := make([]outbox.Event, goodCount)
+	for n := range batch {
+		batch[n] = event(typ, fmt.Sprintf("key-%d", n%7), n)
+	}
+	bad := map[uuid.UUID]PermanentCase{}
+	for k, c := range d.Permanent {
+		e := c.Event
+		e.ID = uuid.Must(uuid.NewV7())
+		if !c.KeepType {
+			e.Type = typ
+		}
+		bad[e.ID] = c
+		// Spread evenly; k counts the bad events inserted before.
+		batch = slices.Insert(batch, (k+1)*goodCount/(len(d.Permanent)+1)+k, e)
+	}
+	errs := Publish(t, p, batch...)
+	for i, err := range errs {
+		c, isBad := bad[batch[i].ID]
+		switch {
+		case !isBad && err != nil:
+			t.Fatalf("good event %d failed next to the bad ones: %v", i, err)
+		case !isBad:
+		case err == nil:
+			t.Fatalf("bad event %q was accepted", c.Name)
+		case !publisher.IsPermanent(err) || publisher.IsUnavailable(err):
+			t.Fatalf("bad event %q: %q, want permanent only", c.Name, err)
+		case !strings.Contains(err.Error(), c.WantErr):
+			t.Fatalf("bad event %q: %q does not mention %q", c.Name, err, c.WantErr)
+		}
+	}
+	next := []outbox.Event{event(typ, "key-0", goodCount), event(typ, "key-1", goodCount+1)}
+	RequireDelivered(t, Publish(t, p, next...))
+
+	want := map[string]bool{}
+	for _, e := range append(batch, next...) {
+		if _, isBad := bad[e.ID]; !isBad {
+			want[e.ID.String()] = true
+		}
+	}
+	got := b.Received(t, typ, len(want))
+	seen := map[string]bool{}
+	for _, m := range got {
+		switch {
+		case !want[m.ID]:
+			t.Fatalf("message %q is none of the good events: a bad event arrived", m.ID)
+		case seen[m.ID]:
+			t.Fatalf("event %s arrived twice", m.ID)
+		}
+		seen[m.ID] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("%d good events arrived, want %d", len(seen), len(want))
+	}
+}
+
+// droppedConnectionIsReplaced has the broker close the driver's connections
+// while it stays up. Ping must report healthy within seconds, and only once
+// the driver can publish again: the relay reads "Ping healthy, publish
+// fails" as a batch that breaks the connection, and splits it to find the
+// culprit.
+func droppedConnectionIsReplaced(t *testing.T, d Driver) {
+	b := d.NewBroker(t)
+	dr, ok := b.(Dropper)
+	if !ok {
+		t.Skip("this broker cannot drop connections")
+	}
+	p := dr.Open(t)
+	typ := dr.Destination(t)
+	RequireDelivered(t, Publish(t, p, event(typ, "k", 0)))
+
+	for round := 1; round <= 2; round++ {
+		dr.Drop(t)
+		var last error
+		eventually.True(t, 15*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			last = p.Ping(ctx)
+			return last == nil
+		}, func() string {
+			return fmt.Sprintf("Ping to succeed after the broker dropped the connection, last error: %v", last)
+		})
+		for i, err := range Publish(t, p, event(typ, "k", 2*round), event(typ, "k", 2*round+1)) {
+			if err != nil {
+				t.Fatalf("round %d: Ping said healthy, yet event %d failed: %v", round, i, err)
+			}
+		}
+	}
+	if got := b.Received(t, typ, 5); len(got) != 5 {
+		t.Fatalf("received %d messages, want 5", len(got))
 	}
 }
 

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -289,48 +288,34 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (storage.Row, error) {
 	return row, nil
 }
 
-// EmitCountMax bounds one Emit: the events are one statement and one
-// transaction, and test traffic does not need more.
-const EmitCountMax = 100000
-
-// Emit inserts p.Count identical test events in one statement, so they
-// commit together and relays are notified once, and returns their ids (new
-// UUIDv7s) in insertion order.
+// Emit inserts p.Count identical test events through the producer's insert
+// (one statement, so they commit together and relays are notified once) and
+// returns their ids (new UUIDv7s) in insertion order.
 func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, error) {
 	switch {
 	case p.Type == "":
 		return nil, errors.New("emit: an event type is required")
-	case p.Count < 1 || p.Count > EmitCountMax:
-		return nil, fmt.Errorf("emit: count must be 1 to %d, got %d", EmitCountMax, p.Count)
+	case p.Count < 1 || p.Count > storage.EmitCountMax:
+		return nil, fmt.Errorf("emit: count must be 1 to %d, got %d", storage.EmitCountMax, p.Count)
 	case p.AvailableIn < 0:
 		return nil, fmt.Errorf("emit: AvailableIn must not be negative, got %s", p.AvailableIn)
 	}
-	headers := p.Headers
-	if len(headers) == 0 {
-		headers = json.RawMessage("{}")
+	m := outbox.Message{Type: p.Type, Key: p.PartitionKey, Payload: p.Payload, Headers: p.Headers}
+	if p.AvailableIn > 0 {
+		m.AvailableAt = time.Now().Add(p.AvailableIn)
 	}
-	payload := p.Payload
-	if payload == nil {
-		payload = []byte{} // payload is NOT NULL
+	msgs := make([]outbox.Message, p.Count)
+	for i := range msgs {
+		msgs[i] = m
 	}
-	var key any
-	if p.PartitionKey != "" {
-		key = p.PartitionKey
-	}
-	ids := make([]uuid.UUID, p.Count)
-	for i := range ids {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("emit: new event id: %w", err)
-		}
-		ids[i] = id
-	}
-	_, err := s.pool.Exec(ctx, s.queries["admin_emit"], ids, p.Type, key, payload, string(headers),
-		p.AvailableIn.Microseconds())
+	c, err := outbox.Prepare(ctx, msgs)
 	if err != nil {
+		return nil, fmt.Errorf("emit: %w", err)
+	}
+	if err := s.writer.WriteColumns(ctx, PgxTx(s.pool), c); err != nil {
 		return nil, s.adminError(ctx, "emit events", err)
 	}
-	return ids, nil
+	return c.IDs, nil
 }
 
 // adminError explains err like queryError, and also says what to do about

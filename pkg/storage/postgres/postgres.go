@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -28,8 +27,16 @@ import (
 )
 
 func init() {
-	storage.Register(func(ctx context.Context, u *url.URL) (storage.Store, error) {
-		return Open(ctx, u.String())
+	storage.Register(storage.Driver{
+		Name:         "PostgreSQL",
+		DefaultTable: schema.DefaultTable,
+		CheckTable: func(name string) error {
+			_, err := schema.ParseTable(name)
+			return err
+		},
+		Open: func(ctx context.Context, u *url.URL) (storage.Storage, error) {
+			return Open(ctx, u.String())
+		},
 	}, "postgres", "postgresql")
 }
 
@@ -41,9 +48,6 @@ const ConnectTimeoutDefault = 10 * time.Second
 // one claim, several settles in flight, the reaper and the stats reader.
 const DefaultPoolMaxConns = 10
 
-// maxErrorLen bounds a stored last_error; broker errors can be long.
-const maxErrorLen = 2000
-
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
@@ -52,10 +56,14 @@ type Store struct {
 	pool    *pgxpool.Pool
 	table   schema.Table
 	queries map[string]string
+	writer  *Writer
 	rawURL  string
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Storage  = (*Store)(nil)
+	_ storage.Notifier = (*Store)(nil)
+)
 
 // Open creates a connection pool for rawURL without connecting yet; call
 // Check to find out whether the database and table are usable. The table
@@ -102,7 +110,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, table: table, queries: queries, rawURL: rawURL}, nil
+	return &Store{pool: pool, table: table, queries: queries, writer: newWriter(table), rawURL: rawURL}, nil
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
@@ -112,11 +120,8 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	}
 	queries := make(map[string]string, len(entries))
 	for _, e := range entries {
-		text, err := sqlFiles.ReadFile("sql/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		queries[strings.TrimSuffix(e.Name(), ".sql")] = schema.Expand(string(text), table)
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		queries[name] = schema.Expand(mustReadSQL(name), table)
 	}
 	// Block mode stops a key at a DEAD event ahead of (or within) its run;
 	// the conditions are part of the text, not parameters, so each mode
@@ -134,6 +139,16 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	return queries, nil
 }
 
+// mustReadSQL returns the embedded sql/<name>.sql, unexpanded. The files
+// are part of the binary, so a missing one is a bug.
+func mustReadSQL(name string) string {
+	text, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(err)
+	}
+	return string(text)
+}
+
 // noDeadBefore is a condition, for block mode, that no DEAD event of key h.k
 // comes before the row alias names.
 func noDeadBefore(table schema.Table, alias string) string {
@@ -144,15 +159,41 @@ func noDeadBefore(table schema.Table, alias string) string {
 		table.Quoted(), alias)
 }
 
-// Table returns the validated table name.
-func (s *Store) Table() schema.Table { return s.table }
+// Table returns the table's name, as given (table or schema.table).
+func (s *Store) Table() string { return s.table.String() }
+
+// Describe says where the table is, without the password.
+func (s *Store) Describe() string {
+	cfg := s.pool.Config().ConnConfig
+	return fmt.Sprintf("PostgreSQL at %s:%d database %q as user %q, table %s",
+		cfg.Host, cfg.Port, cfg.Database, cfg.User, s.table)
+}
 
 // Pool exposes the connection pool, for tests and tools that need SQL the
 // Store does not offer.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close closes every connection.
-func (s *Store) Close() { s.pool.Close() }
+// closeWait bounds Close.
+const closeWait = 2 * time.Second
+
+// Close closes every connection. To a database that stopped answering,
+// pgx says goodbye on each connection for up to 15 s; Close waits closeWait
+// for that and then returns, leaving the rest to finish in the background:
+// the caller is on its way out, and the server drops the connections when
+// the process is gone.
+func (s *Store) Close() {
+	done := make(chan struct{})
+	go func() {
+		s.pool.Close()
+		close(done)
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // requiredColumns are the Open Outbox contract's columns.
 var requiredColumns = []string{
@@ -197,85 +238,119 @@ func (s *Store) queryError(what string, err error) error {
 	return fmt.Errorf("%s %s: %w", what, s.table, err)
 }
 
-// connError explains a failure to reach the database without the password.
+// connError explains a failure to reach the database or to log in, without
+// the password and without the table, which is not the problem.
 func (s *Store) connError(err error) error {
 	cfg := s.pool.Config().ConnConfig
-	return fmt.Errorf("cannot reach PostgreSQL at %s:%d as user %q (check STORAGE_URL and that the server is running): %s",
-		cfg.Host, cfg.Port, cfg.User, redact.Error(err, s.rawURL))
+	where := fmt.Sprintf("PostgreSQL at %s:%d", cfg.Host, cfg.Port)
+	var pgErr *pgconn.PgError
+	var msg string
+	switch {
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"): // invalid authorization
+		msg = fmt.Sprintf("%s refused the login of user %q (check the user and password in STORAGE_URL, and pg_hba.conf)",
+			where, cfg.User)
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000": // invalid_catalog_name
+		msg = fmt.Sprintf("%s has no database %q (check the database name in STORAGE_URL, or create it)",
+			where, cfg.Database)
+	default:
+		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)",
+			where, cfg.User)
+	}
+	return storage.Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, s.rawURL)))
 }
 
 // Claim moves up to p.Limit due rows to DELIVERING and returns them ordered
 // by created_at and insertion order, so that events sharing a partition key
 // are published in the order they were written.
+//
+// The claim goes out as one pipeline, which PostgreSQL runs as one implicit
+// transaction in one round trip: for ordered claims first a per-table
+// advisory lock, then the lease stamp (the transaction's now()), then the
+// claiming statement. Knowing the stamp before reading the rows lets a claim
+// whose rows cannot be read in full hand them back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
-	if p.Ordering == storage.OrderingPartition {
-		return s.claimOrdered(ctx, p)
-	}
-	rows, err := s.pool.Query(ctx, s.queries["claim"], p.RelayID, p.Limit)
-	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
-	}
-	return s.readBatch(rows, p)
-}
-
-// claimOrdered serialises ordered claims on a per-table advisory lock: the
-// claim statement's snapshot is taken after the lock is held, so it sees
-// every run another relay claimed and cannot take a later part of it. The
-// two statements go out as one pipeline, which PostgreSQL runs as one
-// implicit transaction (the lock is held until it ends) in one round trip.
-func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
-	query := s.queries["claim_ordered_skip"]
-	if p.OnDead == storage.DeadBlock {
-		query = s.queries["claim_ordered_block"]
-	}
 	b := &pgx.Batch{}
-	b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
-	b.Queue(query, p.RelayID, p.Limit, p.After)
+	claim := s.queries["claim"]
+	args := []any{p.RelayID, p.Limit, p.MaxBytes}
+	if p.Ordering == storage.OrderingPartition {
+		// Ordered claims take turns: the claim statement's snapshot is
+		// taken after the lock is held, so it sees every run another
+		// relay claimed and cannot take a later part of it.
+		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
+		claim = s.queries["claim_ordered_skip"]
+		if p.OnDead == storage.DeadBlock {
+			claim = s.queries["claim_ordered_block"]
+		}
+		args = []any{p.RelayID, p.Limit, p.After, p.MaxBytes}
+	}
+	b.Queue(s.queries["claim_stamp"])
+	b.Queue(claim, args...)
+
 	results := s.pool.SendBatch(ctx, b)
 	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
-	if _, err := results.Exec(); err != nil {
-		return storage.Batch{}, fmt.Errorf("claim ordered batch: lock: %w", err)
+	if p.Ordering == storage.OrderingPartition {
+		if _, err := results.Exec(); err != nil {
+			return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
+		}
 	}
-	rows, err := results.Query()
+	lease := storage.Lease{RelayID: p.RelayID}
+	if err := results.QueryRow().Scan(&lease.LockedAt); err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	events, err := readEvents(results, p.Limit)
+	if err == nil {
+		err = results.Close()
+	}
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim ordered batch: %w", err)
+		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: %w", err))
 	}
-	batch, err := s.readBatch(rows, p)
-	if err != nil {
-		return storage.Batch{}, err
-	}
-	if err := results.Close(); err != nil {
-		return storage.Batch{}, fmt.Errorf("claim ordered batch: %w", err)
-	}
-	return batch, nil
+	return storage.Batch{Lease: lease, Events: events}, nil
 }
+
+// handBack releases every row of a claim that failed after the claiming
+// statement may have committed, and returns the claim's error with what
+// became of them.
+func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, s.queries["release_lease"], lease.RelayID, lease.LockedAt)
+	if err != nil {
+		return fmt.Errorf("%w (handing its rows back failed too, the reaper will take them back: %v)", claimErr, err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		return fmt.Errorf("%w (its %d rows were handed back)", claimErr, n)
+	}
+	return claimErr
+}
+
+// handBackTimeout bounds handing back the rows of a failed claim.
+const handBackTimeout = 5 * time.Second
 
 // claimLockClass is the high half of the ordered-claim advisory lock key;
 // the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
 
-// readBatch reads the claimed rows, which the claim returns oldest first.
-func (s *Store) readBatch(rows pgx.Rows, p storage.ClaimParams) (storage.Batch, error) {
+// readEvents reads the claimed rows, which the claim returns oldest first.
+func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var (
-		events   = make([]outbox.Event, 0, p.Limit)
-		lockedAt time.Time
-	)
+	events := make([]outbox.Event, 0, limit)
 	for rows.Next() {
 		var e outbox.Event
+		var createdAt *time.Time
 		if err := rows.Scan(&e.ID, &e.Type, &e.PartitionKey, &e.Payload, &e.Headers,
-			&e.Attempts, &e.CreatedAt, &lockedAt); err != nil {
-			return storage.Batch{}, fmt.Errorf("claim batch: read row: %w", err)
+			&e.Attempts, &createdAt); err != nil {
+			return nil, fmt.Errorf("read row: %w", err)
+		}
+		if createdAt != nil {
+			e.CreatedAt = *createdAt
 		}
 		events = append(events, e)
 	}
-	if err := rows.Err(); err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
-	}
-	return storage.Batch{
-		Lease:  storage.Lease{RelayID: p.RelayID, LockedAt: lockedAt},
-		Events: events,
-	}, nil
+	return events, rows.Err()
 }
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
@@ -296,7 +371,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	dead := make([]bool, n)
 	delays := make([]int64, n)
 	for i, f := range p.Failures {
-		ids[i], msgs[i], dead[i], delays[i] = f.ID, truncate(storableText(f.Error), maxErrorLen), f.Dead, f.Delay.Microseconds()
+		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
 	}
 	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays)
 	if err != nil {
@@ -335,28 +410,19 @@ func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapRes
 }
 
 // isConnectionError reports whether err means the database could not be
-// reached, as opposed to a statement it rejected.
+// reached or refused the login, as opposed to a statement it rejected.
+// Login failures are server errors too, but they arrive wrapped in a
+// ConnectError.
 func isConnectionError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
 	var pgErr *pgconn.PgError
-	return err != nil && !errors.As(err, &pgErr)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// storableText makes s acceptable to a TEXT column. Broker errors can quote
-// binary data, and PostgreSQL rejects invalid UTF-8 and NUL bytes, which
-// would fail the settle of the whole batch.
-func storableText(s string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	return !errors.As(err, &pgErr)
 }
 
 // Listen waits on a connection of its own for notifications on the table's

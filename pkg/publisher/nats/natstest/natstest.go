@@ -89,6 +89,40 @@ func (s *Server) Restart() {
 	s.start()
 }
 
+// clients lists the open client connections named name.
+func (s *Server) clients(name string) []*server.ConnInfo {
+	s.t.Helper()
+	if s.srv == nil {
+		return nil
+	}
+	connz, err := s.srv.Connz(&server.ConnzOptions{Limit: 1 << 16})
+	if err != nil {
+		s.t.Fatalf("natstest: list connections: %v", err)
+	}
+	var out []*server.ConnInfo
+	for _, c := range connz.Conns {
+		if c.Name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Clients counts the open client connections named name: a driver that
+// reopens its connection must not leave the old one open.
+func (s *Server) Clients(name string) int { return len(s.clients(name)) }
+
+// Kick makes the running server close every client connection named name,
+// as a server does to a client it will not serve; the server stays up and
+// the clients may connect again.
+func (s *Server) Kick(name string) {
+	s.t.Helper()
+	for _, c := range s.clients(name) {
+		// A connection that closed meanwhile is already what Kick wants.
+		_ = s.srv.DisconnectClientByID(c.Cid)
+	}
+}
+
 // Connect opens a client connection closed at the end of the test.
 func (s *Server) Connect(t testing.TB) (*natsgo.Conn, jetstream.JetStream) {
 	t.Helper()

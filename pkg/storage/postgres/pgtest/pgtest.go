@@ -47,33 +47,13 @@ type Table struct {
 func New(t testing.TB) *Table {
 	t.Helper()
 	ctx := context.Background()
-	schemaName := "t_" + randomHex(6)
-	admin, err := pgx.Connect(ctx, URL())
-	if err != nil {
-		t.Fatalf("pgtest: connect to %s: %v (is PostgreSQL running? `make test` starts it)", URL(), err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schemaName); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
-	}
-	name := schemaName + ".openoutbox_events"
+	name := NewSchema(t) + ".openoutbox_events"
 	storeURL := storage.URLWithTable(URL(), name)
 	store, err := postgres.Open(ctx, storeURL)
 	if err != nil {
 		t.Fatalf("pgtest: open store: %v", err)
 	}
-	t.Cleanup(func() {
-		store.Close()
-		conn, err := pgx.Connect(context.Background(), URL())
-		if err != nil {
-			t.Errorf("pgtest: cleanup: %v", err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schemaName+" CASCADE"); err != nil {
-			t.Errorf("pgtest: drop schema %s: %v", schemaName, err)
-		}
-	})
+	t.Cleanup(store.Close)
 	if _, err := store.Migrate(ctx); err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}
@@ -98,40 +78,42 @@ type Event struct {
 	AvailableIn time.Duration
 }
 
-// Insert writes events with COPY, in one transaction, and returns their ids
-// in order.
+// Insert writes events through the producer's insert (postgres.Writer), in
+// one statement, and returns their ids in order. Headers are written as
+// given, so a test can store what no producer helper would.
 func (tb *Table) Insert(t testing.TB, events ...Event) []uuid.UUID {
 	t.Helper()
-	ids := make([]uuid.UUID, len(events))
-	rows := make([][]any, len(events))
+	msgs := make([]outbox.Message, len(events))
 	now := time.Now()
 	for i, e := range events {
-		if e.ID == uuid.Nil {
-			e.ID = uuid.Must(uuid.NewV7())
-		}
 		if e.Type == "" {
 			e.Type = "test.event"
 		}
 		if e.Payload == nil {
 			e.Payload = []byte(fmt.Sprintf(`{"n":%d}`, i))
 		}
-		if e.Headers == "" {
-			e.Headers = "{}"
+		msgs[i] = outbox.Message{ID: e.ID, Type: e.Type, Key: e.PartitionKey, Payload: e.Payload}
+		if e.AvailableIn != 0 {
+			msgs[i].AvailableAt = now.Add(e.AvailableIn)
 		}
-		var key any
-		if e.PartitionKey != "" {
-			key = e.PartitionKey
-		}
-		ids[i] = e.ID
-		rows[i] = []any{e.ID, e.Type, key, e.Payload, e.Headers, now.Add(e.AvailableIn)}
 	}
-	_, err := tb.Store.Pool().CopyFrom(context.Background(), identifier(tb.Name),
-		[]string{"event_id", "event_type", "partition_key", "payload", "headers", "available_at"},
-		pgx.CopyFromRows(rows))
+	c, err := outbox.Prepare(context.Background(), msgs)
 	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	for i, e := range events {
+		if e.Headers != "" {
+			c.Headers[i] = e.Headers
+		}
+	}
+	w, err := postgres.NewWriter(tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteColumns(context.Background(), postgres.PgxTx(tb.Store.Pool()), c); err != nil {
 		t.Fatalf("pgtest: insert %d events: %v", len(events), err)
 	}
-	return ids
+	return c.IDs
 }
 
 // InsertN writes n events of one type, each with a 200-byte payload.

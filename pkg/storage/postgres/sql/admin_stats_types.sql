@@ -1,7 +1,10 @@
 -- The event types with the most PENDING rows: which producer or consumer is
--- behind. $1 is how many to return.
+-- behind. $1 is how many to return. The count is every PENDING row; the age
+-- is that of the type's oldest due one (available_at has passed), as the
+-- backlog's oldest pending age, and 0 when none is due: an event scheduled
+-- for later is not late.
 SELECT event_type, count(*),
-       (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE available_at <= now())) * 1000000, 0)::bigint
 FROM {{table}}
 WHERE status = 'PENDING'
 GROUP BY event_type

@@ -16,7 +16,9 @@
 --
 -- $1 relay id, $2 batch size, $3 cursor: the last key the previous claim
 -- took ('' at first). The walk over keys starts after it and wraps around,
--- so every key gets its turn.
+-- so every key gets its turn. $4 most bytes (payload + headers; 0: no
+-- limit), cut as in the unordered claim: in pick order, which keeps each
+-- key's picks a prefix of its run.
 WITH RECURSIVE after_cursor AS (
     (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
      FROM {{table}}
@@ -105,26 +107,33 @@ WITH RECURSIVE after_cursor AS (
     ) u
 ), picked AS (
     -- Keyed and unkeyed events alternate, so neither crowds out the other.
-    SELECT event_id, k, pos
-    FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) c
-    ORDER BY rank
-    LIMIT $2
+    SELECT event_id, k, pos, row_number() OVER (ORDER BY rank) AS n
+    FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed ORDER BY rank LIMIT $2) c
 ), checked AS (
     -- The rule once more, in terms SQL guarantees whatever plan produced
     -- the picks: a key's picked events must be the first places of its run,
     -- 1, 2, … with no gap. A later place without the ones before it is not
     -- claimed.
-    SELECT event_id
-    FROM (SELECT event_id, k, pos, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
+    SELECT event_id, n
+    FROM (SELECT event_id, k, pos, n, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
     WHERE k IS NULL OR pos = nth
+), sized AS (
+    SELECT c.event_id,
+           sum(octet_length(t.payload) + pg_column_size(t.headers)) OVER (ORDER BY c.n ROWS UNBOUNDED PRECEDING) AS running,
+           row_number() OVER (ORDER BY c.n) AS m
+    FROM checked c JOIN {{table}} t ON t.event_id = c.event_id
 ), claimed AS (
     UPDATE {{table}} AS t
     SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
-    FROM checked
-    WHERE t.event_id = checked.event_id AND t.status = 'PENDING'
+    FROM sized
+    WHERE t.event_id = sized.event_id AND t.status = 'PENDING'
+      AND ($4::bigint <= 0 OR sized.running <= $4::bigint OR sized.m = 1)
     RETURNING t.*
 )
 -- Oldest first, as the unordered claim returns them.
-SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts, created_at, locked_at
+-- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
+-- row must not fail the claim of the whole batch after it committed.
+SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
+       CASE WHEN isfinite(created_at) THEN created_at END
 FROM claimed
 ORDER BY created_at, seq NULLS FIRST, event_id

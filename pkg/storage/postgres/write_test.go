@@ -1,4 +1,4 @@
-package outbox_test
+package postgres_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -51,9 +52,9 @@ func readRows(t *testing.T, tb *pgtest.Table) []row {
 	return out
 }
 
-func newWriter(t *testing.T, tb *pgtest.Table) *outbox.Writer {
+func newWriter(t *testing.T, tb *pgtest.Table) *postgres.Writer {
 	t.Helper()
-	w, err := outbox.NewWriter(tb.Name)
+	w, err := postgres.NewWriter(tb.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestWriteWithPgxInsertsEventsInTheCallersTransaction(t *testing.T) {
 	given := uuid.MustParse("0190b7a2-0000-7000-8000-000000000001")
 
 	err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
-		return w.Write(ctx, outbox.PgxTx(tx),
+		return w.Write(ctx, postgres.PgxTx(tx),
 			outbox.Message{Type: "orders.paid", Key: "order-1", Payload: []byte(`{"a":1}`), Headers: map[string]string{"tenant": "acme"}},
 			outbox.Message{ID: given, Type: "orders.shipped", AvailableAt: later},
 		)
@@ -129,7 +130,7 @@ func TestWriteWithDatabaseSQL(t *testing.T) {
 	if got := len(readRows(t, tb)); got != 500 {
 		t.Fatalf("%d rows, want 500", got)
 	}
-	var _ outbox.Tx = (*sql.Tx)(nil)
+	var _ postgres.Tx = (*sql.Tx)(nil)
 }
 
 func TestWriteRolledBackLeavesNoEvent(t *testing.T) {
@@ -141,7 +142,7 @@ func TestWriteRolledBackLeavesNoEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Write(ctx, outbox.PgxTx(tx), outbox.Message{Type: "orders.paid"}); err != nil {
+	if err := w.Write(ctx, postgres.PgxTx(tx), outbox.Message{Type: "orders.paid"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -164,7 +165,7 @@ func TestWriteCarriesTheTraceContext(t *testing.T) {
 	ctx := trace.ContextWithSpanContext(context.Background(), sc)
 	own := "00-11111111111111111111111111111111-2222222222222222-01"
 	err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
-		return w.Write(ctx, outbox.PgxTx(tx),
+		return w.Write(ctx, postgres.PgxTx(tx),
 			outbox.Message{Type: "traced"},
 			outbox.Message{Type: "traced", Headers: map[string]string{"traceparent": own}},
 		)
@@ -183,14 +184,14 @@ func TestWriteCarriesTheTraceContext(t *testing.T) {
 
 func TestWriteRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	if _, err := outbox.NewWriter("events; drop table x"); err == nil {
+	if _, err := postgres.NewWriter("events; drop table x"); err == nil {
 		t.Error("NewWriter accepted an injection attempt")
 	}
 	tb := pgtest.New(t)
 	w := newWriter(t, tb)
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
-		return w.Write(ctx, outbox.PgxTx(tx), outbox.Message{Type: "ok"}, outbox.Message{})
+		return w.Write(ctx, postgres.PgxTx(tx), outbox.Message{Type: "ok"}, outbox.Message{})
 	})
 	if err == nil || !strings.Contains(err.Error(), "event 1 has no Type") {
 		t.Fatalf("Write of an event without a type: %v", err)

@@ -1,0 +1,148 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// outcome is what happens to each event of a batch after its publish.
+type outcome struct {
+	delivered []uuid.UUID
+	failed    []storage.Failure
+	released  []uuid.UUID
+	dead      int
+	firstErr  error // first retryable or permanent error, for the log
+	// brokerErr is set when the broker, not the events, failed.
+	brokerErr error
+}
+
+// summary is what the Observer is told of the outcome.
+func (o outcome) summary() Outcome {
+	return Outcome{
+		Delivered: len(o.delivered),
+		Failed:    len(o.failed) - o.dead,
+		Dead:      o.dead,
+		Released:  len(o.released),
+	}
+}
+
+// classify decides each event's fate from its publish result: delivered,
+// released untouched (the broker was unavailable, the relay is shutting
+// down, or an earlier event of its key did not go), retried after a backoff,
+// or DEAD (a permanent error, or the attempt limit reached).
+func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []error) outcome {
+	o := outcome{delivered: make([]uuid.UUID, 0, len(events))}
+	for i, err := range results {
+		ev := &events[i]
+		switch {
+		case err == nil:
+			o.delivered = append(o.delivered, ev.ID)
+		case errors.Is(err, errHeldBack):
+			o.released = append(o.released, ev.ID)
+		case publisher.IsUnavailable(err) || ctx.Err() != nil:
+			// The broker could not take it, or shutdown cut it off: the
+			// event did nothing wrong and keeps its attempts.
+			o.released = append(o.released, ev.ID)
+			if o.brokerErr == nil {
+				o.brokerErr = err
+			}
+		default:
+			attempts := ev.Attempts + 1
+			f := storage.Failure{ID: ev.ID, Error: err.Error()}
+			if publisher.IsPermanent(err) || attempts >= e.cfg.Retry.MaxAttempts {
+				f.Dead = true
+				o.dead++
+				e.log.Warn("event is DEAD", "event_id", ev.ID, "event_type", publisher.Clip(ev.Type),
+					"attempts", attempts, "permanent", publisher.IsPermanent(err), "error", err)
+			} else {
+				f.Delay = e.cfg.Retry.Delay(attempts, rand.Float64())
+				// The broker's Retry-After may lengthen the wait, never
+				// past RETRY_MAX_DELAY.
+				if d, ok := publisher.RetryDelay(err); ok {
+					f.Delay = max(f.Delay, min(d, e.cfg.Retry.MaxDelay))
+				}
+			}
+			o.failed = append(o.failed, f)
+			if o.firstErr == nil {
+				o.firstErr = err
+			}
+		}
+	}
+	return o
+}
+
+// settle records a batch's outcome, one statement per kind, each retried
+// until it lands (settleUntil): the engine knows the outcome, so it must not
+// leave rows DELIVERING for the reaper to find minutes later.
+func (e *Engine) settle(c claimed, o outcome) {
+	lease := c.batch.Lease
+	if len(o.delivered) > 0 {
+		e.settleUntil(c, OpMarkDelivered, len(o.delivered), func(ctx context.Context) (int, error) {
+			return e.store.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
+		})
+	}
+	if len(o.failed) > 0 {
+		e.settleUntil(c, OpMarkFailed, len(o.failed), func(ctx context.Context) (int, error) {
+			return e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
+		})
+	}
+	if len(o.released) > 0 {
+		e.settleUntil(c, OpRelease, len(o.released), func(ctx context.Context) (int, error) {
+			return e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
+		})
+	}
+}
+
+// settleGrace is the least time a settle gets, even when the lease has run
+// out: the reaper may not have taken the rows back yet, and the lease guard
+// makes a late settle safe.
+const settleGrace = 5 * time.Second
+
+// settleUntil runs one settle statement until it succeeds, the lease runs
+// out (the reaper then takes the rows back) or the shutdown budget is spent.
+// Its context is not the batch's: a shutdown must not stop a settle that
+// can still land in time.
+func (e *Engine) settleUntil(c claimed, op string, n int, fn func(context.Context) (int, error)) {
+	ctx, cancel := detach(c.ctx, c.settleBy)
+	defer cancel()
+	deadline := later(c.at.Add(e.cfg.LeaseTimeout), time.Now().Add(settleGrace))
+	ctx, cancelDeadline := context.WithDeadline(ctx, deadline)
+	defer cancelDeadline()
+	ctx, end := e.obs.StartSettle(ctx, op, n)
+	wait := storageBackoffMin
+	for {
+		settled, err := fn(ctx)
+		if err == nil {
+			end(nil)
+			if settled < n {
+				e.log.Warn("some rows had changed hands before they were settled; their lease expired and another claim owns them",
+					"op", op, "events", n, "settled", settled)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			e.log.Error("giving up settling; the reaper will take the rows back when their lease expires",
+				"op", op, "error", err)
+			end(err)
+			return
+		}
+		e.log.Warn("settle failed; retrying", "op", op, "error", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(wait*2, storageBackoffMax)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,163 @@
+package storage
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+)
+
+// The params and results of the Queue, Reaper and Schema methods.
+
+// Lease identifies one claim: the relay that made it and the instant it did.
+// Every transition out of DELIVERING names the lease it settles, so a relay
+// whose lease was reaped and claimed again changes nothing.
+type Lease struct {
+	RelayID  string
+	LockedAt time.Time
+	// Unconfirmed are stamps of renewals whose answer was lost: any may
+	// have landed, so the rows hold LockedAt or one of these.
+	Unconfirmed []time.Time
+}
+
+// Stamps are the locked_at values the lease's rows may hold.
+func (l Lease) Stamps() []time.Time {
+	return append([]time.Time{l.LockedAt}, l.Unconfirmed...)
+}
+
+// RenewParams moves leased rows to a new stamp.
+type RenewParams struct {
+	Lease Lease
+	IDs   []uuid.UUID
+	// To is the new locked_at: the relay picks it, so that it knows the
+	// new lease even when the answer does not arrive.
+	To time.Time
+}
+
+// ClaimParams selects a batch to claim.
+type ClaimParams struct {
+	RelayID string
+	Limit   int
+	// MaxBytes bounds the batch's payload and header bytes (headers as the
+	// database stores them): the claim stops before the event that would
+	// pass it, but always takes the first, however large, so that no event
+	// is stuck. 0 means no limit.
+	MaxBytes int64
+	// Ordering partition claims an event only when every earlier event with
+	// its key is finished, and a key's events as a run in order.
+	Ordering Ordering
+	// OnDead says whether a DEAD event holds its key back (partition only).
+	OnDead DeadPolicy
+	// After is the last key the previous ordered claim took; the next one
+	// starts after it so that every key gets its turn.
+	After string
+}
+
+// Ordering is the ORDERING setting.
+type Ordering string
+
+// Orderings.
+const (
+	// OrderingNone claims the oldest due events, whatever their keys.
+	OrderingNone Ordering = "none"
+	// OrderingPartition keeps every partition key's events in order at the
+	// broker, across relays, retries and crashes.
+	OrderingPartition Ordering = "partition"
+)
+
+// DeadPolicy is the ORDERING_ON_DEAD setting.
+type DeadPolicy string
+
+// Dead policies.
+const (
+	// DeadSkip lets the events after a DEAD one go on.
+	DeadSkip DeadPolicy = "skip"
+	// DeadBlock holds the key until an operator retries or removes the DEAD
+	// event.
+	DeadBlock DeadPolicy = "block"
+)
+
+// Batch is the result of one claim.
+type Batch struct {
+	Lease  Lease
+	Events []outbox.Event
+}
+
+// Bytes is the batch's payload and header bytes, as its events carry them
+// (the measure ClaimParams.MaxBytes bounds, up to how the database stores
+// headers).
+func (b Batch) Bytes() int64 {
+	var n int64
+	for i := range b.Events {
+		n += int64(len(b.Events[i].Payload) + len(b.Events[i].Headers))
+	}
+	return n
+}
+
+// SettleParams names leased rows whose outcome needs no detail.
+type SettleParams struct {
+	Lease Lease
+	IDs   []uuid.UUID
+}
+
+// Failure is the outcome of one failed publish.
+type Failure struct {
+	ID    uuid.UUID
+	Error string
+	// Dead sends the row to DEAD; otherwise it is PENDING again after Delay.
+	Dead  bool
+	Delay time.Duration
+}
+
+// LastErrorMax bounds a stored last_error, in bytes: broker errors can be
+// long.
+const LastErrorMax = 2000
+
+// StorableError is what a driver stores as last_error for msg: valid UTF-8
+// without NUL bytes, which text columns reject (failing the settle of the
+// whole batch), each replaced by U+FFFD; and at most LastErrorMax bytes, cut
+// at a rune boundary and marked with "…" when longer.
+func StorableError(msg string) string {
+	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", "\uFFFD"), "\uFFFD")
+	if len(msg) <= LastErrorMax {
+		return msg
+	}
+	cut := LastErrorMax
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
+
+// FailParams records failed publishes of leased rows.
+type FailParams struct {
+	Lease    Lease
+	Failures []Failure
+}
+
+// ReapParams selects expired leases to take back.
+type ReapParams struct {
+	// LeaseTimeout is how long a lease may be held before it is taken back.
+	LeaseTimeout time.Duration
+	// Limit bounds the rows changed by one statement.
+	Limit int
+	// MaxAttempts sends a row DEAD when its attempts, counting the expired
+	// lease, reach this number.
+	MaxAttempts int
+}
+
+// ReapResult counts what one Reap call changed.
+type ReapResult struct {
+	Requeued int
+	Dead     int
+}
+
+// MigrateResult lists the schema objects a migration created and the ones
+// that were already there.
+type MigrateResult struct {
+	Created []string
+	Existed []string
+}
