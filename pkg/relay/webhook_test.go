@@ -196,3 +196,56 @@ func TestWebhookOutageSendsNothingDead(t *testing.T) {
 		}
 	}
 }
+
+func TestWebhookHostileRowsDoNotStallTheRest(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	rcv := webhooktest.Start(t)
+	drainAmongHostileRows(t, tb, openWebhook(t, rcv, "/hooks/{event_type}", ""), "good", []hostileRow{
+		{name: "header name that is no token", event: pgtest.Event{Headers: `{"bad name":"v"}`},
+			want: outbox.StatusDead, wantErr: `header "bad name": name is not an HTTP token`},
+		{name: "header value with a line break", event: pgtest.Event{Headers: `{"note":"a\r\nX-Injected: 1"}`},
+			want: outbox.StatusDead, wantErr: "line break"},
+		{name: "Host header", event: pgtest.Event{Headers: `{"Host":"evil.example"}`},
+			want: outbox.StatusDead, wantErr: `header "Host"`},
+		{name: "partition key with a line break", event: pgtest.Event{PartitionKey: "a\nb"},
+			want: outbox.StatusDead, wantErr: "partition_key cannot travel"},
+		{name: "headers not an object", event: pgtest.Event{Headers: `["a"]`},
+			want: outbox.StatusDead, wantErr: "must be a JSON object"},
+		{name: "event_type that walks up the path", event: pgtest.Event{Type: "../../admin x"},
+			want: outbox.StatusDelivered},
+		infiniteCreatedAt,
+	})
+	for _, r := range rcv.Requests() {
+		if r.Header.Get("X-Injected") != "" || strings.Contains(r.Path, "/admin") {
+			t.Errorf("a hostile row reached the endpoint as %s with headers %v", r.Path, r.Header)
+		}
+	}
+	if got := rcv.Delivered(t, 1, func(r *webhooktest.Request) bool { return r.Path == "/hooks/..%2F..%2Fadmin%20x" }); len(got) != 1 {
+		t.Errorf("the event_type with slashes arrived %d times at its escaped path", len(got))
+	}
+}
+
+// TestAnEndpointThatDropsTheConnectionOverOneEventStandsAlone: the
+// endpoint closes the connection, without an answer, whenever one event
+// is posted, and answers everything else. The engine sends the batch again
+// in halves until that event stands alone; it is charged an attempt,
+// everything else is delivered, and the relay does not pause.
+func TestAnEndpointThatDropsTheConnectionOverOneEventStandsAlone(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	rcv := webhooktest.Start(t, webhooktest.Respond(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hooks/crash" {
+			webhooktest.CloseConnection(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	drainAmongHostileRows(t, tb, openWebhook(t, rcv, "/hooks/{event_type}", ""), "good", []hostileRow{
+		{name: "event the endpoint drops the connection over", event: pgtest.Event{Type: "crash"},
+			want: outbox.StatusPending, wantErr: "closed the connection each time this event was sent"},
+	})
+	if n := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0"); n != 1 {
+		t.Errorf("%d rows were charged attempts, want only the culprit", n)
+	}
+}

@@ -19,7 +19,8 @@ import (
 // receiverBroker is a receiver of the test's own, routing by the event
 // type in the path. Event types starting "refused." are answered 400 and
 // "moved." 301; every other request is accepted. Stop closes the listener
-// and cuts every connection; Start listens again on the same address.
+// and cuts every connection; Start listens again on the same address; Drop
+// cuts the connections and keeps listening.
 type receiverBroker struct {
 	rcv   *webhooktest.Receiver
 	proto string // what every request must arrive over
@@ -97,6 +98,7 @@ func (b *receiverBroker) Received(t *testing.T, eventType string, want int) []pu
 
 func (b *receiverBroker) Stop(*testing.T)    { b.rcv.Stop() }
 func (b *receiverBroker) Start(t *testing.T) { b.rcv.Restart(t) }
+func (b *receiverBroker) Drop(*testing.T)    { b.rcv.Drop() }
 
 // permanentCases are the events no endpoint answer or HTTP request can
 // carry through.

@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -735,10 +736,29 @@ func (p *Publisher) noAnswer(ctx context.Context, err error) error {
 	if errors.As(err, &ue) {
 		err = ue.Err // its text repeats the URL, whose path may hold a token
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		return publisher.Unavailable(fmt.Errorf("webhook: POST to %s: no answer within %s (timeout): %w", p.origin, p.cfg.Timeout, err))
+	case connectionDropped(err):
+		// The endpoint took the connection and closed it under the
+		// request: it may be this event that makes it fall over, which the
+		// engine finds out by sending it alone.
+		return publisher.Dropped(fmt.Errorf("webhook: POST to %s: the connection closed before an answer: %w", p.origin, err))
 	}
 	return publisher.Unavailable(fmt.Errorf("webhook: POST to %s: %w", p.origin, err))
+}
+
+// connectionDropped reports whether err is a connection closed under a
+// request, as opposed to one that could not be made (refused, DNS, TLS) or
+// an answer that did not come in time.
+func connectionDropped(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // Response bodies: the start of an error's body goes into the event's

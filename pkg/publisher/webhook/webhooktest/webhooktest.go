@@ -6,6 +6,7 @@
 package webhooktest
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -64,7 +65,8 @@ type Request struct {
 	Proto  string
 	Header http.Header
 	Body   []byte
-	// Status is what the receiver answered; 0 while it has not.
+	// Status is what the receiver answered; 0 while it has not, or when
+	// the responder took the connection over.
 	Status int
 }
 
@@ -116,6 +118,7 @@ type Receiver struct {
 
 	mu       sync.Mutex
 	srv      *http.Server // nil while stopped
+	open     map[net.Conn]struct{}
 	requests []*Request
 	answered atomic.Int64 // 2xx answers
 	conns    atomic.Int64 // connections accepted
@@ -127,7 +130,7 @@ type Receiver struct {
 // Start runs a receiver until the test ends.
 func Start(t testing.TB, opts ...Option) *Receiver {
 	t.Helper()
-	r := &Receiver{}
+	r := &Receiver{open: map[net.Conn]struct{}{}}
 	accept := Responder(Accept)
 	r.respond.Store(&accept)
 	for _, o := range opts {
@@ -178,6 +181,17 @@ func (r *Receiver) Stop() {
 	}
 }
 
+// Drop closes every open connection while the receiver keeps listening, as
+// an endpoint behind a restarting proxy does; new connections are accepted
+// at once.
+func (r *Receiver) Drop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.open {
+		_ = c.Close()
+	}
+}
+
 // Restart listens again on the same address.
 func (r *Receiver) Restart(t testing.TB) {
 	t.Helper()
@@ -196,9 +210,15 @@ func (r *Receiver) serve(ln net.Listener) {
 		ReadHeaderTimeout: 10 * time.Second,
 		// Failed handshakes are what some tests are about.
 		ErrorLog: log.New(io.Discard, "", 0),
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
+		ConnState: func(c net.Conn, s http.ConnState) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			switch s {
+			case http.StateNew:
 				r.conns.Add(1)
+				r.open[c] = struct{}{}
+			case http.StateClosed, http.StateHijacked:
+				delete(r.open, c)
 			}
 		},
 		Protocols: new(http.Protocols),
@@ -252,7 +272,7 @@ func (r *Receiver) handle(w http.ResponseWriter, hr *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	(*r.respond.Load())(sw, hr)
 	status := sw.status
-	if status == 0 {
+	if status == 0 && !sw.hijacked {
 		status = http.StatusOK
 	}
 	if status >= 200 && status < 300 {
@@ -267,7 +287,20 @@ func (r *Receiver) handle(w http.ResponseWriter, hr *http.Request) {
 
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status   int
+	hijacked bool
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack takes the connection over; the request then has no answer.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return c, rw, err
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -391,6 +424,14 @@ func writePEM(t testing.TB, dir, name, kind string, der []byte) string {
 		t.Fatalf("webhooktest: write %s: %v", name, err)
 	}
 	return path
+}
+
+// CloseConnection is a Responder that closes the connection without an
+// answer, as an endpoint that crashes on a request does (HTTP/1.1 only).
+func CloseConnection(w http.ResponseWriter, _ *http.Request) {
+	if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = c.Close()
+	}
 }
 
 // Hang is a Responder that never answers: it returns only when the client
