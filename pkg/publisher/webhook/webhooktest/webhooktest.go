@@ -337,15 +337,16 @@ func (r *Receiver) Connections() int { return int(r.conns.Load()) }
 // MaxInFlight is the most requests the receiver handled at once.
 func (r *Receiver) MaxInFlight() int { return int(r.maxInFlight.Load()) }
 
-// Delivered waits up to 30 seconds until want requests that match (nil:
-// all) were answered with a 2xx, and returns those, in arrival order.
+// Delivered waits up to 30 seconds until want POST requests (events, not
+// health checks) that match (nil: all) were answered with a 2xx, and
+// returns those, in arrival order.
 func (r *Receiver) Delivered(t testing.TB, want int, match func(*Request) bool) []Request {
 	t.Helper()
 	var got []Request
 	eventually.True(t, 30*time.Second, func() bool {
 		got = got[:0]
 		for _, req := range r.Requests() {
-			if req.Status >= 200 && req.Status < 300 && (match == nil || match(&req)) {
+			if req.Method == http.MethodPost && req.Status >= 200 && req.Status < 300 && (match == nil || match(&req)) {
 				got = append(got, req)
 			}
 		}
