@@ -27,15 +27,15 @@ KEEP ?=
 demo: build
 	scripts/demo.sh $(if $(KEEP),-keep)
 
-# Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
-# and Kafka run inside the tests), installing what is missing from Debian
-# packages (root or sudo), checks docker-compose.yml, then runs every test
-# with the race detector, the chaos suite included.
+# Starts PostgreSQL, RabbitMQ and Redis when nothing answers on their ports
+# (NATS and Kafka run inside the tests), installing what is missing from
+# Debian packages (root or sudo), checks docker-compose.yml, then runs every
+# test with the race detector, the chaos suite included.
 test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
-	scripts/services.sh postgres rabbitmq
+	scripts/services.sh postgres rabbitmq redis
 
 # Compose v2 (`docker compose`) when it is installed, else the standalone
 # docker-compose (v1, the Debian package scripts/services.sh installs when
@@ -47,17 +47,17 @@ COMPOSE_BIN = $(shell docker compose version >/dev/null 2>&1 && echo 'docker com
 # engine is needed for that.
 compose-check:
 	@scripts/services.sh docker-compose
-	@set -e; for k in '' '--profile kafka'; do for a in '' '--profile amqp'; do for t in '' '--profile tools'; do \
-		echo "$(COMPOSE_BIN) $$k $$a $$t config -q" | tr -s ' '; \
-		$(COMPOSE_BIN) $$k $$a $$t config -q; \
-	done; done; done
+	@set -e; for k in '' '--profile kafka'; do for a in '' '--profile amqp'; do for r in '' '--profile redis'; do for t in '' '--profile tools'; do \
+		echo "$(COMPOSE_BIN) $$k $$a $$r $$t config -q" | tr -s ' '; \
+		$(COMPOSE_BIN) $$k $$a $$r $$t config -q; \
+	done; done; done; done
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services
 	$(GO) test -race -count=1 -v ./internal/chaos/
 
 # The docker-compose stack (needs a Docker engine): postgres, nats, relay,
-# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers. Host
+# prometheus, grafana; PROFILES="kafka amqp redis" adds the other brokers. Host
 # ports come from OUTBOX_*_PORT variables (see docker-compose.yml); their
 # defaults keep clear of the local services `make test` starts.
 PROFILES ?=
@@ -65,7 +65,7 @@ COMPOSE = $(COMPOSE_BIN) $(foreach p,$(PROFILES),--profile $(p))
 up:
 	$(COMPOSE) up -d --build
 down:
-	$(COMPOSE) --profile kafka --profile amqp --profile tools down -v
+	$(COMPOSE) --profile kafka --profile amqp --profile redis --profile tools down -v
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(shell $(GO) env GOPATH)/bin/golangci-lint
@@ -80,9 +80,9 @@ lint:
 	else echo "golangci-lint did not install; skipped"; fi
 
 # Throughput (default): drains EVENTS pending 200-byte events into BROKER
-# (nats, kafka, amqp or webhook; in-process NATS and Kafka, the local RabbitMQ,
-# an in-process HTTP endpoint answering in 5 ms) and
-# into null:// (the storage side alone), printing events/s.
+# (nats, kafka, amqp, redis or webhook; in-process NATS and Kafka, the local
+# RabbitMQ and Redis, an in-process HTTP endpoint answering in 5 ms) and into
+# null:// (the storage side alone), printing events/s.
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
@@ -90,7 +90,7 @@ lint:
 # MAX_BATCH_BYTES must keep under 300 MB.
 BROKER ?= nats
 MODE ?= throughput
-BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter webhook,$(BROKER)),Webhook,NATS)))
+BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
 ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay

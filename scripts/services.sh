@@ -2,7 +2,7 @@
 # Makes sure the services that `make test` and `make demo` talk to answer on
 # 127.0.0.1, installing them from Debian packages and starting them when they
 # do not, and that the tools they use are installed.
-# Usage: scripts/services.sh postgres [nats] [rabbitmq] [docker-compose]
+# Usage: scripts/services.sh postgres [nats] [rabbitmq] [redis] [docker-compose]
 #
 # The services are for `go test -race`, which needs cgo and so a C compiler:
 # asking for any of them also installs gcc when it is missing.
@@ -99,6 +99,23 @@ rabbitmq() {
 	echo "started rabbitmq rabbitmqctl-stop"
 }
 
+# Redis for the tests: no snapshots, no append-only file. Tests that stop
+# a server run redis-server processes of their own, from the same package.
+redis() {
+	answers 6379 && return 0
+	if ! command -v redis-server >/dev/null && [ ! -x /usr/bin/redis-server ]; then
+		echo "services.sh: installing redis-server from Debian packages" >&2
+		apt_install redis-server
+	fi
+	local bin dir
+	bin=$(command -v redis-server || echo /usr/bin/redis-server)
+	dir=$(mktemp -d)
+	"$bin" --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+		--dir "$dir" --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
+	wait_for 6379 Redis
+	echo "started redis $(cat "$dir/redis.pid")"
+}
+
 # docker-compose (the Debian package) checks docker-compose.yml's syntax; no
 # Docker engine is needed for that. Compose v2 (`docker compose`) does too.
 docker_compose() {
@@ -117,13 +134,13 @@ c_compiler() {
 
 for svc in "$@"; do
 	case "$svc" in
-	postgres | nats | rabbitmq)
+	postgres | nats | rabbitmq | redis)
 		c_compiler
 		"$svc"
 		;;
 	docker-compose) docker_compose ;;
 	*)
-		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq, docker-compose)" >&2
+		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq, redis, docker-compose)" >&2
 		exit 2
 		;;
 	esac

@@ -25,6 +25,8 @@ type openOutboxConfig struct {
 	KafkaBatchBytes    string `env:"KAFKA_BATCH_BYTES"`
 	KafkaWriteTimeout  string `env:"KAFKA_WRITE_TIMEOUT"`
 	KafkaAsync         string `env:"KAFKA_ASYNC"`
+	RedisConnTimeout   string `env:"REDIS_CONNECTION_TIMEOUT"`
+	RedisWriteTimeout  string `env:"REDIS_WRITE_TIMEOUT"`
 }
 
 // ignoredOpenOutboxSettings have no meaning here; each is logged with why.
@@ -39,6 +41,7 @@ var ignoredOpenOutboxSettings = []struct{ name, why string }{
 // publisherSchemes maps PUBLISHER_TYPE values to URL schemes.
 var publisherSchemes = map[string]string{
 	"nats": "nats", "kafka": "kafka", "stdout": "stdout", "null": "null", "amqp": "amqp", "rabbitmq": "amqp",
+	"redis": "redis",
 }
 
 // applyOpenOutbox translates Open Outbox settings into cfg and returns what
@@ -76,23 +79,31 @@ func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, er
 
 	// Each driver option applies to its own driver only; set for another,
 	// it is reported as ignored rather than dropped without a word.
-	nats := []urlOption{{"NATS_PUBLISH_TIMEOUT", oo.NATSPublishTimeout, "timeout", checkDuration}}
+	nats := []urlOption{{"NATS_PUBLISH_TIMEOUT", oo.NATSPublishTimeout, []string{"timeout"}, checkDuration}}
 	kafka := []urlOption{
-		{"KAFKA_REQUIRED_ACKS", strings.ToLower(oo.KafkaRequiredAcks), "acks", checkOneOf("all", "one", "none")},
-		{"KAFKA_COMPRESSION", strings.ToLower(oo.KafkaCompression), "compression", checkOneOf("none", "gzip", "snappy", "lz4", "zstd")},
-		{"KAFKA_BATCH_BYTES", oo.KafkaBatchBytes, "batch_bytes", checkPositiveInt},
-		{"KAFKA_WRITE_TIMEOUT", oo.KafkaWriteTimeout, "timeout", checkDuration},
+		{"KAFKA_REQUIRED_ACKS", strings.ToLower(oo.KafkaRequiredAcks), []string{"acks"}, checkOneOf("all", "one", "none")},
+		{"KAFKA_COMPRESSION", strings.ToLower(oo.KafkaCompression), []string{"compression"}, checkOneOf("none", "gzip", "snappy", "lz4", "zstd")},
+		{"KAFKA_BATCH_BYTES", oo.KafkaBatchBytes, []string{"batch_bytes"}, checkPositiveInt},
+		{"KAFKA_WRITE_TIMEOUT", oo.KafkaWriteTimeout, []string{"timeout"}, checkDuration},
+	}
+	// Open Outbox bounds both the write of an XADD and the wait for its
+	// reply with REDIS_WRITE_TIMEOUT.
+	redis := []urlOption{
+		{"REDIS_CONNECTION_TIMEOUT", oo.RedisConnTimeout, []string{"dial_timeout"}, checkDuration},
+		{"REDIS_WRITE_TIMEOUT", oo.RedisWriteTimeout, []string{"write_timeout", "read_timeout"}, checkDuration},
 	}
 	scheme := schemeOf(cfg.PublisherURL)
 	var apply, ignore []urlOption
 	var driver string
 	switch scheme {
 	case "nats", "tls":
-		apply, ignore, driver = nats, kafka, "NATS"
+		apply, ignore, driver = nats, slices.Concat(kafka, redis), "NATS"
 	case "kafka":
-		apply, ignore, driver = kafka, nats, "Kafka"
+		apply, ignore, driver = kafka, slices.Concat(nats, redis), "Kafka"
+	case "redis", "rediss":
+		apply, ignore, driver = redis, slices.Concat(nats, kafka), "Redis"
 	default:
-		ignore = append(slices.Clone(nats), kafka...)
+		ignore = slices.Concat(nats, kafka, redis)
 	}
 	for _, o := range apply {
 		note, err := o.apply(cfg)
@@ -144,7 +155,7 @@ func schemeName(scheme string) string {
 func applyPublisherType(cfg *config, environ map[string]string, typ string) (note string, err error) {
 	scheme, ok := publisherSchemes[typ]
 	if !ok {
-		return "", fmt.Errorf("PUBLISHER_TYPE=%q is not supported here (nats, kafka, amqp, stdout, null)", typ)
+		return "", fmt.Errorf("PUBLISHER_TYPE=%q is not supported here (nats, kafka, amqp, redis, stdout, null)", typ)
 	}
 	raw, set := environ["PUBLISHER_URL"]
 	switch {
@@ -165,9 +176,9 @@ func applyPublisherType(cfg *config, environ map[string]string, typ string) (not
 }
 
 // sameDriver reports whether two schemes select the same driver: tls:// is
-// NATS with TLS, amqps:// RabbitMQ with TLS.
+// NATS with TLS, amqps:// RabbitMQ with TLS, rediss:// Redis with TLS.
 func sameDriver(a, b string) bool {
-	secure := map[string]string{"tls": "nats", "amqps": "amqp"}
+	secure := map[string]string{"tls": "nats", "amqps": "amqp", "rediss": "redis"}
 	if s, ok := secure[b]; ok {
 		b = s
 	}
@@ -184,8 +195,10 @@ func schemeOf(raw string) string {
 
 // urlOption carries one Open Outbox variable into a PUBLISHER_URL option.
 type urlOption struct {
-	variable, value, option string
-	check                   func(string) error
+	variable, value string
+	// options are the driver's URL options the variable sets.
+	options []string
+	check   func(string) error
 }
 
 func (o urlOption) apply(cfg *config) (note string, err error) {
@@ -200,13 +213,25 @@ func (o urlOption) apply(cfg *config) (note string, err error) {
 		return "", nil // PUBLISHER_URL's own check reports it
 	}
 	q := u.Query()
-	if q.Has(o.option) {
-		return o.variable + " ignored: PUBLISHER_URL sets " + o.option, nil
+	var used, kept []string
+	for _, opt := range o.options {
+		if q.Has(opt) {
+			kept = append(kept, opt)
+			continue
+		}
+		q.Set(opt, o.value)
+		used = append(used, opt+"="+o.value)
 	}
-	q.Set(o.option, o.value)
 	u.RawQuery = q.Encode()
 	cfg.PublisherURL = u.String()
-	return o.variable + " used as PUBLISHER_URL option " + o.option + "=" + o.value, nil
+	switch {
+	case len(used) == 0:
+		return o.variable + " ignored: PUBLISHER_URL sets " + strings.Join(kept, " and "), nil
+	case len(kept) == 0:
+		return o.variable + " used as PUBLISHER_URL option " + strings.Join(used, " and "), nil
+	}
+	return o.variable + " used as PUBLISHER_URL option " + strings.Join(used, " and ") +
+		"; PUBLISHER_URL sets " + strings.Join(kept, " and ") + " itself", nil
 }
 
 func checkDuration(s string) error {

@@ -46,6 +46,15 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 		{"ignored settings", map[string]string{"ENVIRONMENT": "development", "PUBLISHER_URL": "stdout://"}, "stdout://", ":8080", "ENVIRONMENT ignored: this relay behaves the same everywhere", ""},
 		{"kafka retries", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_MAX_ATTEMPTS": "3"}, "kafka://b:9092", ":8080",
 			"KAFKA_MAX_ATTEMPTS ignored: failed events are retried per event (RETRY_MAX_ATTEMPTS", ""},
+		{"redis timeouts", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://:pw@r:6379/0",
+			"REDIS_CONNECTION_TIMEOUT": "3s", "REDIS_WRITE_TIMEOUT": "1s"},
+			"redis://:pw@r:6379/0?dial_timeout=3s&read_timeout=1s&write_timeout=1s", ":8080", "REDIS_WRITE_TIMEOUT used as PUBLISHER_URL option write_timeout=1s and read_timeout=1s", ""},
+		{"redis with TLS", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "rediss://r:6380", "REDIS_CONNECTION_TIMEOUT": "2s"},
+			"rediss://r:6380?dial_timeout=2s", ":8080", "dial_timeout=2s", ""},
+		{"redis URL's own timeout wins", map[string]string{"PUBLISHER_URL": "redis://r?write_timeout=9s", "REDIS_WRITE_TIMEOUT": "1s"},
+			"redis://r?read_timeout=1s&write_timeout=9s", ":8080", "REDIS_WRITE_TIMEOUT used as PUBLISHER_URL option read_timeout=1s; PUBLISHER_URL sets write_timeout itself", ""},
+		{"redis options do not reach kafka", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "REDIS_WRITE_TIMEOUT": "1s"},
+			"kafka://b:9092", ":8080", "REDIS_WRITE_TIMEOUT ignored: it is an option of another broker's driver, and PUBLISHER_URL is kafka://…", "used as"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -74,7 +83,9 @@ func TestOpenOutboxSettingsThatCannotWorkExit2(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"redis", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://r:6379"}, "PUBLISHER_TYPE"},
+		{"bad redis timeout", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://r:6379", "REDIS_WRITE_TIMEOUT": "1000"}, "REDIS_WRITE_TIMEOUT"},
+		{"redis type contradicts URL", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
+		{"unsupported type", map[string]string{"PUBLISHER_TYPE": "sqs", "PUBLISHER_URL": "https://sqs"}, "PUBLISHER_TYPE"},
 		{"mysql storage", map[string]string{"STORAGE_TYPE": "mysql"}, "STORAGE_TYPE"},
 		{"type contradicts URL", map[string]string{"PUBLISHER_TYPE": "kafka", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
 		{"type without URL", map[string]string{"PUBLISHER_TYPE": "nats"}, "needs PUBLISHER_URL"},
@@ -103,6 +114,7 @@ func TestEveryOpenOutboxSettingIsNoted(t *testing.T) {
 		"KAFKA_WRITE_TIMEOUT": "5s", "KAFKA_ASYNC": "false",
 		"ENVIRONMENT": "production", "KAFKA_BATCH_SIZE": "100", "KAFKA_BATCH_TIMEOUT": "10ms",
 		"KAFKA_MAX_ATTEMPTS": "3", "KAFKA_READ_TIMEOUT": "10s",
+		"REDIS_CONNECTION_TIMEOUT": "2s", "REDIS_WRITE_TIMEOUT": "1s",
 	}
 	var names []string
 	typ := reflect.TypeOf(openOutboxConfig{})
@@ -115,7 +127,7 @@ func TestEveryOpenOutboxSettingIsNoted(t *testing.T) {
 	const password = "pw-not-for-logs"
 	publishers := map[string]string{ // PUBLISHER_TYPE: PUBLISHER_URL
 		"nats": "nats://relay:" + password + "@n:4222", "kafka": "kafka://relay:" + password + "@b:9092",
-		"amqp": "amqp://relay:" + password + "@r:5672/", "stdout": "stdout://",
+		"amqp": "amqp://relay:" + password + "@r:5672/", "redis": "redis://relay:" + password + "@r:6379/0", "stdout": "stdout://",
 	}
 	for typeName, publisherURL := range publishers {
 		for _, name := range names {

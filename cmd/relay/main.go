@@ -25,6 +25,7 @@ import (
 	_ "github.com/outbox-relay/relay/pkg/publisher/kafka"
 	_ "github.com/outbox-relay/relay/pkg/publisher/nats"
 	_ "github.com/outbox-relay/relay/pkg/publisher/null"
+	_ "github.com/outbox-relay/relay/pkg/publisher/redis"
 	_ "github.com/outbox-relay/relay/pkg/publisher/stdout"
 	_ "github.com/outbox-relay/relay/pkg/publisher/webhook"
 	"github.com/outbox-relay/relay/pkg/reaper"

@@ -30,7 +30,8 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	publishers := map[string]string{
 		"nats":  "nats://relay:" + password + "@127.0.0.1:1?timeout=1s",
 		"kafka": "kafka://relay:" + password + "@127.0.0.1:1?sasl=scram-sha-512&timeout=1s",
-		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s", // RabbitMQ refuses the login
+		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s",        // RabbitMQ refuses the login
+		"redis": "redis://relay:" + password + "@127.0.0.1:6379/0?dial_timeout=2s", // no such ACL user: WRONGPASS
 		// Nothing listens on port 1: every publish and health check fails.
 		"webhook": "https://relay:" + password + "@127.0.0.1:1/hooks/{event_type}?secret_env=WEBHOOK_SECRET&timeout=1s" +
 			"&header=X-Api-Key:" + password + "&query=code=" + password,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ var (
 	benchEvents   = flag.Int("events", 100_000, "events drained by each benchmark iteration")
 	benchBatch    = flag.Int("batch", relay.BatchSizeDefault, "BATCH_SIZE for benchmarks")
 	benchInFlight = flag.Int("inflight", relay.MaxInFlightBatchesDefault, "MAX_IN_FLIGHT_BATCHES for benchmarks")
+	// Unlike -cpuprofile, it leaves out filling the table between drains.
+	drainProfile = flag.String("drainprofile", "", "write a CPU profile of the last drain alone to this file")
 )
 
 // benchDrain measures draining a backlog of *benchEvents 200-byte events
@@ -36,7 +39,7 @@ func benchDrain(b *testing.B, pub publisher.Publisher, eventType string) {
 func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, keys int, ordering storage.Ordering) {
 	tb := pgtest.New(b)
 	var total time.Duration
-	for range b.N {
+	for i := range b.N {
 		b.StopTimer()
 		tb.Exec(b, "TRUNCATE {{table}}")
 		tb.InsertN(b, *benchEvents, eventType)
@@ -56,6 +59,10 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
+		stopProfile := func() {}
+		if *drainProfile != "" && i == b.N-1 {
+			stopProfile = startCPUProfile(b, *drainProfile)
+		}
 		b.StartTimer()
 		began := time.Now()
 		go func() { e.Run(ctx); close(done) }()
@@ -63,6 +70,7 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 			func() string { return "backlog drained" })
 		total += time.Since(began)
 		b.StopTimer()
+		stopProfile()
 		cancel()
 		<-done
 		if got := tb.Counts(b)[outbox.StatusDelivered]; got != *benchEvents {
@@ -70,6 +78,20 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 		}
 	}
 	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "events/s")
+}
+
+func startCPUProfile(b *testing.B, path string) (stop func()) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 // BenchmarkDrainNATS drains into a JetStream stream: BENCH_NATS_URL when

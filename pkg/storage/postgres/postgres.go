@@ -341,7 +341,9 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 	for rows.Next() {
 		var e outbox.Event
 		var createdAt *time.Time
-		if err := rows.Scan(&e.ID, &e.Type, &e.PartitionKey, &e.Payload, &e.Headers,
+		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
+		// through database/sql's Scanner and the id's text form.
+		if err := rows.Scan((*[16]byte)(&e.ID), &e.Type, &e.PartitionKey, &e.Payload, &e.Headers,
 			&e.Attempts, &createdAt); err != nil {
 			return nil, fmt.Errorf("read row: %w", err)
 		}
@@ -355,7 +357,7 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
 func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), p.IDs)
+	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
 		return 0, fmt.Errorf("mark delivered: %w", err)
 	}
@@ -366,7 +368,7 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 // p.Failures.
 func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
 	n := len(p.Failures)
-	ids := make([]uuid.UUID, n)
+	ids := make([][16]byte, n)
 	msgs := make([]string, n)
 	dead := make([]bool, n)
 	delays := make([]int64, n)
@@ -382,7 +384,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 
 // Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), p.IDs)
+	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
@@ -391,7 +393,7 @@ func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error
 
 // Renew moves the lease's rows among p.IDs to the stamp p.To.
 func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), p.IDs, p.To)
+	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs), p.To)
 	if err != nil {
 		return 0, fmt.Errorf("renew lease: %w", err)
 	}
@@ -407,6 +409,17 @@ func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapRes
 		return r, fmt.Errorf("reap expired leases: %w", err)
 	}
 	return r, nil
+}
+
+// uuidArray passes ids to PostgreSQL as 16-byte values. As []uuid.UUID,
+// pgx would encode each through database/sql's Valuer: formatted as text,
+// parsed back, and planned anew for every element.
+func uuidArray(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
 }
 
 // isConnectionError reports whether err means the database could not be

@@ -93,7 +93,7 @@ func (w *Writer) WriteColumns(ctx context.Context, tx Tx, c outbox.Columns) erro
 	if len(c.IDs) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, w.query, c.IDs, c.Types, c.Keys, c.Payloads, c.Headers, c.AvailableAt)
+	_, err := tx.ExecContext(ctx, w.query, uuidArray(c.IDs), c.Types, c.Keys, c.Payloads, c.Headers, c.AvailableAt)
 	if err != nil {
 		return fmt.Errorf("outbox: insert %d events into %s: %w", len(c.IDs), w.table, err)
 	}
