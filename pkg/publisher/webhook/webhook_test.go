@@ -574,12 +574,19 @@ func TestNoAnswerMeansUnavailable(t *testing.T) {
 	tlsRcv := webhooktest.Start(t, webhooktest.TLS())
 	mtls := webhooktest.Start(t, webhooktest.MutualTLS())
 	file := url.QueryEscape(webhooktest.SecretFile(t, webhooktest.Secret))
-	for _, c := range []struct{ name, url, want string }{
-		{"connection refused", "http://" + closed + "/?timeout=2s&secret_file=" + file, "connection refused"},
-		{"DNS failure", "http://no-such-host.invalid/?timeout=2s&secret_file=" + file, "no-such-host.invalid"},
-		{"TLS to a plain HTTP endpoint", "https://" + plain.Addr() + "/?timeout=10s&secret_file=" + file, "https://" + plain.Addr()},
-		{"untrusted certificate", "https://" + tlsRcv.Addr() + "/?timeout=10s&secret_file=" + file, "certificate"},
-		{"no client certificate", "https://" + mtls.Addr() + "/?timeout=10s&tls_ca=" + url.QueryEscape(mtls.Certs().CA) + "&secret_file=" + file, "https://" + mtls.Addr()},
+	for _, c := range []struct {
+		name, url, want string
+		// mayDrop: with TLS 1.3 the server refuses a client certificate
+		// after the handshake, so the client may learn it as a connection
+		// closed under its request. Marked dropped, the engine checks the
+		// endpoint, which fails the same way, and pauses all the same.
+		mayDrop bool
+	}{
+		{"connection refused", "http://" + closed + "/?timeout=2s&secret_file=" + file, "connection refused", false},
+		{"DNS failure", "http://no-such-host.invalid/?timeout=2s&secret_file=" + file, "no-such-host.invalid", false},
+		{"TLS to a plain HTTP endpoint", "https://" + plain.Addr() + "/?timeout=10s&secret_file=" + file, "https://" + plain.Addr(), false},
+		{"untrusted certificate", "https://" + tlsRcv.Addr() + "/?timeout=10s&secret_file=" + file, "certificate", false},
+		{"no client certificate", "https://" + mtls.Addr() + "/?timeout=10s&tls_ca=" + url.QueryEscape(mtls.Certs().CA) + "&secret_file=" + file, "https://" + mtls.Addr(), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := openPublisher(t, c.url)
@@ -589,7 +596,7 @@ func TestNoAnswerMeansUnavailable(t *testing.T) {
 				}
 				// A connection that could not be made says nothing about
 				// the event: the engine must not search the batch for one.
-				if publisher.IsDropped(err) {
+				if publisher.IsDropped(err) && !c.mayDrop {
 					t.Errorf("event %d: %v is marked dropped", i, err)
 				}
 			}
