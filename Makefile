@@ -80,8 +80,9 @@ lint:
 	else echo "golangci-lint did not install; skipped"; fi
 
 # Throughput (default): drains EVENTS pending 200-byte events into BROKER
-# (nats, kafka, amqp or redis; in-process NATS and Kafka, the local RabbitMQ
-# and Redis) and into null:// (the storage side alone), printing events/s.
+# (nats, kafka, amqp, redis or webhook; in-process NATS and Kafka, the local
+# RabbitMQ and Redis, an in-process HTTP endpoint answering in 5 ms) and into
+# null:// (the storage side alone), printing events/s.
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
@@ -89,7 +90,7 @@ lint:
 # MAX_BATCH_BYTES must keep under 300 MB.
 BROKER ?= nats
 MODE ?= throughput
-BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,NATS)))
+BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
 ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay

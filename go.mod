@@ -17,6 +17,7 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	go.uber.org/atomic v1.12.0 // indirect
 )
 

@@ -68,6 +68,10 @@ type config struct {
 	// notes say which Open Outbox settings were translated or ignored.
 	notes []string
 
+	// environ is the environment the config was read from. Drivers look
+	// up in it only what their URL names (the webhook's secret_env).
+	environ map[string]string
+
 	// spanExporter, when set, also receives every span; tests set it to
 	// an in-memory exporter. No environment variable sets it.
 	spanExporter sdktrace.SpanExporter
@@ -130,6 +134,7 @@ func loadConfig(environ map[string]string) (config, error) {
 		return cfg, usageError{err}
 	}
 	cfg.notes = notes
+	cfg.environ = environ
 	if cfg.RelayID == "" {
 		cfg.RelayID = defaultRelayID()
 	}

@@ -27,6 +27,7 @@ import (
 	_ "github.com/outbox-relay/relay/pkg/publisher/null"
 	_ "github.com/outbox-relay/relay/pkg/publisher/redis"
 	_ "github.com/outbox-relay/relay/pkg/publisher/stdout"
+	_ "github.com/outbox-relay/relay/pkg/publisher/webhook"
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
@@ -160,8 +161,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 
 	// Drivers connect in the background, so opening the publisher finds
-	// mistakes in its URL without waiting for the broker.
-	pub, err := publisher.Open(ctx, cfg.PublisherURL)
+	// mistakes in its URL without waiting for the broker. A variable its
+	// URL names (secret_env) is looked up in the relay's environment.
+	lookup := func(name string) (string, bool) { v, ok := cfg.environ[name]; return v, ok }
+	pub, err := publisher.Open(publisher.WithEnv(ctx, lookup), cfg.PublisherURL)
 	if err != nil {
 		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,10 +17,14 @@ import (
 // TestNoSecretInAnyOutput runs the relay with a recognisable password in
 // both URLs, against brokers that refuse it or are not there, so every
 // error path that might quote a URL is taken, and reads every output: the
-// log, /healthz, /readyz, /stats and /metrics.
+// log, /healthz, /readyz, /stats and /metrics. The webhook driver also
+// reads a signing secret from the environment variable its URL names and
+// carries the password in a header option; neither may show.
 func TestNoSecretInAnyOutput(t *testing.T) {
 	t.Parallel()
 	const password = "Zq9SecretPassw0rd"
+	keyText := "Zq9SigningKeyZq9SigningKeyZq9Sig" // 32 bytes
+	signingSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte(keyText))
 	tb := pgtest.New(t)
 	storageURL := strings.Replace(pgtest.URL(), "postgres@", "postgres:"+password+"@", 1) // trust auth ignores it
 	publishers := map[string]string{
@@ -27,6 +32,9 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		"kafka": "kafka://relay:" + password + "@127.0.0.1:1?sasl=scram-sha-512&timeout=1s",
 		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s",        // RabbitMQ refuses the login
 		"redis": "redis://relay:" + password + "@127.0.0.1:6379/0?dial_timeout=2s", // no such ACL user: WRONGPASS
+		// Nothing listens on port 1: every publish and health check fails.
+		"webhook": "https://relay:" + password + "@127.0.0.1:1/hooks/{event_type}?secret_env=WEBHOOK_SECRET&timeout=1s" +
+			"&header=X-Api-Key:" + password + "&query=code=" + password,
 	}
 	for name, pubURL := range publishers {
 		t.Run(name, func(t *testing.T) {
@@ -43,6 +51,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 					"HTTP_ADDR":          addr,
 					"LOG_LEVEL":          "debug",
 					"BACKLOG_INTERVAL":   "100ms",
+					"WEBHOOK_SECRET":     signingSecret,
 				}, io.Discard, &logs)
 			}()
 			tb.InsertN(t, 5, "secret.event") // something to fail to publish
@@ -74,8 +83,10 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 				outputs[path] = body
 			}
 			for where, text := range outputs {
-				if strings.Contains(text, password) {
-					t.Errorf("%s contains the password:\n%s", where, text)
+				for _, secret := range []string{password, signingSecret, signingSecret[len("whsec_"):], keyText} {
+					if strings.Contains(text, secret) {
+						t.Errorf("%s contains the secret %q:\n%s", where, secret, text)
+					}
 				}
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/driver"
@@ -88,6 +89,36 @@ func Unavailable(err error) error {
 	return unavailableError{err}
 }
 
+// retryAfterError carries how long the broker asked to be left alone before
+// the event is tried again.
+type retryAfterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e retryAfterError) Error() string { return e.err.Error() }
+func (e retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter attaches to a retryable err the least wait the broker asked
+// for (an HTTP Retry-After, say). The engine waits the longer of that and
+// its own backoff, capped at RETRY_MAX_DELAY. A negative d counts as zero.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return retryAfterError{err: err, delay: max(d, 0)}
+}
+
+// RetryDelay returns the wait RetryAfter attached to err or an error it
+// wraps; ok is false when there is none.
+func RetryDelay(err error) (d time.Duration, ok bool) {
+	var r retryAfterError
+	if errors.As(err, &r) {
+		return r.delay, true
+	}
+	return 0, false
+}
+
 // IsPermanent reports whether err, or an error it wraps, was marked Permanent.
 func IsPermanent(err error) bool {
 	var p permanentError
@@ -121,6 +152,29 @@ func Fill(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+// envKey is the context key under which WithEnv stores a lookup.
+type envKey struct{}
+
+// WithEnv returns a context that lets the drivers opened with it look up
+// environment variables through lookup. Drivers never read the environment
+// on their own: only a variable an operator names in the URL (a secret's
+// source, say) is looked up, and only in the environment the program hands
+// over here; the relay hands over its own.
+func WithEnv(ctx context.Context, lookup func(name string) (string, bool)) context.Context {
+	return context.WithValue(ctx, envKey{}, lookup)
+}
+
+// LookupEnv looks name up in the environment WithEnv put in ctx. It reports
+// an error when ctx carries none, naming the fix.
+func LookupEnv(ctx context.Context, name string) (string, bool, error) {
+	lookup, _ := ctx.Value(envKey{}).(func(string) (string, bool))
+	if lookup == nil {
+		return "", false, fmt.Errorf("no environment to read %s from: the program opening the publisher must pass one with publisher.WithEnv (the relay does)", name)
+	}
+	v, ok := lookup(name)
+	return v, ok, nil
 }
 
 var drivers = driver.NewRegistry[driver.Opener[Publisher]]("publisher")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
@@ -58,6 +59,46 @@ func TestRegisterConfig(t *testing.T) {
 		if p != nil {
 			t.Errorf("Open(%q) returned %#v with its error, want a nil Publisher", raw, p)
 		}
+	}
+}
+
+func TestRetryAfterTravelsThroughWrapping(t *testing.T) {
+	t.Parallel()
+	base := errors.New("endpoint busy")
+	err := fmt.Errorf("event 3: %w", publisher.RetryAfter(base, 30*time.Second))
+	if d, ok := publisher.RetryDelay(err); !ok || d != 30*time.Second {
+		t.Errorf("RetryDelay of a wrapped RetryAfter = %s, %v; want 30s, true", d, ok)
+	}
+	if err.Error() != "event 3: endpoint busy" || !errors.Is(err, base) {
+		t.Errorf("RetryAfter changed the error: %q", err)
+	}
+	if publisher.IsPermanent(err) || publisher.IsUnavailable(err) {
+		t.Error("RetryAfter made a retryable error permanent or unavailable")
+	}
+	if d, ok := publisher.RetryDelay(publisher.RetryAfter(base, -time.Second)); !ok || d != 0 {
+		t.Errorf("negative Retry-After = %s, %v; want 0, true", d, ok)
+	}
+	if _, ok := publisher.RetryDelay(base); ok {
+		t.Error("RetryDelay found a delay in a plain error")
+	}
+	if publisher.RetryAfter(nil, time.Second) != nil {
+		t.Error("RetryAfter(nil) is not nil")
+	}
+}
+
+func TestLookupEnvReadsOnlyTheGivenEnvironment(t *testing.T) {
+	t.Parallel()
+	if _, _, err := publisher.LookupEnv(context.Background(), "PATH"); err == nil ||
+		!strings.Contains(err.Error(), "publisher.WithEnv") {
+		t.Errorf("LookupEnv without WithEnv: %v, want an error naming publisher.WithEnv", err)
+	}
+	env := map[string]string{"HOOK_SECRET": "s"}
+	ctx := publisher.WithEnv(context.Background(), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if v, ok, err := publisher.LookupEnv(ctx, "HOOK_SECRET"); v != "s" || !ok || err != nil {
+		t.Errorf("LookupEnv(HOOK_SECRET) = %q, %v, %v", v, ok, err)
+	}
+	if _, ok, err := publisher.LookupEnv(ctx, "PATH"); ok || err != nil {
+		t.Errorf("LookupEnv(PATH) found it (%v, %v): the process environment leaked in", ok, err)
 	}
 }
 

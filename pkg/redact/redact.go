@@ -24,8 +24,10 @@ var (
 	// portStart is how the text after "host:" starts when the colon is the
 	// port's: digits, then the end of the authority or of the word.
 	portStart = regexp.MustCompile("^[0-9]*(?:[/?#,:;.)\\]\"'`]|$)")
-	// secretParam finds query parameters that carry credentials.
-	secretParam = regexp.MustCompile(`(?i)((?:^|[?&;\s])(?:password|passwd|pass|pwd|secret|token|sslpassword|nkey|sasl_password)=)[^&;\s]*`)
+	// secretParam finds query parameters that carry credentials. The
+	// webhook driver's header= and query= carry whatever an endpoint wants,
+	// often an API key, so their values are masked too.
+	secretParam = regexp.MustCompile(`(?i)((?:^|[?&;\s])(?:password|passwd|pass|pwd|secret|token|sslpassword|nkey|sasl_password|header|query)=)[^&;\s]*`)
 )
 
 // URL returns raw with any password, secret query parameter or key=value

@@ -92,6 +92,11 @@ func TestURL(t *testing.T) {
 			want: "nats://h:4222?token=xxxxx&nkey=xxxxx",
 		},
 		{
+			name: "webhook header and query options",
+			in:   "https://hooks.example/in?secret_file=/run/s&header=X-Api-Key:" + secret + "&query=code=" + secret + "&timeout=5s",
+			want: "https://hooks.example/in?secret_file=/run/s&header=xxxxx&query=xxxxx&timeout=5s",
+		},
+		{
 			name: "userinfo and query parameter",
 			in:   "postgres://u:" + secret + "@db/app?sslpassword=" + secret,
 			want: "postgres://u:xxxxx@db/app?sslpassword=xxxxx",

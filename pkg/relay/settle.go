@@ -64,6 +64,11 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 					"attempts", attempts, "permanent", publisher.IsPermanent(err), "error", err)
 			} else {
 				f.Delay = e.cfg.Retry.Delay(attempts, rand.Float64())
+				// The broker's Retry-After may lengthen the wait, never
+				// past RETRY_MAX_DELAY.
+				if d, ok := publisher.RetryDelay(err); ok {
+					f.Delay = max(f.Delay, min(d, e.cfg.Retry.MaxDelay))
+				}
 			}
 			o.failed = append(o.failed, f)
 			if o.firstErr == nil {
