@@ -47,33 +47,13 @@ type Table struct {
 func New(t testing.TB) *Table {
 	t.Helper()
 	ctx := context.Background()
-	schemaName := "t_" + randomHex(6)
-	admin, err := pgx.Connect(ctx, URL())
-	if err != nil {
-		t.Fatalf("pgtest: connect to %s: %v (is PostgreSQL running? `make test` starts it)", URL(), err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schemaName); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
-	}
-	name := schemaName + ".openoutbox_events"
+	name := NewSchema(t) + ".openoutbox_events"
 	storeURL := storage.URLWithTable(URL(), name)
 	store, err := postgres.Open(ctx, storeURL)
 	if err != nil {
 		t.Fatalf("pgtest: open store: %v", err)
 	}
-	t.Cleanup(func() {
-		store.Close()
-		conn, err := pgx.Connect(context.Background(), URL())
-		if err != nil {
-			t.Errorf("pgtest: cleanup: %v", err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schemaName+" CASCADE"); err != nil {
-			t.Errorf("pgtest: drop schema %s: %v", schemaName, err)
-		}
-	})
+	t.Cleanup(store.Close)
 	if _, err := store.Migrate(ctx); err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}

@@ -1,0 +1,179 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/storage/storagetest"
+)
+
+// Harness runs the storagetest suite on PostgreSQL: every table in a
+// schema of its own.
+type Harness struct{}
+
+var _ storagetest.Harness = Harness{}
+
+// New creates a migrated table in a new schema (see New).
+func (Harness) New(t testing.TB) storagetest.Table {
+	t.Helper()
+	return Conformance(New(t))
+}
+
+// Unmigrated opens a store on a table in a new, empty schema.
+func (Harness) Unmigrated(t testing.TB) storage.Storage {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), storage.URLWithTable(URL(), NewSchema(t)+".openoutbox_events"))
+	if err != nil {
+		t.Fatalf("pgtest: open store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NewSchema creates an empty schema that is dropped, with everything in it,
+// when the test ends, and returns its name.
+func NewSchema(t testing.TB) string {
+	t.Helper()
+	name := "t_" + randomHex(6)
+	run := func(sql string) error {
+		conn, err := pgx.Connect(context.Background(), URL())
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w (is PostgreSQL running? `make test` starts it)", URL(), err)
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(context.Background(), sql)
+		return err
+	}
+	if err := run("CREATE SCHEMA " + name); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := run("DROP SCHEMA " + name + " CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// Conformance returns tb as the storagetest suite sees a table.
+func Conformance(tb *Table) storagetest.Table { return conformance{tb} }
+
+type conformance struct{ tb *Table }
+
+func (c conformance) Storage() storage.Storage { return c.tb.Store }
+
+func (c conformance) URL() string { return c.tb.URL }
+
+func (c conformance) Insert(t testing.TB, cols outbox.Columns) {
+	t.Helper()
+	w, err := postgres.NewWriter(c.tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteColumns(context.Background(), postgres.PgxTx(c.tb.Store.Pool()), cols); err != nil {
+		t.Fatalf("pgtest: insert %d events: %v", len(cols.IDs), err)
+	}
+}
+
+func (c conformance) Set(t testing.TB, ch storagetest.Change, ids ...uuid.UUID) {
+	t.Helper()
+	var sets []string
+	args := []any{ids}
+	add := func(column string, value any) {
+		args = append(args, value)
+		sets = append(sets, fmt.Sprintf("%s = $%d", column, len(args)))
+	}
+	nullable := func(column string, v *string) {
+		if v != nil {
+			var value any
+			if *v != "" {
+				value = *v
+			}
+			add(column, value)
+		}
+	}
+	moment := func(column string, ago *time.Duration) {
+		if ago != nil {
+			args = append(args, ago.Microseconds())
+			sets = append(sets, fmt.Sprintf("%s = now() - $%d::bigint * interval '1 microsecond'", column, len(args)))
+		}
+	}
+	if ch.Status != "" {
+		add("status", string(ch.Status))
+	}
+	if ch.Attempts != nil {
+		add("attempts", *ch.Attempts)
+	}
+	nullable("last_error", ch.LastError)
+	nullable("locked_by", ch.LockedBy)
+	moment("locked_at", ch.LockedAt)
+	moment("delivered_at", ch.DeliveredAt)
+	moment("created_at", ch.CreatedAt)
+	moment("updated_at", ch.UpdatedAt)
+	moment("available_at", ch.AvailableAt)
+	if len(sets) == 0 {
+		t.Fatal("pgtest: Set with an empty Change")
+	}
+	n := c.tb.Exec(t, "UPDATE {{table}} SET "+strings.Join(sets, ", ")+" WHERE event_id = ANY($1)", args...)
+	if int(n) != len(ids) {
+		t.Fatalf("pgtest: set %v: changed %d rows, want %d", ids, n, len(ids))
+	}
+}
+
+func (c conformance) Rows(t testing.TB) []storage.Row {
+	t.Helper()
+	rows, err := c.tb.Store.Pool().Query(context.Background(), `SELECT event_id, event_type, partition_key, payload,
+		headers, status, attempts, last_error, available_at, locked_by, locked_at, delivered_at, created_at,
+		updated_at, seq FROM `+c.tb.Name+` ORDER BY created_at, seq NULLS FIRST, event_id`)
+	if err != nil {
+		t.Fatalf("pgtest: read rows: %v", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Row, error) {
+		var row storage.Row
+		err := r.Scan(&row.ID, &row.Type, &row.PartitionKey, &row.Payload, &row.Headers, &row.Status,
+			&row.Attempts, &row.LastError, &row.AvailableAt, &row.LockedBy, &row.LockedAt, &row.DeliveredAt,
+			&row.CreatedAt, &row.UpdatedAt, &row.Seq)
+		return row, err
+	})
+	if err != nil {
+		t.Fatalf("pgtest: read rows: %v", err)
+	}
+	return out
+}
+
+func (c conformance) Now(t testing.TB) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := c.tb.Store.Pool().QueryRow(context.Background(), "SELECT now()").Scan(&now); err != nil {
+		t.Fatalf("pgtest: read the clock: %v", err)
+	}
+	return now
+}
+
+func (c conformance) Lock(t testing.TB, id uuid.UUID) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: lock %s: %v", id, err)
+	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(unlock)
+	tag, err := tx.Exec(ctx, "SELECT 1 FROM "+c.tb.Name+" WHERE event_id = $1 FOR UPDATE", id)
+	if err != nil || tag.RowsAffected() != 1 {
+		unlock()
+		t.Fatalf("pgtest: lock %s: %d rows, %v", id, tag.RowsAffected(), err)
+	}
+	return unlock
+}
