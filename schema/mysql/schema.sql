@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     seq           BIGINT NOT NULL AUTO_INCREMENT,
     PRIMARY KEY (event_id),
     UNIQUE KEY `{{name}}_seq_idx` (seq),
-    KEY `{{name}}_pending_idx` (status, available_at, created_at, attempts),
+    KEY `{{name}}_pending_idx` (status, available_at, created_at, seq, attempts),
     KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq),
     KEY `{{name}}_delivering_idx` (status, locked_at),
     KEY `{{name}}_delivered_idx` (status, delivered_at),

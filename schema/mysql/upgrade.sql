@@ -13,7 +13,7 @@ ALTER TABLE {{table}} ADD COLUMN seq BIGINT NOT NULL AUTO_INCREMENT,
     ADD UNIQUE KEY `{{name}}_seq_idx` (seq);
 
 -- object: index {{name}}_pending_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_pending_idx` (status, available_at, created_at, attempts);
+ALTER TABLE {{table}} ADD KEY `{{name}}_pending_idx` (status, available_at, created_at, seq, attempts);
 
 -- object: index {{name}}_key_order_idx
 ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq);

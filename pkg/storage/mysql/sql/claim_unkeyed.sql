@@ -3,5 +3,5 @@
 SELECT event_id
 FROM {{table}}
 WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '') AND available_at <= ?
-ORDER BY available_at, created_at
+ORDER BY available_at, created_at, seq
 LIMIT ?
