@@ -22,14 +22,14 @@ run: build
 demo: build
 	scripts/demo.sh
 
-# Starts PostgreSQL and RabbitMQ when nothing answers on their ports (NATS
+# Starts PostgreSQL, MariaDB and RabbitMQ when nothing answers on their ports (NATS
 # and Kafka run inside the tests), checks docker-compose.yml, then runs every
 # test with the race detector, the chaos suite included.
 test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
-	scripts/services.sh postgres rabbitmq
+	scripts/services.sh postgres mariadb rabbitmq
 
 # docker-compose.yml must parse; no Docker engine is needed for that.
 compose-check:

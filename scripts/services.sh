@@ -2,7 +2,7 @@
 # Makes sure the services that `make test` and `make demo` talk to answer on
 # 127.0.0.1, installing them from Debian packages and starting them when they
 # do not, and that the tools they use are installed.
-# Usage: scripts/services.sh postgres [nats] [rabbitmq] [docker-compose]
+# Usage: scripts/services.sh postgres [mariadb] [nats] [rabbitmq] [docker-compose]
 #
 # The services are for `go test -race`, which needs cgo and so a C compiler:
 # asking for any of them also installs gcc when it is missing.
@@ -72,6 +72,36 @@ postgres() {
 	echo "started postgres pg_ctlcluster $ver main"
 }
 
+mariadb() {
+	answers 3306 && return 0
+	if [ ! -x /usr/sbin/mariadbd ]; then
+		echo "services.sh: installing MariaDB from Debian packages" >&2
+		apt_install mariadb-server
+	fi
+	# The tests connect as root from 127.0.0.1 without a password; the
+	# account is matched by address only when names are not resolved.
+	local conf=/etc/mysql/mariadb.conf.d/99-outbox-relay-tests.cnf
+	if [ ! -f "$conf" ]; then
+		echo "services.sh: writing $conf (test server: skip-name-resolve)" >&2
+		printf '[mariadbd]\nskip-name-resolve\nbind-address = 127.0.0.1\n' | as_root tee "$conf" >/dev/null
+	fi
+	# Installing the package starts the server on systemd hosts, before
+	# the file above existed: start it here only when nothing answers.
+	if ! answers 3306; then
+		if [ ! -d /var/lib/mysql/mysql ]; then
+			as_root mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+		fi
+		as_root install -d -o mysql -g mysql /run/mysqld
+		as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+		wait_for 3306 MariaDB
+	fi
+	# Debian's root@localhost logs in through the Unix socket as the
+	# system's root; over TCP the tests need root@127.0.0.1.
+	as_root mariadb --protocol=socket -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
+		GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION"
+	echo "started mariadb mariadb-admin-shutdown"
+}
+
 nats() {
 	answers 4222 && return 0
 	if ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then
@@ -115,13 +145,13 @@ c_compiler() {
 
 for svc in "$@"; do
 	case "$svc" in
-	postgres | nats | rabbitmq)
+	postgres | mariadb | nats | rabbitmq)
 		c_compiler
 		"$svc"
 		;;
 	docker-compose) docker_compose ;;
 	*)
-		echo "services.sh: unknown service $svc (postgres, nats, rabbitmq, docker-compose)" >&2
+		echo "services.sh: unknown service $svc (postgres, mariadb, nats, rabbitmq, docker-compose)" >&2
 		exit 2
 		;;
 	esac
