@@ -81,7 +81,7 @@ mariadb() {
 	# The tests connect as root from 127.0.0.1 without a password; the
 	# account is matched by address only when names are not resolved.
 	local conf=/etc/mysql/mariadb.conf.d/99-outbox-relay-tests.cnf
-	if [ ! -f "$conf" ]; then
+	if [ -d "${conf%/*}" ] && [ ! -f "$conf" ]; then
 		echo "services.sh: writing $conf (test server: skip-name-resolve)" >&2
 		printf '[mariadbd]\nskip-name-resolve\nbind-address = 127.0.0.1\n' | as_root tee "$conf" >/dev/null
 	fi
