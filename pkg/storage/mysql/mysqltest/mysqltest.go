@@ -86,6 +86,38 @@ func Admin(t testing.TB) *sql.DB {
 	return s.DB()
 }
 
+// UserURL creates a user with password that may do anything in tb's
+// database and returns tb.URL changed to log in as it. The user is dropped
+// when the test ends.
+func (tb *Table) UserURL(t testing.TB, password string) string {
+	t.Helper()
+	db := Admin(t)
+	user := "u_" + randomHex(6)
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY ?",
+		"GRANT ALL PRIVILEGES ON `" + tb.Database + "`.* TO '" + user + "'@'%'",
+	} {
+		var args []any
+		if strings.Contains(q, "?") {
+			args = append(args, password)
+		}
+		if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
+			t.Fatalf("mysqltest: create user: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := db.ExecContext(context.Background(), "DROP USER '"+user+"'@'%'"); err != nil {
+			t.Errorf("mysqltest: drop user %s: %v", user, err)
+		}
+	})
+	u, err := url.Parse(tb.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String()
+}
+
 // NewDatabase creates an empty database that is dropped, with everything in
 // it, when the test ends, and returns its name. Grants on its tables are
 // revoked first: MySQL keeps them after the tables are gone.
