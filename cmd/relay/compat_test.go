@@ -29,6 +29,8 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 		{"async kafka is refused quietly", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_ASYNC": "true"},
 			"kafka://b:9092", ":8080", "KAFKA_ASYNC=true ignored"},
 		{"ignored settings", map[string]string{"ENVIRONMENT": "development", "PUBLISHER_URL": "stdout://"}, "stdout://", ":8080", "ENVIRONMENT ignored"},
+		{"storage type agreeing with the URL", map[string]string{"STORAGE_TYPE": "mysql", "STORAGE_URL": "mysql://relay@db:3306/app", "PUBLISHER_URL": "stdout://"},
+			"stdout://", ":8080", "STORAGE_TYPE is implied by STORAGE_URL's scheme"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,7 +57,8 @@ func TestOpenOutboxSettingsThatCannotWorkExit2(t *testing.T) {
 		want string
 	}{
 		{"redis", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://r:6379"}, "PUBLISHER_TYPE"},
-		{"mysql storage", map[string]string{"STORAGE_TYPE": "mysql"}, "STORAGE_TYPE"},
+		{"mysql type, postgres URL", map[string]string{"STORAGE_TYPE": "mysql"}, "STORAGE_TYPE=mysql contradicts STORAGE_URL's scheme \"postgres\""},
+		{"unknown storage type", map[string]string{"STORAGE_TYPE": "mongodb"}, "STORAGE_TYPE=\"mongodb\" is not supported here (postgres, mysql)"},
 		{"type contradicts URL", map[string]string{"PUBLISHER_TYPE": "kafka", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
 		{"type without URL", map[string]string{"PUBLISHER_TYPE": "nats"}, "needs PUBLISHER_URL"},
 		{"bad acks", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_REQUIRED_ACKS": "some"}, "KAFKA_REQUIRED_ACKS"},
