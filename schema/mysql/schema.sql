@@ -8,7 +8,8 @@
 --
 --   event_id       a UUID in 16 bytes; the relay, relay-cli and every broker
 --                  message show it as text (BIN_TO_UUID on MySQL 8, or
---                  HEX, shows it in SQL).
+--                  HEX, shows it in SQL). The producer helper writes
+--                  UUIDv7s; an INSERT without one gets the server's UUID().
 --   partition_key  bytes compared bytewise, the order in which Go compares
 --                  strings: ordered claims walk the keys in the order the
 --                  relay's cursor expects. (utf8mb4_bin is not bytewise: it
@@ -31,7 +32,7 @@
 --   delivered_idx,
 --   dead_idx        pruning, recent deliveries, retry-dead.
 CREATE TABLE IF NOT EXISTS {{table}} (
-    event_id      BINARY(16) NOT NULL,
+    event_id      BINARY(16) NOT NULL DEFAULT (UNHEX(REPLACE(UUID(), '-', ''))),
     event_type    VARCHAR(255) NOT NULL,
     partition_key VARBINARY(1024) NULL,
     payload       LONGBLOB NOT NULL,

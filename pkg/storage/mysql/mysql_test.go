@@ -255,6 +255,12 @@ func TestEventIDsAreBinaryInTheTableAndTextOutside(t *testing.T) {
 	if _, err := tb.Store.Get(ctx, uuid.New()); !errors.Is(err, storage.ErrEventNotFound) {
 		t.Errorf("Get of an unknown id = %v, want ErrEventNotFound", err)
 	}
+	// A producer's plain INSERT without an id gets one from the server.
+	tb.Exec(t, "INSERT INTO {{table}} (event_type, payload) VALUES ('raw', 'x')")
+	rows, err := tb.Store.List(ctx, storage.ListParams{EventType: "raw"})
+	if err != nil || len(rows) != 1 || rows[0].ID == uuid.Nil {
+		t.Errorf("a row inserted without an id: %+v, %v", rows, err)
+	}
 }
 
 // Timestamps are UTC whatever the session's time zone, to the microsecond,
@@ -645,7 +651,7 @@ func TestMigrateCompletesAnOpenOutboxTable(t *testing.T) {
 	db := mysqltest.Admin(t)
 	// The contract's columns, in MySQL's types, and nothing else.
 	_, err := db.ExecContext(ctx, "CREATE TABLE `"+database+"`.openoutbox_events ("+`
-		event_id      BINARY(16) NOT NULL,
+		event_id      BINARY(16) NOT NULL DEFAULT (UNHEX(REPLACE(UUID(), '-', ''))),
 		event_type    VARCHAR(255) NOT NULL,
 		partition_key VARBINARY(1024) NULL,
 		payload       LONGBLOB NOT NULL,
