@@ -64,22 +64,27 @@ lint:
 
 # Throughput (default): drains EVENTS pending 200-byte events into BROKER
 # (nats, kafka or amqp; in-process NATS and Kafka, the local RabbitMQ) and
-# into null:// (the storage side alone), printing events/s.
-# MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
+# into null:// (the storage side alone), printing events/s, and runs the
+# bare claim → mark-delivered SQL loop the relay is measured against.
+# STORAGE=mysql drains a MariaDB/MySQL table instead of PostgreSQL's (every
+# mode but memory).
+# MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99
+# (PostgreSQL: LISTEN/NOTIFY; MySQL: POLL_INTERVAL=100ms).
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 BROKER ?= nats
 MODE ?= throughput
+STORAGE ?= postgres
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,NATS))
 bench: services
 ifeq ($(MODE),latency)
-	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay
+	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay -storage $(STORAGE)
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),ordering)
-	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else
-	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$|ClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 endif
 
 clean:
