@@ -13,15 +13,18 @@ import (
 
 // Admin is what operators need: relay-cli, the metrics' backlog gauges and
 // the console reach a table through it and nothing else. Methods that
-// change rows never touch a PENDING row's lease or a DELIVERING row.
+// change rows never touch a PENDING row's lease or a DELIVERING row. On a
+// table that does not exist every method returns an error wrapping
+// ErrTableMissing that says to run `relay-cli migrate`.
 type Admin interface {
 	// Backlog reads the work waiting, cheaply enough to be called every few
 	// seconds on a table with a long delivered history.
 	Backlog(ctx context.Context) (Backlog, error)
 	// Stats reads a consistent snapshot of the table.
 	Stats(ctx context.Context, p StatsParams) (Stats, error)
-	// List returns rows newest first without payload and headers; none
-	// match: an empty list and no error.
+	// List returns rows newest first (created_at, then the later insert
+	// first) without payload and headers; none match: an empty list and no
+	// error.
 	List(ctx context.Context, p ListParams) ([]Row, error)
 	// Get returns every column of one row, or an error wrapping
 	// ErrEventNotFound.
@@ -33,8 +36,8 @@ type Admin interface {
 	// and due now, wakes the relays as an insert would, and returns how
 	// many it moved (or would move, in a dry run).
 	RetryDead(ctx context.Context, p RetryDeadParams) (int64, error)
-	// Emit inserts test events through the driver's producer insert and
-	// returns their ids in insertion order.
+	// Emit inserts test events through the driver's producer insert, in
+	// one statement, and returns their ids in insertion order.
 	Emit(ctx context.Context, p EmitParams) ([]uuid.UUID, error)
 }
 

@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -92,6 +94,26 @@ type Failure struct {
 	// Dead sends the row to DEAD; otherwise it is PENDING again after Delay.
 	Dead  bool
 	Delay time.Duration
+}
+
+// LastErrorMax bounds a stored last_error, in bytes: broker errors can be
+// long.
+const LastErrorMax = 2000
+
+// StorableError is what a driver stores as last_error for msg: valid UTF-8
+// without NUL bytes, which text columns reject (failing the settle of the
+// whole batch), each replaced by U+FFFD; and at most LastErrorMax bytes, cut
+// at a rune boundary and marked with "…" when longer.
+func StorableError(msg string) string {
+	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", "\uFFFD"), "\uFFFD")
+	if len(msg) <= LastErrorMax {
+		return msg
+	}
+	cut := LastErrorMax
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // FailParams records failed publishes of leased rows.

@@ -42,8 +42,9 @@ type Queue interface {
 	// many it changed.
 	MarkDelivered(ctx context.Context, p SettleParams) (int, error)
 	// MarkFailed records failed attempts, attempts+1: back to PENDING with
-	// available_at = now + Delay, or DEAD (available_at unchanged), with
-	// last_error set. It returns how many rows it changed.
+	// available_at = now + Delay (by the database's clock, to the
+	// microsecond), or DEAD (available_at unchanged), with last_error set
+	// to StorableError(Error). It returns how many rows it changed.
 	MarkFailed(ctx context.Context, p FailParams) (int, error)
 	// Release hands rows back to PENDING without counting an attempt and
 	// returns how many it changed.
@@ -57,8 +58,10 @@ type Queue interface {
 // Reaper is what the reaper needs.
 type Reaper interface {
 	// Reap takes back at most p.Limit leases older than p.LeaseTimeout by
-	// the database's clock: attempts+1, then PENDING (due now) or DEAD when
-	// that reaches p.MaxAttempts.
+	// the database's clock, oldest first: attempts+1, last_error "lease
+	// expired (relay <locked_by>)", then PENDING (due now) or DEAD when
+	// attempts reach p.MaxAttempts. Rows in other states are never
+	// touched, whatever their locked_at.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
 }
 

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -48,9 +47,6 @@ const ConnectTimeoutDefault = 10 * time.Second
 // DefaultPoolMaxConns sizes the pool when the URL sets no pool_max_conns:
 // one claim, several settles in flight, the reaper and the stats reader.
 const DefaultPoolMaxConns = 10
-
-// maxErrorLen bounds a stored last_error; broker errors can be long.
-const maxErrorLen = 2000
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
@@ -356,7 +352,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	dead := make([]bool, n)
 	delays := make([]int64, n)
 	for i, f := range p.Failures {
-		ids[i], msgs[i], dead[i], delays[i] = f.ID, truncate(storableText(f.Error), maxErrorLen), f.Dead, f.Delay.Microseconds()
+		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
 	}
 	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays)
 	if err != nil {
@@ -408,24 +404,6 @@ func isConnectionError(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	return !errors.As(err, &pgErr)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// storableText makes s acceptable to a TEXT column. Broker errors can quote
-// binary data, and PostgreSQL rejects invalid UTF-8 and NUL bytes, which
-// would fail the settle of the whole batch.
-func storableText(s string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
 
 // Listen waits on a connection of its own for notifications on the table's

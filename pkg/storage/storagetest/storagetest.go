@@ -21,10 +21,60 @@ import (
 // Run runs the suite against h's driver. Every subtest runs in parallel
 // on tables of its own.
 func Run(t *testing.T, h Harness) {
-	t.Run("Harness", func(t *testing.T) {
-		t.Parallel()
-		testHarness(t, h)
-	})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.run(t, h)
+		})
+	}
+}
+
+// tests are the suite, by the interface rule each checks.
+var tests = []struct {
+	name string
+	run  func(t *testing.T, h Harness)
+}{
+	{"Harness", testHarness},
+
+	{"Claim/TakesAtMostLimitDueRows", testClaimTakesAtMostLimitDueRows},
+	{"Claim/TakesOnlyPendingRows", testClaimTakesOnlyPendingRows},
+	{"Claim/KeepsInsertionOrderWithinAStatement", testClaimKeepsInsertionOrderWithinAStatement},
+	{"Claim/OrdersByCreatedAtFirst", testClaimOrdersByCreatedAtFirst},
+	{"Claim/ReturnsRowContents", testClaimReturnsRowContents},
+	{"Claim/SkipsRowsLockedByAnotherClaim", testClaimSkipsRowsLockedByAnotherClaim},
+	{"Claim/ConcurrentClaimsNeverShareAnEvent", testConcurrentClaimsNeverShareAnEvent},
+
+	{"Settle/MarkDelivered", testMarkDelivered},
+	{"Settle/MarkFailedBacksOffAsAsked", testMarkFailed},
+	{"Settle/MarkFailedStoresErrorsSafely", testMarkFailedStoresErrorsSafely},
+	{"Settle/ReleaseBurnsNoAttempt", testReleaseBurnsNoAttempt},
+	{"Settle/RenewMovesRowsToANewLease", testRenewMovesRowsToANewLease},
+	{"Settle/AcceptsAnyStampARenewalMayHaveSet", testSettleAcceptsAnyStampARenewalMayHaveSet},
+	{"Settle/LeaseStampsKeepMicroseconds", testLeaseStampsKeepMicroseconds},
+	{"Settle/StaleLeasesChangeNothing", testStaleLeasesChangeNothing},
+
+	{"Reap/CountsAnAttemptAndBuriesAtTheLimit", testReapCountsAnAttemptAndBuriesAtTheLimit},
+	{"Reap/LimitTakesOldestLeasesFirst", testReapLimitTakesOldestLeasesFirst},
+	{"Reap/MaxAttemptsOneBuriesAtOnce", testReapWithMaxAttemptsOneBuriesAtOnce},
+
+	{"Ordered/HoldsAKeyUntilItsEarlierEventsFinish", testOrderedClaimHoldsAKeyUntilItsEarlierEventsFinish},
+	{"Ordered/WaitsOutABackoff", testOrderedClaimWaitsOutABackoff},
+	{"Ordered/RespectsTheLimit", testOrderedClaimRespectsTheLimit},
+	{"Ordered/ComparesKeysBytewise", testOrderedClaimComparesKeysBytewise},
+	{"Ordered/OnDeadSkipOrBlock", testOrderedClaimOnDead},
+	{"Ordered/KeysStayInOrderUnderConcurrency", testOrderedClaimsKeepKeysInOrderUnderConcurrency},
+
+	{"Admin/Backlog", testBacklogCountsPendingAndDead},
+	{"Admin/Stats", testStats},
+	{"Admin/List", testList},
+	{"Admin/Get", testGet},
+	{"Admin/Prune", testPrune},
+	{"Admin/RetryDead", testRetryDead},
+	{"Admin/Emit", testEmit},
+
+	{"Schema/MissingTableThenMigrateTwice", testMissingTableThenMigrateTwice},
+	{"NothingMatches", testNothingMatches},
+	{"Notifier", testNotifier},
 }
 
 // event is a row for the suite to insert; zero fields get defaults: a new
@@ -192,3 +242,89 @@ func testHarness(t *testing.T, h Harness) {
 // clockSlack absorbs the difference between the test's clock and the
 // database's and the time statements take.
 const clockSlack = 5 * time.Second
+
+var ctx = context.Background()
+
+// claim makes an unordered claim and fails t on an error.
+func claim(t testing.TB, s storage.Queue, relayID string, limit int) storage.Batch {
+	t.Helper()
+	b, err := s.Claim(ctx, storage.ClaimParams{RelayID: relayID, Limit: limit})
+	if err != nil {
+		t.Fatalf("Claim(%s, %d): %v", relayID, limit, err)
+	}
+	return b
+}
+
+func eventIDs(events []outbox.Event) []uuid.UUID {
+	ids := make([]uuid.UUID, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func rowIDs(rows []storage.Row) []uuid.UUID {
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// counts returns the number of rows in each status.
+func counts(t testing.TB, tb Table) map[outbox.Status]int {
+	t.Helper()
+	c := map[outbox.Status]int{}
+	for _, r := range tb.Rows(t) {
+		c[r.Status]++
+	}
+	return c
+}
+
+// byID reads every row once, for tests that look at many.
+func byID(t testing.TB, tb Table) map[uuid.UUID]storage.Row {
+	t.Helper()
+	m := map[uuid.UUID]storage.Row{}
+	for _, r := range tb.Rows(t) {
+		m[r.ID] = r
+	}
+	return m
+}
+
+func within(got, want time.Time, slack time.Duration) bool {
+	d := got.Sub(want)
+	return d >= -slack && d <= slack
+}
+
+func sameSet(a, b []uuid.UUID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := make(map[uuid.UUID]int, len(a))
+	for _, id := range a {
+		seen[id]++
+	}
+	for _, id := range b {
+		seen[id]--
+		if seen[id] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// str reads a nullable text column; NULL reads as "".
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// lockedAt reads a nullable locked_at; NULL reads as the zero time.
+func lockedAt(r storage.Row) time.Time {
+	if r.LockedAt == nil {
+		return time.Time{}
+	}
+	return *r.LockedAt
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -44,26 +45,37 @@ func (Harness) Unmigrated(t testing.TB) storage.Storage {
 // when the test ends, and returns its name.
 func NewSchema(t testing.TB) string {
 	t.Helper()
-	name := "t_" + randomHex(6)
-	run := func(sql string) error {
-		conn, err := pgx.Connect(context.Background(), URL())
-		if err != nil {
-			return fmt.Errorf("connect to %s: %w (is PostgreSQL running? `make test` starts it)", URL(), err)
-		}
-		defer conn.Close(context.Background())
-		_, err = conn.Exec(context.Background(), sql)
-		return err
+	pool, err := adminPool()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	if err := run("CREATE SCHEMA " + name); err != nil {
+	name := "t_" + randomHex(6)
+	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+name); err != nil {
 		t.Fatalf("pgtest: create schema: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := run("DROP SCHEMA " + name + " CASCADE"); err != nil {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
 			t.Errorf("pgtest: drop schema %s: %v", name, err)
 		}
 	})
 	return name
 }
+
+// adminPool is shared by every test of the process for creating and
+// dropping schemas: a new connection for each costs more than the rest of
+// a small test.
+var adminPool = sync.OnceValues(func() (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", URL(), err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w (is PostgreSQL running? `make test` starts it)", URL(), err)
+	}
+	return pool, nil
+})
 
 // Conformance returns tb as the storagetest suite sees a table.
 func Conformance(tb *Table) storagetest.Table { return conformance{tb} }
