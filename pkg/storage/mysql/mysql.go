@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -53,9 +52,6 @@ const PoolMaxConnsDefault = 10
 
 // PortDefault is MySQL's port, used when the URL names none.
 const PortDefault = 3306
-
-// maxErrorLen bounds a stored last_error; broker errors can be long.
-const maxErrorLen = 2000
 
 // The URL parameters the driver reads itself; every other one goes to
 // go-sql-driver/mysql.
@@ -444,24 +440,6 @@ func withLockRetry(ctx context.Context, fn func() error) error {
 // stored value.
 func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000000")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// storableText makes s acceptable to a utf8mb4 column. Broker errors can
-// quote binary data, and strict mode rejects invalid UTF-8, which would
-// fail the settle of the whole batch.
-func storableText(s string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
 
 func microseconds(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -232,7 +232,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 			failures.WriteString(" UNION ALL ")
 		}
 		failures.WriteString("SELECT ? AS id, ? AS error, ? AS dead, ? AS delay_us")
-		args = append(args, f.ID[:], truncate(storableText(f.Error), maxErrorLen), f.Dead, f.Delay.Microseconds())
+		args = append(args, f.ID[:], storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds())
 		ids[i] = f.ID
 	}
 	query := strings.Replace(s.queries["mark_failed"], "{{failures}}", failures.String(), 1)
