@@ -35,20 +35,21 @@ services:
 compose-check:
 	scripts/services.sh docker-compose
 	docker-compose config -q
-	docker-compose --profile kafka --profile amqp --profile tools config -q
+	docker-compose --profile kafka --profile amqp --profile tools --profile mysql config -q
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services
 	$(GO) test -race -count=1 -v ./internal/chaos/
 
 # The docker-compose stack (needs a Docker engine): postgres, nats, relay,
-# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers.
+# prometheus, grafana; PROFILES="kafka amqp" adds the other brokers, and
+# PROFILES=mysql MariaDB with a relay of its own.
 PROFILES ?=
 COMPOSE := docker compose $(foreach p,$(PROFILES),--profile $(p))
 up:
 	$(COMPOSE) up -d --build
 down:
-	$(COMPOSE) --profile kafka --profile amqp --profile tools down -v
+	$(COMPOSE) --profile kafka --profile amqp --profile tools --profile mysql down -v
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(shell $(GO) env GOPATH)/bin/golangci-lint

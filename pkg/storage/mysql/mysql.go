@@ -10,6 +10,8 @@ package mysql
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
@@ -18,6 +20,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +62,9 @@ const (
 	paramTable        = "table"
 	paramPoolMaxConns = "pool_max_conns"
 	paramSocket       = "socket"
+	paramTLSCA        = "tls_ca"
+	paramTLSCert      = "tls_cert"
+	paramTLSKey       = "tls_key"
 )
 
 // forcedParams are go-sql-driver parameters the driver depends on and sets
@@ -91,8 +97,10 @@ var _ storage.Storage = (*Store)(nil)
 //
 // The URL is mysql://user:password@host:port/database?options. The driver
 // reads table (default openoutbox_events; database.table names another
-// database), pool_max_conns (default 10) and socket (a Unix socket path
-// instead of host:port); every other option goes to go-sql-driver/mysql:
+// database), pool_max_conns (default 10), socket (a Unix socket path
+// instead of host:port) and tls_ca, tls_cert and tls_key (PEM files: a CA
+// to verify the server with, a client certificate); every other option
+// goes to go-sql-driver/mysql:
 // tls, timeout, readTimeout, writeTimeout, charset, collation,
 // allowCleartextPasswords, serverPubKey, connectionAttributes, and server
 // variables by name (innodb_lock_wait_timeout=10). The driver sets
@@ -124,9 +132,13 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		}
 	}
 	socket := q.Get(paramSocket)
-	q.Del(paramTable)
-	q.Del(paramPoolMaxConns)
-	q.Del(paramSocket)
+	tlsConfig, err := tlsFiles(q)
+	if err != nil {
+		return nil, fmt.Errorf("storage URL %s: %w", redact.URL(rawURL), err)
+	}
+	for _, p := range []string{paramTable, paramPoolMaxConns, paramSocket, paramTLSCA, paramTLSCert, paramTLSKey} {
+		q.Del(p)
+	}
 
 	// go-sql-driver parses its options from a DSN; the credentials and the
 	// address are set on the parsed config rather than pasted into one, so
@@ -154,6 +166,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 			host = "127.0.0.1"
 		}
 		cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(host, port)
+	}
+	if tlsConfig != nil {
+		cfg.TLS = tlsConfig // go-sql-driver names the server after the host
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
@@ -197,6 +212,43 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		writer: newWriter(table), rawURL: rawURL,
 		claimLock: "outbox_relay.claim." + lockSuffix(database+"."+table.Name),
 	}, nil
+}
+
+// tlsFiles reads the tls_ca, tls_cert and tls_key options into a TLS
+// configuration that verifies the server (against tls_ca rather than the
+// system's roots, when given) and presents a client certificate when asked
+// to; nil when none is set. go-sql-driver's own tls option can only name a
+// configuration registered in code, so a private CA needs these.
+func tlsFiles(q url.Values) (*tls.Config, error) {
+	ca, cert, key := q.Get(paramTLSCA), q.Get(paramTLSCert), q.Get(paramTLSKey)
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	if q.Has("tls") {
+		return nil, errors.New("tls_ca, tls_cert and tls_key turn verified TLS on by themselves; remove the tls option")
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("tls_cert and tls_key go together")
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca: no PEM certificate in %s", ca)
+		}
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
 }
 
 // lockSuffix keeps a lock name within MySQL's 64 characters: the name

@@ -2,10 +2,19 @@ package mysql_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"database/sql"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +88,39 @@ func TestOpenDefaultsAndOptions(t *testing.T) {
 	if got := s.DB().Stats().MaxOpenConnections; got != 3 {
 		t.Errorf("pool_max_conns=3 gave %d", got)
 	}
+
+	// A CA file is read at Open, and the options are the driver's own.
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, selfSignedPEM(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = mysql.Open(ctx, "mysql://relay@db/app?tls_ca="+url.QueryEscape(ca))
+	if err != nil {
+		t.Fatalf("Open with tls_ca: %v", err)
+	}
+	s.Close()
+	if err := os.WriteFile(ca, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysql.Open(ctx, "mysql://relay@db/app?tls_ca="+url.QueryEscape(ca)); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("Open with a tls_ca that holds no certificate = %v", err)
+	}
+}
+
+// selfSignedPEM is a CA certificate in PEM.
+func selfSignedPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 func TestOpenRejectsBadURLsWithoutThePassword(t *testing.T) {
@@ -94,6 +136,9 @@ func TestOpenRejectsBadURLsWithoutThePassword(t *testing.T) {
 		{"mysql://relay:" + password + "@db/app?timeout=soon", "parse storage URL"},
 		{"mysql://relay:" + password + "@db/app/more", "one database name"},
 		{"mysql://relay:" + password + "@db:notaport/app", "malformed storage URL"},
+		{"mysql://relay:" + password + "@db/app?tls_ca=/no/such/ca.pem", "tls_ca: open /no/such/ca.pem"},
+		{"mysql://relay:" + password + "@db/app?tls_cert=/c.pem", "tls_cert and tls_key go together"},
+		{"mysql://relay:" + password + "@db/app?tls_ca=/ca.pem&tls=skip-verify", "remove the tls option"},
 	}
 	for _, tt := range tests {
 		s, err := mysql.Open(ctx, tt.raw)
