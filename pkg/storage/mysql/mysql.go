@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -376,13 +377,13 @@ func (s *Store) Check(ctx context.Context) error {
 			s.table.Name, s.database, storage.ErrTableMissing)
 	}
 	var missing []string
-	for _, c := range append(requiredColumns, "seq") {
+	for _, c := range append(slices.Clone(requiredColumns), "seq", "state_at") {
 		if !have[c] {
 			missing = append(missing, c)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("table %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq), or check that STORAGE_TABLE_NAME names an outbox table",
+		return fmt.Errorf("table %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq, state_at), or check that STORAGE_TABLE_NAME names an outbox table",
 			s.table, strings.Join(missing, ", "))
 	}
 	return nil

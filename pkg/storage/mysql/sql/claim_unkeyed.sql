@@ -2,6 +2,6 @@
 -- in any key's order: at most ? that are due by the claim's stamp (?).
 SELECT event_id
 FROM {{table}}
-WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '') AND available_at <= ?
-ORDER BY available_at, created_at, seq
+WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '') AND state_at <= ?
+ORDER BY state_at, created_at, seq
 LIMIT ?
