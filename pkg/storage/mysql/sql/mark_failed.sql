@@ -5,7 +5,7 @@
 -- them ({{ids}}) so the rows are found through the primary key whatever
 -- the optimizer makes of the derived table. Then the relay id and the
 -- stamps ({{stamps}}).
-UPDATE {{table}} AS t
+UPDATE {{table}} AS t FORCE INDEX (PRIMARY)
 JOIN ({{failures}}) AS f ON t.event_id = f.id
 SET t.status = IF(f.dead, 'DEAD', 'PENDING'),
     t.attempts = t.attempts + 1,

@@ -4,7 +4,7 @@
 -- reach ?, the limit) instead of looping forever. MySQL assigns left to
 -- right, each expression seeing the columns already assigned: status and
 -- last_error come before the columns they read change.
-UPDATE {{table}}
+UPDATE {{table}} FORCE INDEX (PRIMARY)
 SET status = IF(attempts + 1 >= ?, 'DEAD', 'PENDING'),
     last_error = CONCAT('lease expired (relay ', COALESCE(locked_by, 'unknown'), ')'),
     attempts = attempts + 1,

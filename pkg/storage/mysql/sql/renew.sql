@@ -4,7 +4,7 @@
 -- hold, and repeating the statement is harmless (the connection counts
 -- matched rows, so a repeat still reports them). ? the new stamp, the ids
 -- ({{ids}}), the relay id, the stamps the rows may hold now ({{stamps}}).
-UPDATE {{table}}
+UPDATE {{table}} FORCE INDEX (PRIMARY)
 SET locked_at = ?
 WHERE event_id IN ({{ids}})
   AND status = 'DELIVERING' AND locked_by = ? AND locked_at IN ({{stamps}})
