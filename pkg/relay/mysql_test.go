@@ -13,6 +13,8 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
+	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
@@ -78,6 +80,59 @@ func TestMySQLDeliversEveryEventOnceWithHeaders(t *testing.T) {
 		if string(m.Data) != string(events[i].Payload) || m.Subject != "orders.created" {
 			t.Fatalf("event %d: subject %q payload %q", i, m.Subject, m.Data)
 		}
+	}
+}
+
+// MySQL to Kafka and to RabbitMQ: every event arrives once, with its id.
+func TestMySQLDeliversToKafkaAndRabbitMQ(t *testing.T) {
+	t.Parallel()
+	const n = 500
+	brokers := map[string]func(t *testing.T) (publisher.Publisher, func(t *testing.T) map[string]int){
+		"kafka": func(t *testing.T) (publisher.Publisher, func(t *testing.T) map[string]int) {
+			c := kafkatest.Start(t)
+			c.CreateTopic(t, "mysql.events", 3, nil)
+			return openKafka(t, c, "?topic=mysql.events"), func(t *testing.T) map[string]int {
+				ids := map[string]int{}
+				for _, r := range c.AllRecords(t, "mysql.events") {
+					ids[kafkatest.Header(r, outbox.HeaderEventID)]++
+				}
+				return ids
+			}
+		},
+		"amqp": func(t *testing.T) (publisher.Publisher, func(t *testing.T) map[string]int) {
+			exchange, queue := amqpDestination(t, "mysql.*", nil)
+			return openAMQP(t, "", exchange, ""), func(t *testing.T) map[string]int {
+				ch := amqptest.Channel(t)
+				ids := map[string]int{}
+				for _, m := range amqptest.Consume(t, ch, queue, n) {
+					ids[m.MessageId]++
+				}
+				return ids
+			}
+		},
+	}
+	for name, open := range brokers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tb := mysqltest.New(t)
+			events := make([]mysqltest.Event, n)
+			for i := range events {
+				events[i] = mysqltest.Event{Type: "mysql.event", PartitionKey: fmt.Sprintf("k%d", i%5), Payload: mysqltest.Payload(i, 200)}
+			}
+			ids := tb.Insert(t, events...)
+			pub, received := open(t)
+			start(t, relay.Config{BatchSize: 100}, tb.Store, pub)
+			waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
+			got := received(t)
+			if len(got) != n {
+				t.Fatalf("%s holds %d distinct events, want %d", name, len(got), n)
+			}
+			for _, id := range ids {
+				if got[id.String()] != 1 {
+					t.Fatalf("event %s arrived %d times", id, got[id.String()])
+				}
+			}
+		})
 	}
 }
 
