@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +34,10 @@ import (
 // from a few keys leaves the other keys for the next claim, which can then
 // proceed while this batch is at the broker. claim_ordered_run.sql says 20.
 const runMax = 20
+
+// errNoLock says an ordered claim gave up waiting for the claims of other
+// relays.
+var errNoLock = errors.New("timed out waiting for the ordered-claim lock")
 
 // claimLockWait is how long an ordered claim waits for the claims of other
 // relays on the table; they take milliseconds.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -352,5 +351,3 @@ func idArgs(ids []uuid.UUID) []any {
 	}
 	return args
 }
-
-var errNoLock = errors.New("timed out waiting for the ordered-claim lock")
