@@ -38,25 +38,28 @@ type anyTable struct {
 // storages are the databases relay-cli is tested against.
 var storages = []struct {
 	name string
-	new  func(t *testing.T) anyTable
+	// index is one that migrate creates, as it reports it.
+	index string
+	new   func(t *testing.T) anyTable
 }{
-	{"PostgreSQL", func(t *testing.T) anyTable {
+	{"PostgreSQL", "pending_idx", func(t *testing.T) anyTable {
 		tb := pgtest.New(t)
 		schemaName, _, _ := strings.Cut(tb.Name, ".")
 		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
 	}},
-	{"MySQL", func(t *testing.T) anyTable {
+	{"MySQL", "state_idx", func(t *testing.T) anyTable {
 		tb := mysqltest.New(t)
 		return anyTable{mysqltest.Conformance(tb), mysqltest.DatabaseURL(tb.Database), tb.Name, tb.Database + ".fresh_outbox"}
 	}},
 }
 
-// eachStorage runs test once per storage, in parallel.
-func eachStorage(t *testing.T, test func(t *testing.T, tb anyTable)) {
+// eachStorage runs test once per storage, in parallel; index is one that
+// migrate creates there.
+func eachStorage(t *testing.T, test func(t *testing.T, tb anyTable, index string)) {
 	for _, s := range storages {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			test(t, s.new(t))
+			test(t, s.new(t), s.index)
 		})
 	}
 }
@@ -109,14 +112,14 @@ func storageHasTable(t *testing.T, server, name string) bool {
 
 func TestMigrateOnEveryStorage(t *testing.T) {
 	t.Parallel()
-	eachStorage(t, func(t *testing.T, tb anyTable) {
+	eachStorage(t, func(t *testing.T, tb anyTable, index string) {
 		fresh := anyTable{server: tb.server, name: tb.sibling}
 		printed := ok(t, fresh.cli(t, "migrate", "--print"))
 		if !strings.Contains(printed.stdout, "CREATE TABLE IF NOT EXISTS") || storageHasTable(t, tb.server, tb.sibling) {
 			t.Fatalf("migrate --print printed no DDL or created the table:\n%s", printed)
 		}
 		first := ok(t, fresh.cli(t, "migrate"))
-		for _, want := range []string{"created  table fresh_outbox", "created  index fresh_outbox_pending_idx",
+		for _, want := range []string{"created  table fresh_outbox", "created  index fresh_outbox_" + index,
 			"table " + tb.sibling + " is ready", "0 already existed"} {
 			if !strings.Contains(first.stdout, want) {
 				t.Errorf("first migrate does not say %q:\n%s", want, first)
@@ -137,7 +140,7 @@ func TestMigrateOnEveryStorage(t *testing.T) {
 
 func TestGrantsOnEveryStorage(t *testing.T) {
 	t.Parallel()
-	eachStorage(t, func(t *testing.T, tb anyTable) {
+	eachStorage(t, func(t *testing.T, tb anyTable, _ string) {
 		printed := ok(t, tb.cli(t, "grants", "--print"))
 		if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE ON ") || !strings.Contains(printed.stdout, "TO outbox_relay") {
 			t.Fatalf("grants --print does not show the relay's grant:\n%s", printed.stdout)
@@ -153,7 +156,7 @@ func TestGrantsOnEveryStorage(t *testing.T) {
 // watch them in stats, bring a dead one back, prune what was delivered.
 func TestOperatorSessionOnEveryStorage(t *testing.T) {
 	t.Parallel()
-	eachStorage(t, func(t *testing.T, tb anyTable) {
+	eachStorage(t, func(t *testing.T, tb anyTable, _ string) {
 		// emit
 		r := ok(t, tb.cli(t, "emit", "--type", "orders.paid", "--key", "order-42", "--count", "3",
 			"--payload", `{"note": "grüße"}`, "--header", "content-type=application/json"))
