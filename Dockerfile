@@ -20,7 +20,7 @@ RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/relay
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="outbox-relay" \
-      org.opencontainers.image.description="Transactional outbox relay: PostgreSQL to NATS JetStream, Kafka or RabbitMQ" \
+      org.opencontainers.image.description="Transactional outbox relay: PostgreSQL or MySQL to NATS JetStream, Kafka or RabbitMQ" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/outbox-relay/relay"
 COPY --from=build /out/relay /out/relay-cli /usr/local/bin/

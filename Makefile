@@ -27,8 +27,8 @@ KEEP ?=
 demo: build
 	scripts/demo.sh $(if $(KEEP),-keep)
 
-# Starts PostgreSQL, MariaDB, RabbitMQ and Redis when nothing answers on their ports
-# (NATS and Kafka run inside the tests), installing what is missing from
+# Starts PostgreSQL, MariaDB, RabbitMQ and Redis when nothing answers on their
+# ports (NATS and Kafka run inside the tests), installing what is missing from
 # Debian packages (root or sudo), checks docker-compose.yml, then runs every
 # test with the race detector, the chaos suite included.
 test: services compose-check
@@ -47,17 +47,18 @@ COMPOSE_BIN = $(shell docker compose version >/dev/null 2>&1 && echo 'docker com
 # engine is needed for that.
 compose-check:
 	@scripts/services.sh docker-compose
-	@set -e; for k in '' '--profile kafka'; do for a in '' '--profile amqp'; do for r in '' '--profile redis'; do for t in '' '--profile tools'; do \
-		echo "$(COMPOSE_BIN) $$k $$a $$r $$t config -q" | tr -s ' '; \
-		$(COMPOSE_BIN) $$k $$a $$r $$t config -q; \
-	done; done; done; done
+	@set -e; for k in '' '--profile kafka'; do for a in '' '--profile amqp'; do for r in '' '--profile redis'; do for m in '' '--profile mysql'; do for t in '' '--profile tools'; do \
+		echo "$(COMPOSE_BIN) $$k $$a $$r $$m $$t config -q" | tr -s ' '; \
+		$(COMPOSE_BIN) $$k $$a $$r $$m $$t config -q; \
+	done; done; done; done; done
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services
 	$(GO) test -race -count=1 -v ./internal/chaos/
 
 # The docker-compose stack (needs a Docker engine): postgres, nats, relay,
-# prometheus, grafana; PROFILES="kafka amqp redis" adds the other brokers. Host
+# prometheus, grafana; PROFILES="kafka amqp redis" adds the other brokers, and
+# PROFILES=mysql MariaDB with a relay of its own. Host
 # ports come from OUTBOX_*_PORT variables (see docker-compose.yml); their
 # defaults keep clear of the local services `make test` starts.
 PROFILES ?=
@@ -65,7 +66,7 @@ COMPOSE = $(COMPOSE_BIN) $(foreach p,$(PROFILES),--profile $(p))
 up:
 	$(COMPOSE) up -d --build
 down:
-	$(COMPOSE) --profile kafka --profile amqp --profile redis --profile tools down -v
+	$(COMPOSE) --profile kafka --profile amqp --profile redis --profile tools --profile mysql down -v
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(shell $(GO) env GOPATH)/bin/golangci-lint
@@ -82,27 +83,37 @@ lint:
 # Throughput (default): drains EVENTS pending 200-byte events into BROKER
 # (nats, kafka, amqp, redis or webhook; in-process NATS and Kafka, the local
 # RabbitMQ and Redis, an in-process HTTP endpoint answering in 5 ms) and into
-# null:// (the storage side alone), printing events/s.
-# MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99.
+# null:// (the storage side alone), printing events/s, and runs the bare
+# claim → mark-delivered SQL loop the relay is measured against.
+# STORAGE=mysql drains a MariaDB/MySQL table instead of PostgreSQL's (every
+# mode but memory).
+# MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99
+# (PostgreSQL: LISTEN/NOTIFY; MySQL: POLL_INTERVAL=100ms).
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 # MODE=memory-large: the same with 150 events of 10 MB into null://, which
 # MAX_BATCH_BYTES must keep under 300 MB.
+# MODE=cpu: the relay binary's own CPU time per event over a 100,000-event
+# drain into NATS and null://; BENCH_RELAY_BINS=a,b adds other builds and
+# OPEN_OUTBOX_RELAY_BIN Open Outbox Relay's binary to the same run.
 BROKER ?= nats
 MODE ?= throughput
+STORAGE ?= postgres
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
 ifeq ($(MODE),latency)
-	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay
+	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay -storage $(STORAGE)
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),memory-large)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay \
 		-memory.events 150 -memory.payload 10485760 -memory.publisher null
+else ifeq ($(MODE),cpu)
+	$(GO) test -run '^$$' -bench 'DrainCPU$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),ordering)
-	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else
-	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS)
+	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$|ClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 endif
 
 clean:

@@ -13,7 +13,8 @@ func grantsCommand() *cli.Command {
 		Description: "Creates the roles outbox_relay (the relay: SELECT, UPDATE), outbox_producer\n" +
 			"(applications: INSERT) and outbox_admin (relay-cli: also DELETE) if missing, and grants\n" +
 			"them their rights on the table. Run it as the table's owner after migrate; give login\n" +
-			"users the roles with CREATE ROLE … IN ROLE outbox_relay.",
+			"users the roles (PostgreSQL: CREATE ROLE … IN ROLE outbox_relay; MySQL: GRANT outbox_relay\n" +
+			"TO … and SET DEFAULT ROLE). --print shows the SQL with these instructions.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 		},

@@ -27,6 +27,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
+	_ "github.com/outbox-relay/relay/pkg/storage/mysql"
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 

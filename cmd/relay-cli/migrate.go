@@ -9,9 +9,11 @@ import (
 func migrateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "migrate",
-		Usage: "create the outbox table, its indexes and notify trigger (idempotent)",
-		Description: "Applies the embedded schema in one transaction and says what it created and what\n" +
-			"already existed. Running it again is safe: nothing is ever dropped.",
+		Usage: "create the outbox table and what the relay adds to it (idempotent)",
+		Description: "Applies the embedded schema for the database STORAGE_URL names (PostgreSQL: the\n" +
+			"table, its sequence, indexes and notify trigger, in one transaction; MySQL: the table\n" +
+			"and its indexes) and says what it created and what already existed. Running it again\n" +
+			"is safe: nothing is ever dropped.",
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 			jsonFlag(),

@@ -28,7 +28,9 @@ func TestUsageErrorsExit2BeforeConnecting(t *testing.T) {
 		{"flag without its value", []string{"list", "--limit"}, "flag needs an argument"},
 		{"arguments to a command that takes none", []string{"stats", "extra"}, "stats takes no arguments"},
 		{"invalid table name", []string{"stats", "--table", "events; DROP TABLE users"}, "invalid table name"},
-		{"unknown URL scheme", []string{"stats", "--storage-url", "mysql://op:" + secret + "@db/x"}, "unknown storage scheme"},
+		{"unknown URL scheme", []string{"stats", "--storage-url", "oracle://op:" + secret + "@db/x"}, "unknown storage scheme"},
+		{"MySQL URL without a database", []string{"stats", "--storage-url", "mysql://op:" + secret + "@127.0.0.1:1/"}, "names no database"},
+		{"MySQL option the driver sets", []string{"stats", "--storage-url", "mysql://op:" + secret + "@127.0.0.1:1/x?parseTime=false"}, "sets parseTime itself"},
 		{"malformed URL", []string{"stats", "--storage-url", "postgres://op:" + secret + "@[::1"}, "malformed"},
 
 		{"migrate --print with --json", []string{"migrate", "--print", "--json"}, "cannot be combined"},

@@ -52,11 +52,11 @@ func applyOpenOutbox(cfg *config, environ map[string]string) (notes []string, er
 	if err := env.ParseWithOptions(&oo, env.Options{Environment: environ}); err != nil {
 		return nil, err
 	}
-	if t := strings.ToLower(oo.StorageType); t != "" {
-		if t != "postgres" && t != "postgresql" {
-			return nil, fmt.Errorf("STORAGE_TYPE=%q: only postgres is supported", oo.StorageType)
+	if oo.StorageType != "" {
+		if err := checkStorageType(strings.ToLower(oo.StorageType), cfg.StorageURL); err != nil {
+			return nil, err
 		}
-		notes = append(notes, "STORAGE_TYPE="+oo.StorageType+" can be removed: STORAGE_URL's scheme selects the storage driver")
+		notes = append(notes, "STORAGE_TYPE is implied by STORAGE_URL's scheme; it can be removed")
 	}
 	if oo.PublisherType != "" {
 		note, err := applyPublisherType(cfg, environ, strings.ToLower(oo.PublisherType))
@@ -147,6 +147,27 @@ func schemeName(scheme string) string {
 		return "not set"
 	}
 	return scheme + "://…"
+}
+
+// storageSchemes maps STORAGE_TYPE values to the STORAGE_URL schemes that
+// agree with them.
+var storageSchemes = map[string][]string{
+	"postgres": {"postgres", "postgresql"}, "postgresql": {"postgres", "postgresql"}, "mysql": {"mysql"},
+}
+
+// checkStorageType accepts an Open Outbox STORAGE_TYPE that agrees with
+// STORAGE_URL: the URL's scheme chooses the driver, and a type that says
+// otherwise means the URL is not the one meant.
+func checkStorageType(typ, storageURL string) error {
+	schemes, ok := storageSchemes[typ]
+	if !ok {
+		return fmt.Errorf("STORAGE_TYPE=%q is not supported here (postgres, mysql)", typ)
+	}
+	if scheme := schemeOf(storageURL); !slices.Contains(schemes, scheme) {
+		return fmt.Errorf("STORAGE_TYPE=%s contradicts STORAGE_URL's scheme %q; set STORAGE_URL to a %s:// URL (or unset STORAGE_TYPE)",
+			typ, scheme, schemes[0])
+	}
+	return nil
 }
 
 // applyPublisherType completes a PUBLISHER_URL written, as Open Outbox

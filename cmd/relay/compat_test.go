@@ -55,6 +55,8 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 			"redis://r?read_timeout=1s&write_timeout=9s", ":8080", "REDIS_WRITE_TIMEOUT used as PUBLISHER_URL option read_timeout=1s; PUBLISHER_URL sets write_timeout itself", ""},
 		{"redis options do not reach kafka", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "REDIS_WRITE_TIMEOUT": "1s"},
 			"kafka://b:9092", ":8080", "REDIS_WRITE_TIMEOUT ignored: it is an option of another broker's driver, and PUBLISHER_URL is kafka://…", "used as"},
+		{"storage type agreeing with the URL", map[string]string{"STORAGE_TYPE": "mysql", "STORAGE_URL": "mysql://relay@db:3306/app", "PUBLISHER_URL": "stdout://"},
+			"stdout://", ":8080", "STORAGE_TYPE is implied by STORAGE_URL's scheme", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,7 +88,8 @@ func TestOpenOutboxSettingsThatCannotWorkExit2(t *testing.T) {
 		{"bad redis timeout", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "redis://r:6379", "REDIS_WRITE_TIMEOUT": "1000"}, "REDIS_WRITE_TIMEOUT"},
 		{"redis type contradicts URL", map[string]string{"PUBLISHER_TYPE": "redis", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
 		{"unsupported type", map[string]string{"PUBLISHER_TYPE": "sqs", "PUBLISHER_URL": "https://sqs"}, "PUBLISHER_TYPE"},
-		{"mysql storage", map[string]string{"STORAGE_TYPE": "mysql"}, "STORAGE_TYPE"},
+		{"mysql type, postgres URL", map[string]string{"STORAGE_TYPE": "mysql"}, "STORAGE_TYPE=mysql contradicts STORAGE_URL's scheme \"postgres\""},
+		{"unknown storage type", map[string]string{"STORAGE_TYPE": "mongodb"}, "STORAGE_TYPE=\"mongodb\" is not supported here (postgres, mysql)"},
 		{"type contradicts URL", map[string]string{"PUBLISHER_TYPE": "kafka", "PUBLISHER_URL": "nats://n:4222"}, "contradicts"},
 		{"type without URL", map[string]string{"PUBLISHER_TYPE": "nats"}, "needs PUBLISHER_URL"},
 		{"bad acks", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_REQUIRED_ACKS": "some"}, "KAFKA_REQUIRED_ACKS"},

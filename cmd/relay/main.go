@@ -1,5 +1,5 @@
-// Command relay moves events from a PostgreSQL outbox table to a message
-// broker. It is configured entirely from the environment; see
+// Command relay moves events from a PostgreSQL or MySQL outbox table to a
+// message broker. It is configured entirely from the environment; see
 // docs/configuration.md.
 package main
 
@@ -32,6 +32,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
+	_ "github.com/outbox-relay/relay/pkg/storage/mysql"
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/telemetry"
 )

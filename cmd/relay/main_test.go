@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -42,8 +44,12 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 	}{
 		{"unknown publisher scheme", map[string]string{"PUBLISHER_URL": "carrier-pigeon://coop"},
 			[]string{"PUBLISHER_URL", `unknown publisher scheme "carrier-pigeon"`, "nats://", "null://", "stdout://"}},
-		{"unknown storage scheme", map[string]string{"STORAGE_URL": "mysql://u:" + secret + "@db/x"},
-			[]string{"STORAGE_URL", "postgres://"}},
+		{"unknown storage scheme", map[string]string{"STORAGE_URL": "oracle://u:" + secret + "@db/x"},
+			[]string{"STORAGE_URL", "postgres://", "mysql://"}},
+		{"MySQL table name injection", map[string]string{"STORAGE_URL": "mysql://u:" + secret + "@localhost/db?table=x%60y"},
+			[]string{"STORAGE_URL", "invalid table name"}},
+		{"MySQL URL without a database", map[string]string{"STORAGE_URL": "mysql://u:" + secret + "@localhost/"},
+			[]string{"STORAGE_URL", "names no database"}},
 		{"unparsable duration", map[string]string{"POLL_INTERVAL": "soon"},
 			[]string{"POLL_INTERVAL", "duration"}},
 		{"zero batch size", map[string]string{"BATCH_SIZE": "0"}, []string{"BATCH_SIZE must be positive"}},
@@ -92,37 +98,74 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 
 func TestUnreachableDatabaseExits1AndSaysSo(t *testing.T) {
 	t.Parallel()
-	code, _, stderr := runRelay(t, map[string]string{
-		"STORAGE_URL":   "postgres://relay:" + secret + "@127.0.0.1:1/outbox?sslmode=disable&connect_timeout=2",
-		"PUBLISHER_URL": "null://",
-		"HTTP_ADDR":     "127.0.0.1:0",
-	})
-	if code != 1 {
-		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
-	}
-	for _, w := range []string{"cannot reach PostgreSQL at 127.0.0.1:1", "check STORAGE_URL"} {
-		if !strings.Contains(stderr, w) {
-			t.Errorf("stderr does not say %q:\n%s", w, stderr)
+	for _, c := range []struct{ url, want string }{
+		{"postgres://relay:" + secret + "@127.0.0.1:1/outbox?sslmode=disable&connect_timeout=2", "cannot reach PostgreSQL at 127.0.0.1:1"},
+		{"mysql://relay:" + secret + "@127.0.0.1:1/outbox?timeout=2s", "cannot reach MySQL at 127.0.0.1:1"},
+	} {
+		code, _, stderr := runRelay(t, map[string]string{
+			"STORAGE_URL":   c.url,
+			"PUBLISHER_URL": "null://",
+			"HTTP_ADDR":     "127.0.0.1:0",
+		})
+		if code != 1 {
+			t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
 		}
-	}
-	if strings.Contains(stderr, secret) {
-		t.Errorf("stderr leaks the password:\n%s", stderr)
+		for _, w := range []string{c.want, "check STORAGE_URL"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr does not say %q:\n%s", w, stderr)
+			}
+		}
+		if strings.Contains(stderr, secret) {
+			t.Errorf("stderr leaks the password:\n%s", stderr)
+		}
 	}
 }
 
 func TestMissingTableSaysToMigrate(t *testing.T) {
 	t.Parallel()
-	code, _, stderr := runRelay(t, map[string]string{
-		"STORAGE_URL":        pgtest.URL(),
-		"STORAGE_TABLE_NAME": "no_such_outbox_table",
-		"PUBLISHER_URL":      "null://",
-		"HTTP_ADDR":          "127.0.0.1:0",
-	})
-	if code != 1 {
-		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
+	for _, url := range []string{pgtest.URL(), mysqltest.DatabaseURL(mysqltest.NewDatabase(t))} {
+		code, _, stderr := runRelay(t, map[string]string{
+			"STORAGE_URL":        url,
+			"STORAGE_TABLE_NAME": "no_such_outbox_table",
+			"PUBLISHER_URL":      "null://",
+			"HTTP_ADDR":          "127.0.0.1:0",
+		})
+		if code != 1 {
+			t.Fatalf("%s: exit code %d, want 1; stderr:\n%s", url, code, stderr)
+		}
+		if !strings.Contains(stderr, "relay-cli migrate") || !strings.Contains(stderr, "STORAGE_AUTO_MIGRATE=true") {
+			t.Errorf("stderr does not say how to create the table:\n%s", stderr)
+		}
 	}
-	if !strings.Contains(stderr, "relay-cli migrate") || !strings.Contains(stderr, "STORAGE_AUTO_MIGRATE=true") {
-		t.Errorf("stderr does not say how to create the table:\n%s", stderr)
+}
+
+// MySQL cannot notify the relay of inserts: without WAKEUP the relay polls
+// and says so; WAKEUP=notify there is a configuration mistake.
+func TestWakeupOnAStorageThatCannotNotify(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":   tb.URL,
+		"PUBLISHER_URL": "null://",
+		"HTTP_ADDR":     "127.0.0.1:0",
+		"WAKEUP":        "notify",
+	})
+	if code != 2 {
+		t.Fatalf("WAKEUP=notify on MySQL: exit code %d, want 2; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{"WAKEUP=notify", "cannot notify", "WAKEUP=poll", "POLL_INTERVAL"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, stderr)
+		}
+	}
+
+	// Unset: the relay polls, says so, and delivers.
+	tb.InsertN(t, 10, "poll.event")
+	r := startRelay(t, map[string]string{"STORAGE_URL": tb.URL, "PUBLISHER_URL": "null://", "POLL_INTERVAL": "50ms"})
+	eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] == 10 },
+		func() string { return "10 events delivered; log:\n" + r.log.String() })
+	if log := r.log.String(); !strings.Contains(log, "polling for new events") || !strings.Contains(log, "connecting to MySQL at") {
+		t.Errorf("the log does not say the relay polls MySQL:\n%s", log)
 	}
 }
 
@@ -174,16 +217,36 @@ func freeAddr(t testing.TB) string {
 func TestSIGTERMDrainsAndExits0(t *testing.T) {
 	t.Parallel()
 	bin := buildRelay(t)
-	tb := pgtest.New(t)
+	t.Run("PostgreSQL", func(t *testing.T) {
+		t.Parallel()
+		tb := pgtest.New(t)
+		table := strings.TrimSuffix(tb.Name, ".openoutbox_events") + ".fresh_outbox"
+		testSIGTERMDrains(t, bin, pgtest.URL(), table, &pgtest.Table{Store: tb.Store, Name: table})
+	})
+	t.Run("MySQL", func(t *testing.T) {
+		t.Parallel()
+		tb := mysqltest.New(t)
+		table := tb.Database + ".fresh_outbox"
+		testSIGTERMDrains(t, bin, mysqltest.URL(), table, &mysqltest.Table{Store: tb.Store, Name: table})
+	})
+}
+
+// e2eTable is what the end-to-end tests need of a test table, whatever
+// its database.
+type e2eTable interface {
+	InsertN(t testing.TB, n int, eventType string) []uuid.UUID
+	Counts(t testing.TB) map[outbox.Status]int
+}
+
+func testSIGTERMDrains(t *testing.T, bin, storageURL, table string, fresh e2eTable) {
 	srv := natstest.Start(t)
 	st := srv.Stream(t, jetstream.StreamConfig{Name: "E2E", Subjects: []string{"e2e.>"}})
-	table := strings.TrimSuffix(tb.Name, ".openoutbox_events") + ".fresh_outbox"
 	addr := freeAddr(t)
 
 	cmd := exec.Command(bin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test
 	cmd.Env = append(os.Environ(),
-		"STORAGE_URL="+pgtest.URL(),
+		"STORAGE_URL="+storageURL,
 		"STORAGE_TABLE_NAME="+table,
 		"STORAGE_AUTO_MIGRATE=true",
 		"PUBLISHER_URL="+srv.URL(),
@@ -222,7 +285,6 @@ func TestSIGTERMDrainsAndExits0(t *testing.T) {
 		t.Errorf("relay healthcheck against a running relay: %v", err)
 	}
 
-	fresh := &pgtest.Table{Store: tb.Store, Name: table}
 	const n = 20000
 	fresh.InsertN(t, n, "e2e.event")
 	eventually.True(t, 30*time.Second, func() bool { return fresh.Counts(t)[outbox.StatusDelivered] > 0 },

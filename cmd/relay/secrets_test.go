@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // TestNoSecretInAnyOutput runs the relay with a recognisable password in
-// both URLs, against brokers that refuse it or are not there, so every
+// both URLs (on PostgreSQL, and on MySQL with a user that has it), against brokers that refuse it or are not there, so every
 // error path that might quote a URL is taken, and reads every output: the
 // log, /healthz, /readyz, /stats and /metrics. The webhook driver also
 // reads a signing secret from the environment variable its URL names and
@@ -27,16 +28,19 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	signingSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte(keyText))
 	tb := pgtest.New(t)
 	storageURL := strings.Replace(pgtest.URL(), "postgres@", "postgres:"+password+"@", 1) // trust auth ignores it
-	publishers := map[string]string{
-		"nats":  "nats://relay:" + password + "@127.0.0.1:1?timeout=1s",
-		"kafka": "kafka://relay:" + password + "@127.0.0.1:1?sasl=scram-sha-512&timeout=1s",
-		"amqp":  "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s",        // RabbitMQ refuses the login
-		"redis": "redis://relay:" + password + "@127.0.0.1:6379/0?dial_timeout=2s", // no such ACL user: WRONGPASS
-		// Nothing listens on port 1: every publish and health check fails.
-		"webhook": "https://relay:" + password + "@127.0.0.1:1/hooks/{event_type}?secret_env=WEBHOOK_SECRET&timeout=1s" +
-			"&header=X-Api-Key:" + password + "&query=code=" + password,
+	my := mysqltest.New(t)
+	// Nothing listens on port 1: every publish and health check fails.
+	const webhook = "https://relay:" + password + "@127.0.0.1:1/hooks/{event_type}?secret_env=WEBHOOK_SECRET&timeout=1s" +
+		"&header=X-Api-Key:" + password + "&query=code=" + password
+	runs := map[string]struct{ storageURL, table, publisherURL string }{
+		"nats":    {storageURL, tb.Name, "nats://relay:" + password + "@127.0.0.1:1?timeout=1s"},
+		"kafka":   {storageURL, tb.Name, "kafka://relay:" + password + "@127.0.0.1:1?sasl=scram-sha-512&timeout=1s"},
+		"amqp":    {storageURL, tb.Name, "amqp://relay:" + password + "@127.0.0.1:5672/?timeout=2s"},        // RabbitMQ refuses the login
+		"redis":   {storageURL, tb.Name, "redis://relay:" + password + "@127.0.0.1:6379/0?dial_timeout=2s"}, // no such ACL user: WRONGPASS
+		"webhook": {storageURL, tb.Name, webhook},
+		"mysql":   {my.UserURL(t, password), my.Name, "nats://relay:" + password + "@127.0.0.1:1?timeout=1s"},
 	}
-	for name, pubURL := range publishers {
+	for name, c := range runs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			addr := freeAddr(t)
@@ -45,16 +49,21 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 			done := make(chan int, 1)
 			go func() {
 				done <- run(ctx, nil, map[string]string{
-					"STORAGE_URL":        storageURL,
-					"STORAGE_TABLE_NAME": tb.Name,
-					"PUBLISHER_URL":      pubURL,
+					"STORAGE_URL":        c.storageURL,
+					"STORAGE_TABLE_NAME": c.table,
+					"PUBLISHER_URL":      c.publisherURL,
 					"HTTP_ADDR":          addr,
 					"LOG_LEVEL":          "debug",
 					"BACKLOG_INTERVAL":   "100ms",
 					"WEBHOOK_SECRET":     signingSecret,
 				}, io.Discard, &logs)
 			}()
-			tb.InsertN(t, 5, "secret.event") // something to fail to publish
+			// Something to fail to publish.
+			if name == "mysql" {
+				my.InsertN(t, 5, "secret.event")
+			} else {
+				tb.InsertN(t, 5, "secret.event")
+			}
 
 			bodies := map[string]string{}
 			eventually.True(t, 30*time.Second, func() bool {

@@ -11,19 +11,27 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // TestSIGKILLDuringADrainLosesNothing kills the relay process at random
-// moments during a 50,000-event drain and starts it again each time.
+// moments during a 50,000-event drain and starts it again each time, on
+// each storage.
 func TestSIGKILLDuringADrainLosesNothing(t *testing.T) {
 	t.Parallel()
-	tb := pgtest.New(t)
+	for _, s := range chaosStorages {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			testSIGKILLDuringADrain(t, s.new(t))
+		})
+	}
+}
+
+func testSIGKILLDuringADrain(t *testing.T, tb chaosTable) {
 	srv := natstest.Start(t)
 	st := srv.Stream(t, jetstream.StreamConfig{Name: "CRASH", Subjects: []string{"crash.>"}, Duplicates: 10 * time.Minute})
 	const n = 50_000
 	tb.InsertN(t, n, "crash.event")
-	env := []string{"STORAGE_URL=" + pgtest.URL(), "STORAGE_TABLE_NAME=" + tb.Name, "PUBLISHER_URL=" + srv.URL(), "BATCH_SIZE=200"}
+	env := append(tb.env(), "PUBLISHER_URL="+srv.URL(), "BATCH_SIZE=200")
 
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("kill points seeded with %d", seed) // to replay a failure
@@ -52,7 +60,7 @@ func TestSIGKILLDuringADrainLosesNothing(t *testing.T) {
 	// Only events whose lease a kill left behind were taken back, each with
 	// one attempt counted; a batch in flight is at most BATCH_SIZE events
 	// and the relay holds at most MAX_IN_FLIGHT_BATCHES (4) of them.
-	reaped := tb.Exec(t, "SELECT 1 FROM {{table}} WHERE attempts > 0")
+	reaped := tb.retried(t)
 	if most := int64(kills * 4 * 200); reaped > most {
 		t.Errorf("%d events were taken back after %d kills, more than %d in flight could explain", reaped, kills, most)
 	}
@@ -61,7 +69,7 @@ func TestSIGKILLDuringADrainLosesNothing(t *testing.T) {
 
 // waitFor waits for the table's status counts to be want, reporting the
 // relay's log if they never are.
-func waitFor(t *testing.T, tb *pgtest.Table, timeout time.Duration, want map[outbox.Status]int, p *relayProc) {
+func waitFor(t *testing.T, tb counter, timeout time.Duration, want map[outbox.Status]int, p *relayProc) {
 	t.Helper()
 	var got map[outbox.Status]int
 	eventually.True(t, timeout, func() bool {

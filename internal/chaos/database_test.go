@@ -3,9 +3,11 @@ package chaos
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +22,7 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -54,6 +57,70 @@ func TestDatabaseConnectionsTerminatedMidDrain(t *testing.T) {
 	if got := natstest.Count(t, st); got != n {
 		t.Fatalf("stream holds %d messages, want %d", got, n)
 	}
+}
+
+// TestMySQLConnectionsKilledMidDrain kills every connection the relay holds
+// to MySQL (KILL CONNECTION), three times during a drain: the relay must
+// keep running, reconnect, and lose nothing. The relay logs in as a user of
+// its own, so that its connections can be told from the test's.
+func TestMySQLConnectionsKilledMidDrain(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "KILLED", Subjects: []string{"killed.>"}, Duplicates: 10 * time.Minute})
+	const n = 30_000
+	tb.InsertN(t, n, "killed.event")
+	relayURL := tb.UserURL(t, "chaos-"+randomHex(4))
+	u, err := url.Parse(relayURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := mysqltest.Admin(t)
+
+	p := startRelay(t, "STORAGE_URL="+relayURL, "PUBLISHER_URL="+srv.URL(), "BATCH_SIZE=200")
+	for round := 1; round <= 3; round++ {
+		target := round * n / 5
+		eventually.True(t, 30*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivered] >= target },
+			func() string { return fmt.Sprintf("%d delivered; log:\n%s", target, tail(p.Log(), 3000)) })
+		if killed := killConnections(t, admin, u.User.Username()); killed == 0 {
+			t.Fatalf("round %d: the relay held no connection to kill", round)
+		}
+		p.requireRunning(t)
+	}
+	waitFor(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n}, p)
+	p.requireRunning(t)
+	p.stop(t)
+	if got := natstest.Count(t, st); got != n {
+		t.Fatalf("stream holds %d messages, want %d", got, n)
+	}
+}
+
+// killConnections kills every connection of user and returns how many it
+// killed.
+func killConnections(t *testing.T, admin *sql.DB, user string) int {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := admin.QueryContext(ctx, "SELECT id FROM information_schema.processlist WHERE user = ?", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	killed := 0
+	for _, id := range ids {
+		// A connection may have ended on its own meanwhile.
+		if _, err := admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id)); err == nil {
+			killed++
+		}
+	}
+	return killed
 }
 
 // TestPostgresRestartMidDrain restarts the database server under a

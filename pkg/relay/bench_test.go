@@ -11,13 +11,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	_ "github.com/outbox-relay/relay/pkg/publisher/null"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 var (
@@ -35,25 +33,20 @@ func benchDrain(b *testing.B, pub publisher.Publisher, eventType string) {
 }
 
 // benchDrainWith is benchDrain with the events spread over keys partition
-// keys (0: no key) and the given ordering.
+// keys (0: no key) and the given ordering, on the -storage database.
 func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, keys int, ordering storage.Ordering) {
-	tb := pgtest.New(b)
+	tb := newBenchTable(b)
 	var total time.Duration
 	for i := range b.N {
 		b.StopTimer()
-		tb.Exec(b, "TRUNCATE {{table}}")
-		tb.InsertN(b, *benchEvents, eventType)
-		if keys > 0 {
-			tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1)", keys)
-		}
-		tb.Exec(b, "VACUUM ANALYZE {{table}}")
+		tb.fill(b, *benchEvents, eventType, keys)
 		e, err := relay.New(relay.Config{
 			RelayID:            "bench",
 			BatchSize:          *benchBatch,
 			MaxInFlightBatches: *benchInFlight,
 			PollInterval:       10 * time.Millisecond,
 			Ordering:           ordering,
-		}, tb.Store, pub)
+		}, tb.store, pub)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -65,15 +58,20 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 		}
 		b.StartTimer()
 		began := time.Now()
+		sc0, cc0 := serverCPU(), selfCPU()
 		go func() { e.Run(ctx); close(done) }()
-		eventually.True(b, 10*time.Minute, func() bool { return tb.Settled(b) },
+		eventually.True(b, 10*time.Minute, func() bool { return tb.settled(b) },
 			func() string { return "backlog drained" })
 		total += time.Since(began)
+		if *benchStorage == "mysql" {
+			b.Logf("CPU per event: MySQL server %.1f µs, this process (relay and in-process broker) %.1f µs",
+				perEvent(serverCPU()-sc0, *benchEvents), perEvent(selfCPU()-cc0, *benchEvents))
+		}
 		b.StopTimer()
 		stopProfile()
 		cancel()
 		<-done
-		if got := tb.Counts(b)[outbox.StatusDelivered]; got != *benchEvents {
+		if got := tb.delivered(b); got != *benchEvents {
 			b.Fatalf("%d events delivered, want %d", got, *benchEvents)
 		}
 	}

@@ -90,7 +90,12 @@ func (r *running) stop(t *testing.T) {
 	})
 }
 
-func waitCounts(t *testing.T, tb *pgtest.Table, timeout time.Duration, want map[outbox.Status]int) {
+// counter is a test table of any storage that counts its rows by status.
+type counter interface {
+	Counts(t testing.TB) map[outbox.Status]int
+}
+
+func waitCounts(t *testing.T, tb counter, timeout time.Duration, want map[outbox.Status]int) {
 	t.Helper()
 	var got map[outbox.Status]int
 	eventually.True(t, timeout, func() bool {

@@ -1,0 +1,217 @@
+package relay_test
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// The database the benchmarks drain: `make bench STORAGE=mysql` passes
+// -storage mysql.
+var benchStorage = flag.String("storage", "postgres", "storage the benchmarks use: postgres or mysql (MariaDB)")
+
+// benchTable is a test table of the storage -storage names, with what the
+// benchmarks do to it in that database's SQL.
+type benchTable struct {
+	store storage.Storage
+	// fill empties the table, writes n 200-byte events of eventType
+	// spread over keys partition keys (0: no key) and refreshes the
+	// optimizer's statistics.
+	fill func(b *testing.B, n int, eventType string, keys int)
+	// insertOne writes one event in a statement of its own, as an
+	// application's transaction would.
+	insertOne func(b *testing.B, eventType string)
+	settled   func(b *testing.B) bool
+	delivered func(b *testing.B) int
+	// loop is the ceiling: a bare SQL loop that claims up to batch rows
+	// and marks them delivered until none is left.
+	loop func(b *testing.B, batch int) int
+}
+
+func newBenchTable(b *testing.B) benchTable {
+	b.Helper()
+	switch *benchStorage {
+	case "postgres":
+		return pgBenchTable(b)
+	case "mysql":
+		return mysqlBenchTable(b)
+	}
+	b.Fatalf("-storage %q: want postgres or mysql", *benchStorage)
+	return benchTable{}
+}
+
+func pgBenchTable(b *testing.B) benchTable {
+	tb := pgtest.New(b)
+	return benchTable{
+		store: tb.Store,
+		fill: func(b *testing.B, n int, eventType string, keys int) {
+			tb.Exec(b, "TRUNCATE {{table}}")
+			tb.InsertN(b, n, eventType)
+			if keys > 0 {
+				tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1)", keys)
+			}
+			tb.Exec(b, "VACUUM ANALYZE {{table}}")
+		},
+		insertOne: func(b *testing.B, eventType string) {
+			tb.Exec(b, "INSERT INTO {{table}} (event_type, payload) VALUES ($1, $2)", eventType, pgtest.Payload(0, 200))
+		},
+		settled:   func(b *testing.B) bool { return tb.Settled(b) },
+		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
+		loop: func(b *testing.B, batch int) int {
+			ctx := context.Background()
+			claimed := 0
+			for {
+				var ids []any
+				err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
+					rows, err := tx.Query(ctx, strings.ReplaceAll(`UPDATE {{table}} SET status = 'DELIVERING', locked_by = 'loop',
+						locked_at = now(), updated_at = now()
+						WHERE event_id IN (SELECT event_id FROM {{table}} WHERE status = 'PENDING' AND available_at <= now()
+						ORDER BY available_at, created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+						RETURNING event_id`, "{{table}}", tb.Name), batch)
+					if err != nil {
+						return err
+					}
+					ids, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (any, error) {
+						var id [16]byte
+						return id, r.Scan(&id)
+					})
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(ids) == 0 {
+					return claimed
+				}
+				claimed += len(ids)
+				tb.Exec(b, `UPDATE {{table}} SET status = 'DELIVERED', delivered_at = now(), updated_at = now(),
+					locked_by = NULL, locked_at = NULL WHERE event_id = ANY($1::uuid[]) AND status = 'DELIVERING'`, ids)
+			}
+		},
+	}
+}
+
+func mysqlBenchTable(b *testing.B) benchTable {
+	tb := mysqltest.New(b)
+	return benchTable{
+		store: tb.Store,
+		fill: func(b *testing.B, n int, eventType string, keys int) {
+			tb.Exec(b, "TRUNCATE TABLE {{table}}")
+			for done := 0; done < n; done += 10_000 {
+				tb.InsertN(b, min(10_000, n-done), eventType)
+			}
+			if keys > 0 {
+				tb.Exec(b, "UPDATE {{table}} SET partition_key = CONCAT('key-', seq % ?)", keys)
+			}
+			tb.Exec(b, "ANALYZE TABLE {{table}}")
+		},
+		insertOne: func(b *testing.B, eventType string) {
+			tb.Exec(b, "INSERT INTO {{table}} (event_type, payload) VALUES (?, ?)", eventType, mysqltest.Payload(0, 200))
+		},
+		settled:   func(b *testing.B) bool { return tb.Settled(b) },
+		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
+		loop: func(b *testing.B, batch int) int {
+			ctx := context.Background()
+			db := tb.Store.DB() // READ COMMITTED, as the driver's sessions
+			claimed := 0
+			for {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows, err := tx.QueryContext(ctx, "SELECT event_id FROM "+tb.Name+` FORCE INDEX (openoutbox_events_state_idx)
+					WHERE status = 'PENDING' AND state_at <= UTC_TIMESTAMP(6)
+					ORDER BY state_at, created_at, seq LIMIT ? FOR UPDATE SKIP LOCKED`, batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var ids []any
+				for rows.Next() {
+					var id []byte
+					if err := rows.Scan(&id); err != nil {
+						b.Fatal(err)
+					}
+					ids = append(ids, id)
+				}
+				rows.Close()
+				if len(ids) == 0 {
+					_ = tx.Rollback()
+					return claimed
+				}
+				in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+				if _, err := tx.ExecContext(ctx, "UPDATE "+tb.Name+` SET status = 'DELIVERING', locked_by = 'loop',
+					locked_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE event_id IN (`+in+")", ids...); err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				claimed += len(ids)
+				mustExec(b, db, "UPDATE "+tb.Name+` SET status = 'DELIVERED', delivered_at = UTC_TIMESTAMP(6),
+					updated_at = UTC_TIMESTAMP(6), locked_by = NULL, locked_at = NULL
+					WHERE event_id IN (`+in+") AND status = 'DELIVERING'", ids...)
+			}
+		},
+	}
+}
+
+func mustExec(b *testing.B, db *sql.DB, query string, args ...any) {
+	b.Helper()
+	if _, err := db.ExecContext(context.Background(), query, args...); err != nil {
+		b.Fatal(err)
+	}
+}
+
+var loopWorkers = flag.Int("loop.workers", 4, "concurrent loops in BenchmarkClaimLoop")
+
+// BenchmarkClaimLoop is the ceiling the relay is measured against: a bare
+// SQL loop (claim a batch with SKIP LOCKED and mark it DELIVERING in one
+// transaction, then mark it DELIVERED), -loop.workers of them at once, as
+// many as the relay's batches in flight, draining the same backlog with no
+// broker, no engine and no event read beyond its id.
+func BenchmarkClaimLoop(b *testing.B) {
+	tb := newBenchTable(b)
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		tb.fill(b, *benchEvents, "bench.event", 0)
+		b.StartTimer()
+		began := time.Now()
+		sc0 := serverCPU()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		claimed := 0
+		for range *loopWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := tb.loop(b, *benchBatch)
+				mu.Lock()
+				claimed += n
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		total += time.Since(began)
+		if *benchStorage == "mysql" {
+			b.Logf("CPU per row: MySQL server %.1f µs", perEvent(serverCPU()-sc0, *benchEvents))
+		}
+		b.StopTimer()
+		if claimed != *benchEvents || tb.delivered(b) != *benchEvents {
+			b.Fatalf("the loops claimed %d and delivered %d, want %d", claimed, tb.delivered(b), *benchEvents)
+		}
+	}
+	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "rows/s")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,432 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// The queries operators run through relay-cli, and Backlog, which the
+// metrics endpoint reads.
+
+// querier is what both the pool and a transaction offer, so that Backlog's
+// query can run alone or inside the Stats snapshot.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Backlog counts PENDING rows (new and retrying), dates the oldest due one
+// and counts DEAD rows in one statement that reads only the PENDING and
+// DEAD ranges of two indexes, so it is cheap to call every few seconds on a
+// table with a long delivered history.
+func (s *Store) Backlog(ctx context.Context) (storage.Backlog, error) {
+	b, err := s.backlog(ctx, s.db, nil)
+	if err != nil {
+		return b, s.adminError(ctx, "read backlog", err)
+	}
+	return b, nil
+}
+
+// backlog reads the backlog as of now, or of the statement's own clock
+// when now is nil.
+func (s *Store) backlog(ctx context.Context, q querier, now any) (storage.Backlog, error) {
+	var (
+		b      storage.Backlog
+		oldest sql.NullTime
+		at     time.Time
+	)
+	err := q.QueryRowContext(ctx, s.queries["admin_backlog"], now).
+		Scan(&b.PendingNew, &b.PendingRetrying, &oldest, &at, &b.Dead)
+	if oldest.Valid {
+		b.OldestPendingAt = oldest.Time
+		b.OldestPendingAge = max(at.Sub(oldest.Time), 0)
+	}
+	return b, err
+}
+
+// Stats reads the backlog, the counts of the other statuses, recent
+// deliveries, the event types with the largest backlog, the relays holding
+// leases and the keys a DEAD event blocks, all from one snapshot (a
+// read-only REPEATABLE READ transaction) and judged by one instant, so the
+// numbers agree with each other.
+func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
+	if p.TopTypes < 0 {
+		return storage.Stats{}, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
+	}
+	if p.TopTypes == 0 {
+		p.TopTypes = storage.StatsTopTypesDefault
+	}
+	var st storage.Stats
+	err := s.inTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, s.queries["admin_now"]).Scan(&st.ObservedAt); err != nil {
+			return err
+		}
+		now := stamp(st.ObservedAt)
+		var err error
+		if st.Backlog, err = s.backlog(ctx, tx, now); err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, s.queries["admin_stats_counts"], now, now).
+			Scan(&st.Delivering, &st.Delivered, &st.DeliveredLastMinute, &st.DeliveredLastHour)
+		if err != nil {
+			return err
+		}
+		st.TopTypes = []storage.TypeBacklog{}
+		err = eachRow(ctx, tx, s.queries["admin_stats_types"], []any{now, p.TopTypes}, func(r *sql.Rows) error {
+			var (
+				t     storage.TypeBacklog
+				ageUS int64
+			)
+			err := r.Scan(&t.EventType, &t.Pending, &ageUS)
+			t.OldestPendingAge = microseconds(max(ageUS, 0))
+			st.TopTypes = append(st.TopTypes, t)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		st.Leases = []storage.LeaseHolder{}
+		err = eachRow(ctx, tx, s.queries["admin_stats_leases"], []any{now}, func(r *sql.Rows) error {
+			var (
+				l     storage.LeaseHolder
+				at    sql.NullTime
+				ageUS int64
+			)
+			err := r.Scan(&l.RelayID, &l.Events, &at, &ageUS)
+			if at.Valid {
+				l.OldestLockedAt = at.Time
+				l.OldestLeaseAge = microseconds(max(ageUS, 0))
+			}
+			st.Leases = append(st.Leases, l)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		st.BlockedKeys = []storage.BlockedKey{}
+		return eachRow(ctx, tx, s.queries["admin_stats_blocked"], []any{storage.StatsBlockedKeysMax}, func(r *sql.Rows) error {
+			var (
+				b   storage.BlockedKey
+				key []byte
+				id  []byte
+			)
+			if err := r.Scan(&key, &id, &b.DeadEventType, &b.Waiting); err != nil {
+				return err
+			}
+			b.Key = string(key)
+			var err error
+			b.DeadEventID, err = uuid.FromBytes(id)
+			st.BlockedKeys = append(st.BlockedKeys, b)
+			return err
+		})
+	})
+	if err != nil {
+		return st, s.adminError(ctx, "read stats", err)
+	}
+	return st, nil
+}
+
+// inTx runs fn in a transaction and commits it when fn succeeds.
+func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// eachRow runs query and calls fn for every row.
+func eachRow(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Prune deletes DELIVERED or DEAD rows older than p.OlderThan in batches of
+// p.BatchSize, each its own statement and transaction, until a batch comes
+// back short. It never deletes PENDING or DELIVERING rows. When ctx ends
+// between batches, the result counts what was deleted before.
+func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
+	var res storage.PruneResult
+	var query string
+	switch p.Status {
+	case outbox.StatusDelivered:
+		query = "admin_prune_delivered"
+	case outbox.StatusDead:
+		query = "admin_prune_dead"
+	default:
+		return res, fmt.Errorf("prune: only DELIVERED and DEAD rows can be pruned, not %q", p.Status)
+	}
+	if p.OlderThan < 0 {
+		return res, fmt.Errorf("prune: OlderThan must not be negative, got %s", p.OlderThan)
+	}
+	if p.BatchSize < 0 {
+		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = storage.PruneBatchSizeDefault
+	}
+	what := "prune " + string(p.Status) + " rows"
+	age := p.OlderThan.Microseconds()
+	if p.DryRun {
+		if err := s.db.QueryRowContext(ctx, s.queries[query+"_count"], age).Scan(&res.Deleted); err != nil {
+			return res, s.adminError(ctx, what, err)
+		}
+		return res, nil
+	}
+	for {
+		var n int64
+		err := withLockRetry(ctx, func() error {
+			r, err := s.db.ExecContext(ctx, s.queries[query], age, p.BatchSize)
+			if err == nil {
+				n, err = r.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return res, s.adminError(ctx, what, err)
+		}
+		res.Batches++
+		res.Deleted += n
+		if p.Progress != nil {
+			p.Progress(res.Deleted)
+		}
+		if n < int64(p.BatchSize) {
+			return res, nil
+		}
+	}
+}
+
+// RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
+// due now, and returns how many rows it moved, or in a dry run how many it
+// would move. Relays find them at their next poll: MySQL cannot notify
+// them.
+func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
+	if p.Limit < 0 {
+		return 0, fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
+	}
+	filter, args := s.deadFilter(p.DeadFilter)
+	limit := int64(math.MaxInt64)
+	if p.Limit > 0 {
+		limit = int64(p.Limit)
+	}
+	args = append(args, limit)
+	if p.DryRun {
+		var n int64
+		query := strings.Replace(s.queries["admin_retry_dead_count"], "{{filter}}", filter, 1)
+		if err := s.db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+			return 0, s.adminError(ctx, "count dead rows", err)
+		}
+		return n, nil
+	}
+	query := strings.Replace(s.queries["admin_retry_dead"], "{{filter}}", filter, 1)
+	var n int64
+	err := withLockRetry(ctx, func() error {
+		r, err := s.db.ExecContext(ctx, query, args...)
+		if err == nil {
+			n, err = r.RowsAffected()
+		}
+		return err
+	})
+	if err != nil {
+		return 0, s.adminError(ctx, "retry dead rows", err)
+	}
+	return n, nil
+}
+
+// deadFilter turns a filter into admin_dead_filter.sql's text and
+// arguments, where NULL matches everything.
+func (s *Store) deadFilter(f storage.DeadFilter) (string, []any) {
+	filter := s.queries["admin_dead_filter"]
+	filter = strings.Replace(filter, "{{any_id}}", fmt.Sprint(len(f.IDs) == 0), 1)
+	filter = expandList(filter, "{{ids}}", len(f.IDs))
+	args := idArgs(f.IDs)
+	var eventType, since, contains any
+	if f.EventType != "" {
+		eventType = f.EventType
+	}
+	if !f.Since.IsZero() {
+		since = stamp(f.Since)
+	}
+	if f.ErrorContains != "" {
+		contains = f.ErrorContains
+	}
+	return filter, append(args, eventType, eventType, since, since, contains, contains)
+}
+
+// List returns up to p.Limit rows, newest first, without payload and
+// headers.
+func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
+	if p.Limit <= 0 {
+		p.Limit = storage.ListLimitDefault
+	}
+	var status, eventType any
+	if p.Status != "" {
+		if !p.Status.Valid() {
+			return nil, fmt.Errorf("list: unknown status %q", p.Status)
+		}
+		status = string(p.Status)
+	}
+	if p.EventType != "" {
+		eventType = p.EventType
+	}
+	list := []storage.Row{}
+	err := eachRow(ctx, s.db, s.queries["admin_list"], []any{status, status, eventType, eventType, p.Limit},
+		func(r *sql.Rows) error {
+			row, err := scanRow(r, false)
+			list = append(list, row)
+			return err
+		})
+	if err != nil {
+		return nil, s.adminError(ctx, "list rows", err)
+	}
+	return list, nil
+}
+
+// Get returns every column of one row, or an error wrapping
+// storage.ErrEventNotFound.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (storage.Row, error) {
+	rows, err := s.db.QueryContext(ctx, s.queries["admin_get"], id[:])
+	if err != nil {
+		return storage.Row{}, s.adminError(ctx, "read event", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return storage.Row{}, s.adminError(ctx, "read event", err)
+		}
+		return storage.Row{}, fmt.Errorf("event %s in table %s: %w", id, s.table, storage.ErrEventNotFound)
+	}
+	row, err := scanRow(rows, true)
+	if err != nil {
+		return row, s.adminError(ctx, "read event", err)
+	}
+	return row, nil
+}
+
+// scanner is a row to read: *sql.Rows or *sql.Row.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanRow reads admin_list's columns, and admin_get's payload and headers
+// when full.
+func scanRow(r scanner, full bool) (storage.Row, error) {
+	var (
+		row                 storage.Row
+		id, key, headers    []byte
+		status              string
+		available, created  lenientTime
+		updated             lenientTime
+		locked, delivered   sql.NullTime
+		lastError, lockedBy sql.NullString
+		seq                 sql.NullInt64
+		ageUS               sql.NullInt64
+	)
+	dest := []any{&id, &row.Type, &key, &status, &row.Attempts, &lastError,
+		&available, &lockedBy, &locked, &delivered, &created, &updated, &seq, &ageUS}
+	if full {
+		dest = append(dest, &row.Payload, &headers)
+	}
+	if err := r.Scan(dest...); err != nil {
+		return row, err
+	}
+	var err error
+	if row.ID, err = uuid.FromBytes(id); err != nil {
+		return row, fmt.Errorf("event_id: %w", err)
+	}
+	if key != nil {
+		k := string(key)
+		row.PartitionKey = &k
+	}
+	row.Status = outbox.Status(status)
+	if lastError.Valid {
+		row.LastError = &lastError.String
+	}
+	if lockedBy.Valid {
+		row.LockedBy = &lockedBy.String
+	}
+	if locked.Valid {
+		row.LockedAt = &locked.Time
+	}
+	if delivered.Valid {
+		row.DeliveredAt = &delivered.Time
+	}
+	if seq.Valid {
+		row.Seq = &seq.Int64
+	}
+	row.AvailableAt, row.CreatedAt, row.UpdatedAt = available.t, created.t, updated.t
+	row.Age = microseconds(ageUS.Int64)
+	if full {
+		row.Headers = headers
+		if row.Payload == nil {
+			row.Payload = []byte{}
+		}
+	}
+	return row, nil
+}
+
+// Emit inserts p.Count identical test events through the producer's insert
+// in one transaction and returns their ids (new UUIDv7s) in insertion
+// order.
+func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, error) {
+	switch {
+	case p.Type == "":
+		return nil, errors.New("emit: an event type is required")
+	case p.Count < 1 || p.Count > storage.EmitCountMax:
+		return nil, fmt.Errorf("emit: count must be 1 to %d, got %d", storage.EmitCountMax, p.Count)
+	case p.AvailableIn < 0:
+		return nil, fmt.Errorf("emit: AvailableIn must not be negative, got %s", p.AvailableIn)
+	}
+	m := outbox.Message{Type: p.Type, Key: p.PartitionKey, Payload: p.Payload, Headers: p.Headers}
+	if p.AvailableIn > 0 {
+		m.AvailableAt = time.Now().Add(p.AvailableIn)
+	}
+	msgs := make([]outbox.Message, p.Count)
+	for i := range msgs {
+		msgs[i] = m
+	}
+	c, err := outbox.Prepare(ctx, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("emit: %w", err)
+	}
+	err = s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.writer.WriteColumns(ctx, tx, c) })
+	if err != nil {
+		return nil, s.adminError(ctx, "emit events", err)
+	}
+	return c.IDs, nil
+}
+
+// adminError explains err like queryError, and also says what to do about
+// a missing table and that an interruption was one.
+func (s *Store) adminError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
+		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, s.table, storage.ErrTableMissing)
+	}
+	return s.queryError(what, err)
+}

@@ -1,0 +1,286 @@
+package mysql
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Ordered claims (ORDERING=partition). An event may be claimed only when
+// every earlier event with its key (by created_at, then seq) is DELIVERED
+// or — with ORDERING_ON_DEAD=skip — DEAD; a key's events are claimed as a
+// run in order, at most runMax of them. The rules are PostgreSQL's
+// (claim_ordered.sql there); MySQL has neither LATERAL joins nor partial
+// indexes, so the walk over keys is driven from here, a chunk of keys per
+// statement, and reads only a few entries of key_order_idx per key.
+//
+// Claims take turns through a named lock (GET_LOCK) held by the claim's
+// connection; each statement then reads at READ COMMITTED, so it sees every
+// run another relay claimed before, and no two relays can both see a key
+// free and claim parts of it. The lease goes on with one UPDATE, which
+// commits by itself: the picks need no row locks while the lock is held,
+// since only a claim moves a row out of PENDING.
+
+// runMax bounds the events of one key in one claim: a batch of whole runs
+// from a few keys leaves the other keys for the next claim, which can then
+// proceed while this batch is at the broker. claim_ordered_run.sql says 20.
+const runMax = 20
+
+// errNoLock says an ordered claim gave up waiting for the claims of other
+// relays.
+var errNoLock = errors.New("timed out waiting for the ordered-claim lock")
+
+// claimLockWait is how long an ordered claim waits for the claims of other
+// relays on the table; they take milliseconds.
+const claimLockWait = 10 * time.Second
+
+func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	defer conn.Close()
+
+	var locked sql.NullInt64
+	var now time.Time
+	err = conn.QueryRowContext(ctx, s.queries["claim_ordered_lock"], s.claimLock, int(claimLockWait/time.Second)).
+		Scan(&locked, &now)
+	switch {
+	case err != nil:
+		return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
+	case locked.Int64 != 1:
+		return storage.Batch{}, fmt.Errorf("claim batch: %w after %s; another relay's claim on %s is stuck", errNoLock, claimLockWait, s.table)
+	}
+	defer func() {
+		// On a connection that cannot say RELEASE_LOCK the lock goes with
+		// the connection, which database/sql then discards.
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), s.queries["claim_ordered_unlock"], s.claimLock)
+	}()
+
+	lease := storage.Lease{RelayID: p.RelayID, LockedAt: now}
+	keyed, err := s.walkKeys(ctx, conn, p, now)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	unkeyed, err := s.unkeyed(ctx, conn, p.Limit, now)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	// Keyed and unkeyed events alternate, so neither crowds out the other.
+	// Each list is taken from its start, so a key's picks stay the first
+	// places of its run.
+	ids := make([]uuid.UUID, 0, p.Limit)
+	for i := 0; len(ids) < p.Limit && (i < len(keyed) || i < len(unkeyed)); i++ {
+		if i < len(keyed) {
+			ids = append(ids, keyed[i])
+		}
+		if i < len(unkeyed) && len(ids) < p.Limit {
+			ids = append(ids, unkeyed[i])
+		}
+	}
+	if len(ids) == 0 {
+		return storage.Batch{Lease: lease}, nil
+	}
+
+	args := append([]any{p.RelayID, stamp(now), stamp(now)}, idArgs(ids)...)
+	err = withLockRetry(ctx, func() error {
+		_, err := conn.ExecContext(ctx, expandList(s.queries["claim_mark"], "{{ids}}", len(ids)), args...)
+		return err
+	})
+	if err != nil {
+		// The UPDATE commits by itself: an error after it was sent may
+		// hide a lease that took effect.
+		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: %w", err))
+	}
+	rows, err := conn.QueryContext(ctx, expandList(s.queries["claim_read"], "{{ids}}", len(ids)),
+		append(idArgs(ids), p.RelayID, stamp(now))...)
+	if err != nil {
+		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
+	}
+	events, seqs, _, err := readEvents(rows, len(ids), false)
+	if err != nil {
+		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
+	}
+	sortOldestFirst(events, seqs)
+	return storage.Batch{Lease: lease, Events: events}, nil
+}
+
+// walkKeys picks the runs of keyed events, at most p.Limit events, walking
+// the keys with PENDING events in bytewise order from just after p.After
+// to the end, then from the start up to p.After itself.
+func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimParams, now time.Time) ([]uuid.UUID, error) {
+	var picks []uuid.UUID
+	chunk := min(p.Limit, 64)
+	walk := func(after string, upTo *string) error {
+		for len(picks) < p.Limit {
+			keys, err := s.nextKeys(ctx, conn, after, upTo, chunk)
+			if err != nil || len(keys) == 0 {
+				return err
+			}
+			runs, err := s.runs(ctx, conn, keys, p.OnDead, now)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				for _, id := range runs[k] {
+					if len(picks) == p.Limit {
+						return nil
+					}
+					picks = append(picks, id)
+				}
+			}
+			if len(keys) < chunk {
+				return nil
+			}
+			after = keys[len(keys)-1]
+			chunk = min(2*chunk, 512)
+		}
+		return nil
+	}
+	if err := walk(p.After, nil); err != nil {
+		return nil, err
+	}
+	if p.After != "" {
+		upTo := p.After
+		if err := walk("", &upTo); err != nil {
+			return nil, err
+		}
+	}
+	return picks, nil
+}
+
+// nextKeys returns at most n keys with PENDING events after after (and up
+// to upTo, when set), in bytewise order.
+func (s *Store) nextKeys(ctx context.Context, conn *sql.Conn, after string, upTo *string, n int) ([]string, error) {
+	query := s.queries["claim_ordered_keys"]
+	args := []any{[]byte(after)}
+	if upTo != nil {
+		query = strings.Replace(query, "{{upper}}", "AND partition_key <= ?", 1)
+		args = append(args, []byte(*upTo))
+	} else {
+		query = strings.Replace(query, "{{upper}}", "", 1)
+	}
+	rows, err := conn.QueryContext(ctx, query, append(args, n)...)
+	if err != nil {
+		return nil, fmt.Errorf("walk keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("walk keys: %w", err)
+		}
+		keys = append(keys, string(k))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("walk keys: %w", err)
+	}
+	return keys, nil
+}
+
+// runs returns, for each of keys that is free, the events it may claim:
+// its PENDING events from the first on, in order, while they are due (and,
+// under block, no DEAD event precedes them), at most runMax. A key with an
+// event DELIVERING gets none.
+func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead storage.DeadPolicy, now time.Time) (map[string][]uuid.UUID, error) {
+	branch := s.queries["claim_ordered_run"]
+	perKey := 3
+	if onDead == storage.DeadBlock {
+		branch = strings.Replace(branch, "{{held}}", s.queries["claim_ordered_held"], 1)
+		perKey = 4
+	} else {
+		branch = strings.Replace(branch, "{{held}}", "0", 1)
+	}
+	parts := make([]string, len(keys))
+	args := make([]any, 0, perKey*len(keys))
+	for i, k := range keys {
+		parts[i] = branch
+		args = append(args, stamp(now), []byte(k))
+		if onDead == storage.DeadBlock {
+			args = append(args, []byte(k))
+		}
+		args = append(args, []byte(k))
+	}
+	rows, err := conn.QueryContext(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read runs: %w", err)
+	}
+	defer rows.Close()
+	type candidate struct {
+		id        uuid.UUID
+		createdAt lenientTime
+		seq       int64
+		due       bool
+		busy      bool
+		held      bool
+	}
+	byKey := map[string][]candidate{}
+	for rows.Next() {
+		var (
+			key, id []byte
+			c       candidate
+		)
+		if err := rows.Scan(&key, &id, &c.createdAt, &c.seq, &c.due, &c.busy, &c.held); err != nil {
+			return nil, fmt.Errorf("read runs: %w", err)
+		}
+		if err := c.id.UnmarshalBinary(id); err != nil {
+			return nil, fmt.Errorf("read runs: event_id: %w", err)
+		}
+		byKey[string(key)] = append(byKey[string(key)], c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read runs: %w", err)
+	}
+	out := make(map[string][]uuid.UUID, len(byKey))
+	for k, cs := range byKey {
+		// UNION ALL promises no order; each key's events are put back in
+		// theirs.
+		slices.SortFunc(cs, func(a, b candidate) int {
+			if c := a.createdAt.t.Compare(b.createdAt.t); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.seq, b.seq)
+		})
+		var run []uuid.UUID
+		for _, c := range cs {
+			if c.busy || !c.due || c.held || len(run) == runMax {
+				break
+			}
+			run = append(run, c.id)
+		}
+		out[k] = run
+	}
+	return out, nil
+}
+
+// unkeyed returns at most limit due events without a key, by age.
+func (s *Store) unkeyed(ctx context.Context, conn *sql.Conn, limit int, now time.Time) ([]uuid.UUID, error) {
+	rows, err := conn.QueryContext(ctx, s.queries["claim_unkeyed"], stamp(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events without a key: %w", err)
+	}
+	defer rows.Close()
+	var ids []uuid.UUID
+	for rows.Next() {
+		var id []byte
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("read events without a key: %w", err)
+		}
+		u, err := uuid.FromBytes(id)
+		if err != nil {
+			return nil, fmt.Errorf("read events without a key: event_id: %w", err)
+		}
+		ids = append(ids, u)
+	}
+	return ids, rows.Err()
+}

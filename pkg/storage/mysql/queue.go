@@ -1,0 +1,353 @@
+package mysql
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Claim moves up to p.Limit due rows to DELIVERING and returns them ordered
+// by created_at and insertion order, so that events sharing a partition key
+// are published in the order they were written.
+//
+// An unordered claim is one short transaction: SELECT … FOR UPDATE SKIP
+// LOCKED reads and locks the rows along with the lease stamp (the
+// statement's UTC_TIMESTAMP(6)), one UPDATE leases them, and COMMIT. A
+// deadlock or lock-wait timeout rolls it back and it runs again.
+func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	if p.Limit < 1 {
+		return storage.Batch{}, fmt.Errorf("claim batch: Limit must be positive, got %d", p.Limit)
+	}
+	if p.Ordering == storage.OrderingPartition {
+		return s.claimOrdered(ctx, p)
+	}
+	var batch storage.Batch
+	err := withLockRetry(ctx, func() error {
+		var err error
+		batch, err = s.claimOnce(ctx, p)
+		return err
+	})
+	if err != nil {
+		return storage.Batch{}, err
+	}
+	return batch, nil
+}
+
+func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	lease := storage.Lease{RelayID: p.RelayID}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	rows, err := tx.QueryContext(ctx, s.queries["claim"], p.Limit)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	events, seqs, at, err := readEvents(rows, p.Limit, true)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	if len(events) == 0 {
+		return storage.Batch{Lease: lease}, nil
+	}
+	lease.LockedAt = at
+	ids := make([]uuid.UUID, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	args := append([]any{p.RelayID, stamp(at), stamp(at)}, idArgs(ids)...)
+	res, err := tx.ExecContext(ctx, expandList(s.queries["claim_mark"], "{{ids}}", len(ids)), args...)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	if n, err := res.RowsAffected(); err == nil && int(n) != len(ids) {
+		// The rows are locked, so this cannot happen; returning rows that
+		// are not leased would be worse than failing.
+		return storage.Batch{}, fmt.Errorf("claim batch: leased %d of the %d rows read", n, len(ids))
+	}
+	if err := tx.Commit(); err != nil {
+		// The commit may have happened before the connection failed.
+		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: commit: %w", err))
+	}
+	sortOldestFirst(events, seqs)
+	return storage.Batch{Lease: lease, Events: events}, nil
+}
+
+// sortOldestFirst orders a claimed batch by created_at, then insertion
+// order, then id, as the unordered claim of PostgreSQL returns it.
+func sortOldestFirst(events []outbox.Event, seqs []int64) {
+	idx := make([]int, len(events))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		if c := events[a].CreatedAt.Compare(events[b].CreatedAt); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(seqs[a], seqs[b]); c != 0 {
+			return c
+		}
+		return strings.Compare(string(events[a].ID[:]), string(events[b].ID[:]))
+	})
+	sorted := make([]outbox.Event, len(events))
+	for i, j := range idx {
+		sorted[i] = events[j]
+	}
+	copy(events, sorted)
+}
+
+// readEvents reads claimed rows: event_id, event_type, partition_key,
+// payload, headers, attempts, created_at, seq and, when withStamp, the
+// lease stamp. A created_at the driver cannot parse (a zero or invalid date
+// written by a producer in a lax sql_mode) reads as the zero time: one such
+// row must not fail the claim of the whole batch.
+func readEvents(rows *sql.Rows, limit int, withStamp bool) ([]outbox.Event, []int64, time.Time, error) {
+	defer rows.Close()
+	events := make([]outbox.Event, 0, limit)
+	seqs := make([]int64, 0, limit)
+	var at time.Time
+	for rows.Next() {
+		var (
+			e         outbox.Event
+			id        []byte
+			key       sql.NullString
+			headers   []byte
+			createdAt lenientTime
+			seq       sql.NullInt64
+		)
+		dest := []any{&id, &e.Type, &key, &e.Payload, &headers, &e.Attempts, &createdAt, &seq}
+		if withStamp {
+			dest = append(dest, &at)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, at, fmt.Errorf("read row: %w", err)
+		}
+		if err := e.ID.UnmarshalBinary(id); err != nil {
+			return nil, nil, at, fmt.Errorf("read row: event_id: %w", err)
+		}
+		e.PartitionKey = key.String
+		e.Headers = headers
+		if e.Payload == nil {
+			e.Payload = []byte{}
+		}
+		e.CreatedAt = createdAt.t
+		events = append(events, e)
+		seqs = append(seqs, seq.Int64)
+	}
+	return events, seqs, at, rows.Err()
+}
+
+// lenientTime scans a DATETIME and never fails: what it cannot read is the
+// zero time.
+type lenientTime struct{ t time.Time }
+
+func (l *lenientTime) Scan(src any) error {
+	switch v := src.(type) {
+	case time.Time:
+		l.t = v
+	case []byte:
+		l.t, _ = time.Parse("2006-01-02 15:04:05.999999", string(v))
+	case string:
+		l.t, _ = time.Parse("2006-01-02 15:04:05.999999", v)
+	default:
+		l.t = time.Time{}
+	}
+	return nil
+}
+
+// handBack releases every row of a claim that failed after its UPDATE may
+// have committed, and returns the claim's error with what became of them.
+func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+	defer cancel()
+	var n int64
+	err := withLockRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, s.queries["release_lease"], lease.RelayID, stamp(lease.LockedAt))
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w (handing its rows back failed too, the reaper will take them back: %v)", claimErr, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w (its %d rows were handed back)", claimErr, n)
+	}
+	return claimErr
+}
+
+// handBackTimeout bounds handing back the rows of a failed claim.
+const handBackTimeout = 5 * time.Second
+
+// MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
+func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	n, err := s.settle(ctx, "mark_delivered", nil, p.IDs, p.Lease)
+	if err != nil {
+		return 0, fmt.Errorf("mark delivered: %w", err)
+	}
+	return n, nil
+}
+
+// Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
+func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
+	n, err := s.settle(ctx, "release", nil, p.IDs, p.Lease)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	return n, nil
+}
+
+// Renew moves the lease's rows among p.IDs to the stamp p.To.
+func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
+	n, err := s.settle(ctx, "renew", []any{stamp(p.To)}, p.IDs, p.Lease)
+	if err != nil {
+		return 0, fmt.Errorf("renew lease: %w", err)
+	}
+	return n, nil
+}
+
+// MarkFailed records one failed attempt for each of the lease's rows in
+// p.Failures.
+func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
+	if len(p.Failures) == 0 {
+		return 0, nil
+	}
+	var failures strings.Builder
+	args := make([]any, 0, 5*len(p.Failures)+2)
+	ids := make([]uuid.UUID, len(p.Failures))
+	for i, f := range p.Failures {
+		if i > 0 {
+			failures.WriteString(" UNION ALL ")
+		}
+		failures.WriteString("SELECT ? AS id, ? AS error, ? AS dead, ? AS delay_us")
+		args = append(args, f.ID[:], storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds())
+		ids[i] = f.ID
+	}
+	query := strings.Replace(s.queries["mark_failed"], "{{failures}}", failures.String(), 1)
+	n, err := s.settle(ctx, "", args, ids, p.Lease, query)
+	if err != nil {
+		return 0, fmt.Errorf("mark failed: %w", err)
+	}
+	return n, nil
+}
+
+// settle runs one of the lease-guarded statements: its leading arguments
+// first, then the ids, the relay id and the lease's stamps. query, when
+// given, replaces the named query (already expanded but for the lists).
+func (s *Store) settle(ctx context.Context, name string, lead []any, ids []uuid.UUID, lease storage.Lease, query ...string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	q := s.queries[name]
+	if len(query) > 0 {
+		q = query[0]
+	}
+	stamps := lease.Stamps()
+	q = expandList(expandList(q, "{{ids}}", len(ids)), "{{stamps}}", len(stamps))
+	args := append(append(lead, idArgs(ids)...), lease.RelayID)
+	for _, t := range stamps {
+		args = append(args, stamp(t))
+	}
+	var n int64
+	err := withLockRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// Reap takes back at most p.Limit leases older than p.LeaseTimeout, in one
+// transaction: lock the expired rows (SKIP LOCKED), then update them.
+func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
+	var r storage.ReapResult
+	err := withLockRetry(ctx, func() error {
+		var err error
+		r, err = s.reapOnce(ctx, p)
+		return err
+	})
+	if err != nil {
+		return storage.ReapResult{}, fmt.Errorf("reap expired leases: %w", err)
+	}
+	return r, nil
+}
+
+func (s *Store) reapOnce(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
+	var r storage.ReapResult
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return r, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, s.queries["reap_pick"], p.LeaseTimeout.Microseconds(), p.Limit)
+	if err != nil {
+		return r, err
+	}
+	var ids []uuid.UUID
+	for rows.Next() {
+		var id []byte
+		var attempts int
+		if err := rows.Scan(&id, &attempts); err != nil {
+			rows.Close()
+			return r, err
+		}
+		u, err := uuid.FromBytes(id)
+		if err != nil {
+			rows.Close()
+			return r, fmt.Errorf("event_id: %w", err)
+		}
+		ids = append(ids, u)
+		if attempts+1 >= p.MaxAttempts {
+			r.Dead++
+		} else {
+			r.Requeued++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return r, err
+	}
+	if len(ids) == 0 {
+		return r, nil
+	}
+	args := append([]any{p.MaxAttempts}, idArgs(ids)...)
+	if _, err := tx.ExecContext(ctx, expandList(s.queries["reap"], "{{ids}}", len(ids)), args...); err != nil {
+		return storage.ReapResult{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return storage.ReapResult{}, err
+	}
+	return r, nil
+}
+
+// expandList replaces marker in query with n comma-separated placeholders.
+func expandList(query, marker string, n int) string {
+	if n == 0 {
+		return strings.ReplaceAll(query, marker, "NULL")
+	}
+	return strings.ReplaceAll(query, marker, strings.TrimSuffix(strings.Repeat("?, ", n), ", "))
+}
+
+// idArgs turns ids into BINARY(16) arguments. A uuid.UUID as an argument
+// would be sent as its text form.
+func idArgs(ids []uuid.UUID) []any {
+	args := make([]any, len(ids))
+	for i := range ids {
+		args[i] = ids[i][:]
+	}
+	return args
+}

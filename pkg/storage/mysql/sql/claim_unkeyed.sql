@@ -1,0 +1,7 @@
+-- Events without a key for an ordered claim, which takes them by age, not
+-- in any key's order: at most ? that are due by the claim's stamp (?).
+SELECT event_id
+FROM {{table}}
+WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '') AND state_at <= ?
+ORDER BY state_at, created_at, seq
+LIMIT ?

@@ -1,0 +1,1 @@
+SET SESSION lock_wait_timeout = DEFAULT

@@ -1,0 +1,64 @@
+-- Outbox Relay schema for MySQL 8.0.13 or later and MariaDB 10.6 or later.
+--
+-- The table follows the Open Outbox table contract column for column, in
+-- MySQL's types, so the relay can take over an existing openoutbox_events
+-- table (`relay-cli migrate` then adds what it lacks: see upgrade.sql).
+-- Running this file again changes nothing. {{table}} is the (quoted) table
+-- name and {{name}} its bare name.
+--
+--   event_id       a UUID in 16 bytes; the relay, relay-cli and every broker
+--                  message show it as text (BIN_TO_UUID on MySQL 8, or
+--                  HEX, shows it in SQL). The producer helper writes
+--                  UUIDv7s; an INSERT without one gets the server's UUID().
+--   partition_key  bytes compared bytewise, the order in which Go compares
+--                  strings: ordered claims walk the keys in the order the
+--                  relay's cursor expects. (utf8mb4_bin is not bytewise: it
+--                  pads with spaces, so 'a' = 'a ' and 'a\t' < 'a'.)
+--   timestamps     DATETIME(6): microseconds, always UTC. The defaults and
+--                  the relay use UTC_TIMESTAMP(6), so a session's time_zone
+--                  never shifts them.
+--   seq            insertion order: the rows of one statement share
+--                  created_at, so created_at alone cannot order them.
+--
+--   state_at       the moment that matters in the row's state, kept by the
+--                  server: available_at while PENDING (when it is due),
+--                  locked_at while DELIVERING (the lease), delivered_at once
+--                  DELIVERED, updated_at once DEAD (when it died).
+--
+-- MySQL has no partial indexes. PostgreSQL keeps one per state; here one
+-- index, led by status and then state_at, holds every state as a range
+-- ordered by its moment, so the claim, the reaper, pruning and retry-dead
+-- each read one range of it. Every change of state moves a row's entry in
+-- each index that holds status, so fewer such indexes is less work per
+-- event: two, instead of one per state.
+--   state_idx      the claim walks the due PENDING rows oldest first and the
+--                  backlog counts them (attempts makes it covering); the
+--                  reaper finds expired leases; prune and retry-dead find
+--                  old DELIVERED and DEAD rows;
+--   key_order_idx  ORDERING=partition walks the keys with PENDING events,
+--                  reads each key's events in order, and checks for
+--                  DELIVERING and DEAD events of a key.
+CREATE TABLE IF NOT EXISTS {{table}} (
+    event_id      BINARY(16) NOT NULL DEFAULT (UNHEX(REPLACE(UUID(), '-', ''))),
+    event_type    VARCHAR(255) NOT NULL,
+    partition_key VARBINARY(1024) NULL,
+    payload       LONGBLOB NOT NULL,
+    headers       JSON NOT NULL DEFAULT ('{}'),
+    status        VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'PENDING',
+    attempts      INT NOT NULL DEFAULT 0,
+    last_error    TEXT NULL,
+    available_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    locked_by     VARCHAR(255) NULL,
+    locked_at     DATETIME(6) NULL,
+    delivered_at  DATETIME(6) NULL,
+    created_at    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    updated_at    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    seq           BIGINT NOT NULL AUTO_INCREMENT,
+    state_at      DATETIME(6) AS (CASE status WHEN 'PENDING' THEN available_at WHEN 'DELIVERING' THEN locked_at
+                      WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED,
+    PRIMARY KEY (event_id),
+    UNIQUE KEY `{{name}}_seq_idx` (seq),
+    KEY `{{name}}_state_idx` (status, state_at, created_at, seq, attempts),
+    KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq),
+    CONSTRAINT `{{name}}_valid_status` CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -1,0 +1,23 @@
+-- What `relay-cli migrate` adds to an existing outbox table that lacks it
+-- (one created by Open Outbox, or by an older relay): each block after an
+-- "object:" line is one statement, run only when information_schema shows
+-- the object missing. The definitions are schema.sql's; a test checks that
+-- an upgraded table ends up the same as a new one.
+--
+-- Adding seq and state_at rebuilds the table (seq numbers the existing rows
+-- in primary key order: for UUIDv7 ids, the order they were made); MySQL
+-- blocks writes to the table meanwhile.
+
+-- object: column seq
+ALTER TABLE {{table}} ADD COLUMN seq BIGINT NOT NULL AUTO_INCREMENT,
+    ADD UNIQUE KEY `{{name}}_seq_idx` (seq);
+
+-- object: column state_at
+ALTER TABLE {{table}} ADD COLUMN state_at DATETIME(6) AS (CASE status WHEN 'PENDING' THEN available_at WHEN 'DELIVERING' THEN locked_at
+                      WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED;
+
+-- object: index {{name}}_state_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_state_idx` (status, state_at, created_at, seq, attempts);
+
+-- object: index {{name}}_key_order_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq);
