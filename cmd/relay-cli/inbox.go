@@ -3,21 +3,18 @@ package main
 // The consumer side: `migrate --inbox` creates a consumer's inbox table and
 // `inbox prune` deletes its old records. Both work on the database that
 // --storage-url names — the consumer's, usually not the outbox's — through
-// pkg/inbox over database/sql, so MySQL needs only another way to open it.
+// pkg/inbox over the database/sql handle its storage driver offers
+// (storage.SQLDatabase), on PostgreSQL and MySQL alike.
 
 import (
-	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"net/url"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/pkg/inbox"
-	"github.com/outbox-relay/relay/pkg/redact"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 func inboxTableFlag() cli.Flag {
@@ -42,20 +39,19 @@ func migrateInbox(c *cli.Context) error {
 	if !c.Bool("inbox") {
 		return usagef("--inbox-table needs --inbox")
 	}
-	box, err := inboxFromFlags(c)
+	box, db, store, err := openInbox(c)
 	if err != nil {
 		return err
 	}
+	defer store.Close()
 	out := c.App.Writer
 	if c.Bool("print") {
 		_, err := fmt.Fprint(out, box.SchemaSQL())
 		return err
 	}
-	db, err := openInboxDB(c)
-	if err != nil {
+	if err := reachable(c, store); err != nil {
 		return err
 	}
-	defer db.Close()
 	res, err := box.CreateTable(c.Context, db)
 	if err != nil {
 		return err
@@ -128,15 +124,14 @@ func inboxPrune(c *cli.Context) error {
 	if batch < 1 || batch > pruneBatchSizeMax {
 		return usagef("--batch-size must be 1 to %d, got %d", pruneBatchSizeMax, batch)
 	}
-	box, err := inboxFromFlags(c)
+	box, db, store, err := openInbox(c)
 	if err != nil {
 		return err
 	}
-	db, err := openInboxDB(c)
-	if err != nil {
+	defer store.Close()
+	if err := reachable(c, store); err != nil {
 		return err
 	}
-	defer db.Close()
 
 	dryRun := c.Bool("dry-run")
 	p := inbox.PruneParams{OlderThan: olderThan, Consumer: consumer, BatchSize: batch, DryRun: dryRun}
@@ -185,48 +180,36 @@ func nilIfEmpty(s string) *string {
 	return &s
 }
 
-// inboxFromFlags is the inbox --inbox-table names, on PostgreSQL.
-func inboxFromFlags(c *cli.Context) (*inbox.Inbox, error) {
-	box, err := inbox.New(inbox.Config{Dialect: inbox.Postgres, Table: c.String("inbox-table")})
+// openInbox opens the inbox table --inbox-table names in the database
+// --storage-url names, through that URL's storage driver, without
+// connecting. Closing store releases the connections.
+func openInbox(c *cli.Context) (box *inbox.Inbox, db *sql.DB, store storage.Storage, err error) {
+	store, err = openStore(c)
 	if err != nil {
-		return nil, usagef("--inbox-table: %w", err)
+		return nil, nil, nil, err
 	}
-	return box, nil
+	sqlStore, ok := store.(storage.SQLDatabase)
+	if !ok {
+		store.Close()
+		return nil, nil, nil, usagef("--storage-url: this storage driver offers no SQL database to keep an inbox table in")
+	}
+	db, dialect := sqlStore.SQL()
+	d, err := inbox.ParseDialect(dialect)
+	if err == nil {
+		box, err = inbox.New(inbox.Config{Dialect: d, Table: c.String("inbox-table")})
+	}
+	if err != nil {
+		store.Close()
+		return nil, nil, nil, usagef("--inbox-table: %w", err)
+	}
+	return box, db, store, nil
 }
 
-// openInboxDB opens --storage-url through database/sql and checks that
-// the server answers. Only PostgreSQL for now: relay-cli opens MySQL when
-// the MySQL storage driver exists; the library serves both already.
-func openInboxDB(c *cli.Context) (*sql.DB, error) {
-	raw := c.String("storage-url")
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, usagef("--storage-url: malformed URL %q", redact.URL(raw))
+// reachable checks that the database answers, with the storage driver's
+// own account of why it does not; the outbox table need not exist.
+func reachable(c *cli.Context, store storage.Storage) error {
+	if err := store.Check(c.Context); errors.Is(err, storage.ErrUnreachable) {
+		return err
 	}
-	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return nil, usagef("--storage-url: the inbox commands take a postgres:// URL for now, got %s://; "+
-			"on MySQL or MariaDB, call Inbox.CreateTable and Inbox.Prune (pkg/inbox) from Go", u.Scheme)
-	}
-	// ?table= names the outbox table for the other commands; to PostgreSQL
-	// it would be an unknown setting.
-	q := u.Query()
-	q.Del("table")
-	u.RawQuery = q.Encode()
-	cfg, err := pgx.ParseConfig(u.String())
-	if err != nil {
-		return nil, usagef("--storage-url: %s", redact.Error(err, raw, u.String()))
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = postgres.ConnectTimeoutDefault
-	}
-	db := stdlib.OpenDB(*cfg)
-	if err := db.PingContext(c.Context); err != nil {
-		_ = db.Close()
-		if c.Err() != nil {
-			return nil, fmt.Errorf("connect: %w", context.Cause(c.Context))
-		}
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d as user %q (check STORAGE_URL and that the server is running): %s",
-			cfg.Host, cfg.Port, cfg.User, redact.Error(err, raw, u.String()))
-	}
-	return db, nil
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-relay/relay/pkg/inbox"
+	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -201,6 +202,45 @@ func TestInboxPruneOfAMissingTableSaysToMigrate(t *testing.T) {
 }
 
 // Mistakes in the command line exit 2 before any connection is tried.
+// The inbox commands work on MySQL/MariaDB through the same storage
+// driver as the outbox commands.
+func TestInboxCommandsOnMariaDB(t *testing.T) {
+	t.Parallel()
+	my := mysqltest.New(t)
+	database, _, _ := strings.Cut(my.Name, ".")
+	box, err := inbox.New(inbox.Config{Dialect: inbox.MySQL, Table: database + ".inbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) result {
+		return cmd{args: append(args, "--storage-url", mysqltest.DatabaseURL(database), "--inbox-table", database+".inbox")}.run(t)
+	}
+	r := ok(t, run("migrate", "--inbox"))
+	if !strings.Contains(r.stdout, "created  table inbox") {
+		t.Fatalf("migrate --inbox on MariaDB:\n%s", r)
+	}
+	db := mysqltest.Admin(t)
+	if err := box.Check(ctx, db); err != nil {
+		t.Fatalf("after migrate --inbox: %v", err)
+	}
+	for i := range 3 {
+		if _, err := box.Process(ctx, db, "billing", fmt.Sprint(i), func(*sql.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec("UPDATE " + database + ".inbox SET processed_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY"); err != nil {
+		t.Fatal(err)
+	}
+	r = ok(t, run("inbox", "prune", "--older-than", "1d"))
+	var left int
+	if err := db.QueryRow("SELECT count(*) FROM " + database + ".inbox").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("after inbox prune: %d records left (%v); output:\n%s", left, err, r)
+	}
+	if p := ok(t, run("migrate", "--inbox", "--print")); !strings.Contains(p.stdout, "VARBINARY") {
+		t.Errorf("migrate --inbox --print on a mysql:// URL does not print MySQL's DDL:\n%s", p)
+	}
+}
+
 func TestInboxUsageErrorsExit2BeforeConnecting(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -217,7 +257,7 @@ func TestInboxUsageErrorsExit2BeforeConnecting(t *testing.T) {
 		{"batch size zero", []string{"inbox", "prune", "--older-than", "30d", "--batch-size", "0"}, "--batch-size must be"},
 		{"empty consumer", []string{"inbox", "prune", "--older-than", "30d", "--consumer", ""}, "--consumer must be"},
 		{"invalid inbox table", []string{"inbox", "prune", "--older-than", "30d", "--inbox-table", "inbox; DROP TABLE x"}, "invalid table name"},
-		{"MySQL URL", []string{"inbox", "prune", "--older-than", "30d", "--storage-url", "mysql://op:" + secret + "@db/x"}, "postgres:// URL for now"},
+		{"unknown scheme", []string{"inbox", "prune", "--older-than", "30d", "--storage-url", "oracle://op:" + secret + "@db/x"}, "unknown storage scheme"},
 		{"inbox table without --inbox", []string{"migrate", "--inbox-table", "x"}, "--inbox-table needs --inbox"},
 		{"migrate --inbox with a bad table", []string{"migrate", "--inbox", "--inbox-table", "A.B.C"}, "invalid table name"},
 		{"migrate --inbox --print --json", []string{"migrate", "--inbox", "--print", "--json"}, "cannot be combined"},

@@ -36,7 +36,7 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 		{"HTTP_ADDR wins over SERVER_PORT", map[string]string{"SERVER_PORT": ":9090", "HTTP_ADDR": "127.0.0.1:7070", "PUBLISHER_URL": "stdout://"}, "stdout://", "127.0.0.1:7070",
 			"SERVER_PORT ignored: HTTP_ADDR is set", "used as"},
 		{"storage type", map[string]string{"STORAGE_TYPE": "postgresql", "PUBLISHER_URL": "stdout://"}, "stdout://", ":8080",
-			"STORAGE_TYPE=postgresql can be removed: STORAGE_URL's scheme selects the storage driver", ""},
+			"STORAGE_TYPE is implied by STORAGE_URL's scheme; it can be removed", ""},
 		{"async kafka is refused quietly", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_ASYNC": "true"},
 			"kafka://b:9092", ":8080", "KAFKA_ASYNC=true ignored: the relay always waits", ""},
 		{"synchronous kafka is what the relay does", map[string]string{"PUBLISHER_URL": "kafka://b:9092", "KAFKA_ASYNC": "false"},

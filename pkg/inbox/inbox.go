@@ -55,6 +55,18 @@ const (
 	MySQL
 )
 
+// ParseDialect reads a dialect by name, "postgres" or "mysql", as
+// storage.SQLDatabase names them.
+func ParseDialect(name string) (Dialect, error) {
+	switch name {
+	case "postgres":
+		return Postgres, nil
+	case "mysql":
+		return MySQL, nil
+	}
+	return 0, fmt.Errorf("inbox: unknown SQL dialect %q (postgres, mysql)", name)
+}
+
 func (d Dialect) String() string {
 	switch d {
 	case Postgres:

@@ -12,13 +12,15 @@
 //     stamp the relay passes back (Lease.LockedAt, RenewParams.To) must match
 //     the stored locked_at exactly when it is a value the driver returned or
 //     stored, truncated to the microsecond.
-//   - Partition keys compare bytewise (PostgreSQL's "C" collation, MySQL's
-//     utf8mb4_bin), the order of Go's string comparison: ordered claims walk
-//     keys in that order and ClaimParams.After is compared in it.
+//   - Partition keys compare bytewise (PostgreSQL's "C" collation, a
+//     VARBINARY column on MySQL, whose binary collations pad with spaces),
+//     the order of Go's string comparison: ordered claims walk keys in that
+//     order and ClaimParams.After is compared in it.
 package storage
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/url"
 
@@ -73,6 +75,17 @@ type Notifier interface {
 	// insert notification, until ctx ends (nil) or its connection fails
 	// (an error; the caller calls it again).
 	Listen(ctx context.Context, onNotify func()) error
+}
+
+// SQLDatabase is offered by a storage that database/sql reaches. Tools that
+// keep tables of their own next to the outbox — the consumer inbox's
+// relay-cli commands — use it, so that they need no database client of
+// their own.
+type SQLDatabase interface {
+	// SQL returns a database/sql handle on the storage's database, which
+	// belongs to the storage (Close closes it), and the database's SQL
+	// dialect: "postgres" or "mysql". It does not connect.
+	SQL() (db *sql.DB, dialect string)
 }
 
 // Schema is what creating and checking the table needs.

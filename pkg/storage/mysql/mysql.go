@@ -91,7 +91,13 @@ type Store struct {
 	claimLock string
 }
 
-var _ storage.Storage = (*Store)(nil)
+var (
+	_ storage.Storage     = (*Store)(nil)
+	_ storage.SQLDatabase = (*Store)(nil)
+)
+
+// SQL returns the store's database/sql handle.
+func (s *Store) SQL() (*sql.DB, string) { return s.db, "mysql" }
 
 // Open creates a connection pool for rawURL without connecting yet; call
 // Check to find out whether the database and table are usable.

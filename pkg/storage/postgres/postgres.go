@@ -7,12 +7,14 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
@@ -59,11 +62,15 @@ type Store struct {
 	queries map[string]string
 	writer  *Writer
 	rawURL  string
+
+	sqlOnce sync.Once
+	sqlDB   *sql.DB
 }
 
 var (
-	_ storage.Storage  = (*Store)(nil)
-	_ storage.Notifier = (*Store)(nil)
+	_ storage.Storage     = (*Store)(nil)
+	_ storage.Notifier    = (*Store)(nil)
+	_ storage.SQLDatabase = (*Store)(nil)
 )
 
 // Open creates a connection pool for rawURL without connecting yet; call
@@ -160,6 +167,12 @@ func noDeadBefore(table schema.Table, alias string) string {
 		table.Quoted(), alias)
 }
 
+// SQL returns a database/sql handle over the store's pool.
+func (s *Store) SQL() (*sql.DB, string) {
+	s.sqlOnce.Do(func() { s.sqlDB = stdlib.OpenDBFromPool(s.pool) })
+	return s.sqlDB, "postgres"
+}
+
 // Table returns the table's name, as given (table or schema.table).
 func (s *Store) Table() string { return s.table.String() }
 
@@ -183,6 +196,9 @@ const closeWait = 2 * time.Second
 // the caller is on its way out, and the server drops the connections when
 // the process is gone.
 func (s *Store) Close() {
+	if s.sqlDB != nil {
+		_ = s.sqlDB.Close()
+	}
 	done := make(chan struct{})
 	go func() {
 		s.pool.Close()
