@@ -90,6 +90,13 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	if len(ids) == 0 {
 		return storage.Batch{Lease: lease}, nil
 	}
+	if p.MaxBytes > 0 {
+		// A prefix of the picks: every key's picks stay the first places
+		// of its run.
+		if ids, err = s.fitting(ctx, conn, ids, p.MaxBytes); err != nil {
+			return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		}
+	}
 
 	args := append([]any{p.RelayID, stamp(now), stamp(now)}, idArgs(ids)...)
 	err = withLockRetry(ctx, func() error {
@@ -112,6 +119,28 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	}
 	sortOldestFirst(events, seqs)
 	return storage.Batch{Lease: lease, Events: events}, nil
+}
+
+// fitting keeps the longest prefix of ids whose payloads and headers add up
+// to at most maxBytes (at least the first).
+func (s *Store) fitting(ctx context.Context, conn *sql.Conn, ids []uuid.UUID, maxBytes int64) ([]uuid.UUID, error) {
+	rows, err := conn.QueryContext(ctx, expandList(s.queries["claim_sizes"], "{{ids}}", len(ids)), idArgs(ids)...)
+	if err != nil {
+		return nil, fmt.Errorf("read sizes: %w", err)
+	}
+	found, _, err := readPicks(rows, len(ids), false)
+	if err != nil {
+		return nil, fmt.Errorf("read sizes: %w", err)
+	}
+	size := make(map[uuid.UUID]int64, len(found))
+	for _, p := range found {
+		size[p.id] = p.size
+	}
+	ps := make(picks, len(ids))
+	for i, id := range ids {
+		ps[i] = pick{id: id, size: size[id]}
+	}
+	return ps.fitting(maxBytes), nil
 }
 
 // walkKeys picks the runs of keyed events, at most p.Limit events, walking

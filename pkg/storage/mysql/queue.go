@@ -53,18 +53,16 @@ func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams) (storage.B
 	if err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	events, seqs, at, err := readEvents(rows, p.Limit, true)
+	picks, at, err := readPicks(rows, p.Limit, true)
 	if err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	if len(events) == 0 {
+	if len(picks) == 0 {
 		return storage.Batch{Lease: lease}, nil
 	}
 	lease.LockedAt = at
-	ids := make([]uuid.UUID, len(events))
-	for i, e := range events {
-		ids[i] = e.ID
-	}
+	// Rows locked and not kept are free again when the claim commits.
+	ids := picks.fitting(p.MaxBytes)
 	args := append([]any{p.RelayID, stamp(at), stamp(at)}, idArgs(ids)...)
 	res, err := tx.ExecContext(ctx, expandList(s.queries["claim_mark"], "{{ids}}", len(ids)), args...)
 	if err != nil {
@@ -74,6 +72,15 @@ func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams) (storage.B
 		// The rows are locked, so this cannot happen; returning rows that
 		// are not leased would be worse than failing.
 		return storage.Batch{}, fmt.Errorf("claim batch: leased %d of the %d rows read", n, len(ids))
+	}
+	rows, err = tx.QueryContext(ctx, expandList(s.queries["claim_read"], "{{ids}}", len(ids)),
+		append(idArgs(ids), p.RelayID, stamp(at))...)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: read claimed rows: %w", err)
+	}
+	events, seqs, _, err := readEvents(rows, len(ids), false)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: read claimed rows: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened before the connection failed.
@@ -145,6 +152,58 @@ func readEvents(rows *sql.Rows, limit int, withStamp bool) ([]outbox.Event, []in
 		seqs = append(seqs, seq.Int64)
 	}
 	return events, seqs, at, rows.Err()
+}
+
+// picks are the ids a claim may take, in the order it takes them, with
+// their sizes.
+type picks []pick
+
+type pick struct {
+	id   uuid.UUID
+	size int64
+}
+
+// fitting returns the ids of the longest prefix whose sizes add up to at
+// most maxBytes, or of the first pick alone when even it is larger, so that
+// no event is stuck; maxBytes 0 keeps them all.
+func (ps picks) fitting(maxBytes int64) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(ps))
+	var total int64
+	for i, p := range ps {
+		total += p.size
+		if maxBytes > 0 && total > maxBytes && i > 0 {
+			break
+		}
+		ids = append(ids, p.id)
+	}
+	return ids
+}
+
+// readPicks reads rows of (event_id, size[, stamp]).
+func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, error) {
+	defer rows.Close()
+	ps := make(picks, 0, limit)
+	var at time.Time
+	for rows.Next() {
+		var (
+			id   []byte
+			p    pick
+			size sql.NullInt64
+		)
+		dest := []any{&id, &size}
+		if withStamp {
+			dest = append(dest, &at)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, at, fmt.Errorf("read row: %w", err)
+		}
+		if err := p.id.UnmarshalBinary(id); err != nil {
+			return nil, at, fmt.Errorf("read row: event_id: %w", err)
+		}
+		p.size = size.Int64
+		ps = append(ps, p)
+	}
+	return ps, at, rows.Err()
 }
 
 // lenientTime scans a DATETIME and never fails: what it cannot read is the
