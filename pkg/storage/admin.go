@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -213,6 +214,34 @@ type Row struct {
 	Seq *int64
 	// Age is how long ago the row was created, by the database's clock.
 	Age time.Duration
+}
+
+// Columns checks p and makes its events ready for the driver's producer
+// insert: p.Count copies of the event, with new UUIDv7 ids. Every driver's
+// Emit starts here.
+func (p EmitParams) Columns(ctx context.Context) (outbox.Columns, error) {
+	switch {
+	case p.Type == "":
+		return outbox.Columns{}, errors.New("emit: an event type is required")
+	case p.Count < 1 || p.Count > EmitCountMax:
+		return outbox.Columns{}, fmt.Errorf("emit: count must be 1 to %d, got %d", EmitCountMax, p.Count)
+	case p.AvailableIn < 0:
+		return outbox.Columns{}, fmt.Errorf("emit: AvailableIn must not be negative, got %s", p.AvailableIn)
+	}
+	m := outbox.Message{Type: p.Type, Key: p.PartitionKey, Payload: p.Payload, Headers: p.Headers}
+	if p.AvailableIn > 0 {
+		// By this process's clock: the rows are written a moment later.
+		m.AvailableAt = time.Now().Add(p.AvailableIn)
+	}
+	msgs := make([]outbox.Message, p.Count)
+	for i := range msgs {
+		msgs[i] = m
+	}
+	c, err := outbox.Prepare(ctx, msgs)
+	if err != nil {
+		return c, fmt.Errorf("emit: %w", err)
+	}
+	return c, nil
 }
 
 // EmitCountMax bounds one Emit: the events are one statement and one

@@ -391,25 +391,9 @@ func scanRow(r scanner, full bool) (storage.Row, error) {
 // in one transaction and returns their ids (new UUIDv7s) in insertion
 // order.
 func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, error) {
-	switch {
-	case p.Type == "":
-		return nil, errors.New("emit: an event type is required")
-	case p.Count < 1 || p.Count > storage.EmitCountMax:
-		return nil, fmt.Errorf("emit: count must be 1 to %d, got %d", storage.EmitCountMax, p.Count)
-	case p.AvailableIn < 0:
-		return nil, fmt.Errorf("emit: AvailableIn must not be negative, got %s", p.AvailableIn)
-	}
-	m := outbox.Message{Type: p.Type, Key: p.PartitionKey, Payload: p.Payload, Headers: p.Headers}
-	if p.AvailableIn > 0 {
-		m.AvailableAt = time.Now().Add(p.AvailableIn)
-	}
-	msgs := make([]outbox.Message, p.Count)
-	for i := range msgs {
-		msgs[i] = m
-	}
-	c, err := outbox.Prepare(ctx, msgs)
+	c, err := p.Columns(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("emit: %w", err)
+		return nil, err
 	}
 	err = s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.writer.WriteColumns(ctx, tx, c) })
 	if err != nil {
