@@ -56,22 +56,7 @@ func migrateInbox(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Bool("json") {
-		return writeJSON(out, struct {
-			Table   string   `json:"table"`
-			Created []string `json:"created"`
-			Existed []string `json:"existed"`
-		}{box.Table(), nonNil(res.Created), nonNil(res.Existed)})
-	}
-	for _, obj := range res.Created {
-		fmt.Fprintf(out, "created  %s\n", obj)
-	}
-	for _, obj := range res.Existed {
-		fmt.Fprintf(out, "exists   %s\n", obj)
-	}
-	fmt.Fprintf(out, "inbox table %s is ready (%d created, %d already existed)\n",
-		box.Table(), len(res.Created), len(res.Existed))
-	return nil
+	return printMigrated(c, "inbox table", box.Table(), res.Created, res.Existed)
 }
 
 func inboxCommand() *cli.Command {

@@ -42,24 +42,30 @@ func migrateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Bool("json") {
-				return writeJSON(out, struct {
-					Table   string   `json:"table"`
-					Created []string `json:"created"`
-					Existed []string `json:"existed"`
-				}{store.Table(), nonNil(res.Created), nonNil(res.Existed)})
-			}
-			for _, obj := range res.Created {
-				fmt.Fprintf(out, "created  %s\n", obj)
-			}
-			for _, obj := range res.Existed {
-				fmt.Fprintf(out, "exists   %s\n", obj)
-			}
-			fmt.Fprintf(out, "table %s is ready (%d created, %d already existed)\n",
-				store.Table(), len(res.Created), len(res.Existed))
-			return nil
+			return printMigrated(c, "table", store.Table(), res.Created, res.Existed)
 		},
 	}
+}
+
+// printMigrated reports what a migration created and found, as text or
+// --json.
+func printMigrated(c *cli.Context, what, table string, created, existed []string) error {
+	out := c.App.Writer
+	if c.Bool("json") {
+		return writeJSON(out, struct {
+			Table   string   `json:"table"`
+			Created []string `json:"created"`
+			Existed []string `json:"existed"`
+		}{table, nonNil(created), nonNil(existed)})
+	}
+	for _, obj := range created {
+		fmt.Fprintf(out, "created  %s\n", obj)
+	}
+	for _, obj := range existed {
+		fmt.Fprintf(out, "exists   %s\n", obj)
+	}
+	fmt.Fprintf(out, "%s %s is ready (%d created, %d already existed)\n", what, table, len(created), len(existed))
+	return nil
 }
 
 // nonNil makes an empty list encode as [] rather than null, so that JSON
