@@ -1,0 +1,69 @@
+package storage
+
+import (
+	"context"
+	"time"
+)
+
+// Partitioner is offered by a storage whose table can be partitioned by
+// time (PostgreSQL declarative partitioning on created_at). It is
+// optional: the relay's retention loop finds it with a type assertion and
+// deletes rows one batch at a time where it is missing or the table is
+// not partitioned.
+type Partitioner interface {
+	// Partitioning says how the table is partitioned: "" when it is not,
+	// else "day" or "hour". A missing table is an error wrapping
+	// ErrTableMissing.
+	Partitioning(ctx context.Context) (string, error)
+	// MaintainPartitions creates the partitions p.Ahead covers where
+	// missing, then drops every partition whose whole time range has
+	// passed and which holds only rows past their retention: DELIVERED
+	// older than p.DeliveredRetention, DEAD older than p.DeadRetention.
+	// It never drops a partition that holds a PENDING or DELIVERING row
+	// or a row not yet past its retention; those are reported in
+	// PartitionReport.Kept with the reason. On an unpartitioned table it
+	// does nothing and returns an empty report.
+	MaintainPartitions(ctx context.Context, p PartitionPolicy) (PartitionReport, error)
+	// Partitions lists the table's partitions, oldest first, with row
+	// counts by status.
+	Partitions(ctx context.Context) ([]PartitionInfo, error)
+}
+
+// PartitionPolicy is what MaintainPartitions keeps to.
+type PartitionPolicy struct {
+	// Ahead is how far past now partitions must already exist.
+	Ahead time.Duration
+	// DeliveredRetention and DeadRetention are how long DELIVERED and
+	// DEAD rows are kept; a negative value keeps them forever (and so
+	// every partition that holds one).
+	DeliveredRetention time.Duration
+	DeadRetention      time.Duration
+}
+
+// PartitionReport says what one MaintainPartitions call did.
+type PartitionReport struct {
+	// Created and Dropped name the partitions created and dropped.
+	Created []string
+	Dropped []string
+	// DroppedRows counts the rows the dropped partitions held, by status.
+	DroppedRows map[string]int64
+	// Kept lists expired partitions (their time range has passed) that
+	// could not be dropped yet, with why.
+	Kept []KeptPartition
+}
+
+// KeptPartition is an expired partition MaintainPartitions had to keep.
+type KeptPartition struct {
+	Name   string
+	Reason string // e.g. "holds 3 PENDING rows"
+}
+
+// PartitionInfo describes one partition.
+type PartitionInfo struct {
+	Name     string
+	From, To time.Time // the created_at range [From, To)
+	// Rows counts the partition's rows by status.
+	Rows map[string]int64
+	// Bytes is the partition's size on disk, indexes included.
+	Bytes int64
+}
