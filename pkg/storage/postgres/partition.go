@@ -34,7 +34,7 @@ var (
 
 // PartitionLockTimeout bounds how long partition maintenance waits for a
 // lock, and so how long claims and inserts queued behind it wait.
-var PartitionLockTimeout = time.Second
+const PartitionLockTimeout = time.Second
 
 // partitionLockClass is the high half of the maintenance advisory lock key.
 const partitionLockClass = 0x7061 // "pa"
@@ -263,6 +263,12 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		rep.Created = append(rep.Created, name)
 	}
 
+	if len(rep.Created) > 0 {
+		// Periods moved out of the default partition may be expired.
+		if parts, err = s.partitionList(ctx); err != nil {
+			return rep, errors.Join(append(errs, err)...)
+		}
+	}
 	for _, pt := range parts {
 		if pt.isDefault || pt.to.IsZero() || pt.to.After(now) {
 			continue
@@ -300,27 +306,66 @@ func (s *Store) defaultPeriods(ctx context.Context, def *partition, by string, u
 
 // createPartition creates name for [from, to) as a table of its own, moves
 // the rows of that range out of the default partition into it, and
-// attaches it, in one transaction. ATTACH PARTITION takes a weaker lock on
-// the table than CREATE TABLE … PARTITION OF (SHARE UPDATE EXCLUSIVE, which
-// inserts and claims do not wait for); the default partition is locked
-// ACCESS EXCLUSIVE for the move and for the check that none of its rows
-// belongs to the new range.
+// attaches it, in one transaction.
+//
+// With no rows to move (the usual case: a partition created ahead of
+// time) the table is only locked SHARE UPDATE EXCLUSIVE, which ATTACH
+// PARTITION takes and inserts and claims do not wait for; the default
+// partition is locked ACCESS EXCLUSIVE for the check that none of its rows
+// belongs to the new range. Rows to move take the table's ACCESS EXCLUSIVE
+// lock as well, first: a statement that started before the partition
+// existed would otherwise not see the rows that moved into it, and a
+// relay's settle of such a row would miss it.
 func (s *Store) createPartition(ctx context.Context, def *partition, name string, from, to time.Time) error {
+	moving := false
+	if def != nil {
+		q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
+		if err := s.pool.QueryRow(ctx, q, from, to).Scan(&moving); err != nil {
+			return err
+		}
+	}
+	err := s.attachPartition(ctx, def, name, from, to, moving)
+	if errors.Is(err, errRowsArrived) {
+		err = s.attachPartition(ctx, def, name, from, to, true)
+	}
+	return err
+}
+
+// errRowsArrived: rows to move arrived in the default partition after it
+// was found empty for the range, before it was locked.
+var errRowsArrived = errors.New("rows arrived in the default partition")
+
+func (s *Store) attachPartition(ctx context.Context, def *partition, name string, from, to time.Time, moving bool) error {
 	qualified := s.table.Object(strings.TrimPrefix(name, s.table.Name+"_"))
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.queries["partition_ddl_begin"], lockTimeout()); err != nil {
+		if _, err := tx.Exec(ctx, s.queries["partition_ddl_begin"], s.lockTimeout()); err != nil {
 			return err
+		}
+		if moving {
+			if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+s.table.Quoted()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				return lockErr(err)
+			}
 		}
 		if def != nil {
 			if _, err := tx.Exec(ctx, "LOCK TABLE "+def.qualified+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 				return lockErr(err)
+			}
+			if !moving {
+				var waiting bool
+				q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
+				if err := tx.QueryRow(ctx, q, from, to).Scan(&waiting); err != nil {
+					return err
+				}
+				if waiting {
+					return errRowsArrived
+				}
 			}
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
 			qualified, s.table.Quoted())); err != nil {
 			return err
 		}
-		if def != nil {
+		if moving {
 			q := strings.NewReplacer("{{default}}", def.qualified, "{{partition}}", qualified).
 				Replace(s.queries["partition_move"])
 			if _, err := tx.Exec(ctx, q, from, to); err != nil {
@@ -338,7 +383,14 @@ func bound(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "+00'"
 }
 
-func lockTimeout() string { return fmt.Sprintf("%dms", PartitionLockTimeout.Milliseconds()) }
+// lockTimeout is PartitionLockTimeout, or what a test set, for lock_timeout.
+func (s *Store) lockTimeout() string {
+	d := PartitionLockTimeout
+	if s.partitionLockTimeout > 0 {
+		d = s.partitionLockTimeout
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
 
 // errLockNotGranted marks a lock that lock_timeout gave up on.
 var errLockNotGranted = errors.New("lock not granted")
@@ -346,7 +398,7 @@ var errLockNotGranted = errors.New("lock not granted")
 func lockErr(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		return fmt.Errorf("%w within %s (the table was busy); tried again next time: %v", errLockNotGranted, PartitionLockTimeout, err)
+		return fmt.Errorf("%w in time (the table was busy); tried again next time: %v", errLockNotGranted, err)
 	}
 	return err
 }
@@ -379,7 +431,7 @@ func (s *Store) dropPartition(ctx context.Context, pt partition, p storage.Parti
 	}
 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.queries["partition_ddl_begin"], lockTimeout()); err != nil {
+		if _, err := tx.Exec(ctx, s.queries["partition_ddl_begin"], s.lockTimeout()); err != nil {
 			return err
 		}
 		// The table first, as every query takes its locks: a claim holds
