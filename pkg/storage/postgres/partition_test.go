@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -607,5 +610,98 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	}
 	if p := parts[0]; p.Name != partitionOf(t, tb, "hour", now.Add(-2*time.Hour)) || p.Rows["PENDING"] != 1 || p.Rows["DEAD"] != 1 {
 		t.Errorf("oldest partition %+v, want two hours ago's with 1 PENDING and 1 DEAD moved in", p)
+	}
+}
+
+// TestMovingATableOverAsDocumented runs the SQL of "Moving an existing
+// table over" in docs/operations.md on a plain table with rows in every
+// state: the unfinished rows carry over, keep their order and stay
+// claimable, and the new table is partitioned and maintained.
+func TestMovingATableOverAsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)\\*\\*Moving an existing table over\\.\\*\\*.*?```sql\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/operations.md has no SQL under **Moving an existing table over.**")
+	}
+	ddl, err := schema.RenderPartitioned(schema.Table{Name: schema.DefaultTable}, "day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(m[1]), `\i partitioned.sql`) {
+		t.Fatal(`the documented SQL no longer includes partitioned.sql; update this test`)
+	}
+	move := strings.Replace(string(m[1]), `\i partitioned.sql`, ddl, 1)
+
+	tb := pgtest.New(t)
+	evs := make([]pgtest.Event, 6)
+	for i := range evs {
+		evs[i] = pgtest.Event{PartitionKey: "k"}
+	}
+	ids := tb.Insert(t, evs...)
+	tb.Exec(t, "UPDATE {{table}} SET created_at = now() - interval '3 days' WHERE event_id = ANY($1)", ids[:3])
+	tb.Set(t, ids[0], "status = 'DELIVERED', delivered_at = now()")
+	tb.Set(t, ids[1], "status = 'DEAD'")
+	tb.Set(t, ids[2], "status = 'DELIVERING', locked_by = 'r', locked_at = now()")
+	before := tb.Snapshot(t)
+
+	conn, err := tb.Store.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemaName, _, _ := strings.Cut(tb.Name, ".")
+	if _, err := conn.Exec(ctx, "SET search_path TO "+schemaName); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, move, pgx.QueryExecModeSimpleProtocol)
+	if _, rerr := conn.Exec(ctx, "RESET search_path"); rerr != nil {
+		t.Fatal(rerr)
+	}
+	conn.Release()
+	if err != nil {
+		t.Fatalf("the documented move failed: %v", err)
+	}
+
+	if by, err := tb.Store.Partitioning(ctx); err != nil || by != "day" {
+		t.Fatalf("after the move Partitioning = %q, %v; want day", by, err)
+	}
+	if err := tb.Store.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := tb.Store.MigratePartitioned(ctx, "day"); err != nil || len(res.Created) != 0 {
+		t.Errorf("migrate --partition-by day after the move = %+v, %v; want everything in place", res, err)
+	}
+	after := tb.Snapshot(t)
+	if _, ok := after[ids[0]]; ok || len(after) != 5 {
+		t.Fatalf("%d rows moved, want the 5 unfinished ones without the DELIVERED one", len(after))
+	}
+	for id, row := range after {
+		if before[id] != row {
+			t.Errorf("row %s changed in the move:\nbefore %s\nafter  %s", id, before[id], row)
+		}
+	}
+	rep := maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour})
+	if len(rep.Created) != 1 || tableOf(t, tb, ids[1]) != rep.Created[0] {
+		t.Errorf("maintenance after the move = %+v; want the rows of 3 days ago moved into a partition of their own", rep)
+	}
+	// Order carries on: a new event sorts after the moved ones, and the
+	// key's events are claimed in order once the DELIVERING one finishes.
+	next := tb.Insert(t, pgtest.Event{PartitionKey: "k"})[0]
+	tb.Set(t, ids[2], "status = 'DELIVERED', delivered_at = now(), locked_by = NULL, locked_at = NULL")
+	b, err := tb.Store.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, OnDead: storage.DeadSkip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(ids[3:]), next); !slices.Equal(eventIDs(b.Events), want) {
+		t.Errorf("claimed %v after the move, want %v", eventIDs(b.Events), want)
+	}
+	// Inserts wake the relays on the new table.
+	var triggers int
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'openoutbox_events_notify'",
+		tb.Name).Scan(&triggers); err != nil || triggers != 1 {
+		t.Errorf("the new table has %d notify triggers (%v), want 1", triggers, err)
 	}
 }
