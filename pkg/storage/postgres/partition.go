@@ -205,6 +205,14 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		return rep, err
 	}
 	part := schema.Partitionings[by]
+	var user, ownerRole string
+	var owner bool
+	if err := s.pool.QueryRow(ctx, s.queries["partition_owner"], s.table.Quoted()).Scan(&user, &owner, &ownerRole); err != nil {
+		return rep, s.queryError("maintain the partitions of", err)
+	}
+	if !owner {
+		return rep, fmt.Errorf("maintain the partitions of %s: user %q does not own the table, and only its owner may create and drop partitions; make the user a member of the owner role or run `relay-cli partitions --maintain` as the owner (see \"Partitioned tables\" in docs/operations.md)", s.table, user)
+	}
 
 	// The advisory lock lives in a transaction of its own on its own
 	// connection, so that it is released whatever happens to ctx.
@@ -255,7 +263,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		if have[name] {
 			continue
 		}
-		if err := s.createPartition(ctx, def, name, start, start.Add(part.Step)); err != nil {
+		if err := s.createPartition(ctx, def, ownerRole, name, start, start.Add(part.Step)); err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s of %s: %w", name, s.table, err))
 			continue
 		}
@@ -316,7 +324,7 @@ func (s *Store) defaultPeriods(ctx context.Context, def *partition, by string, u
 // lock as well, first: a statement that started before the partition
 // existed would otherwise not see the rows that moved into it, and a
 // relay's settle of such a row would miss it.
-func (s *Store) createPartition(ctx context.Context, def *partition, name string, from, to time.Time) error {
+func (s *Store) createPartition(ctx context.Context, def *partition, owner, name string, from, to time.Time) error {
 	moving := false
 	if def != nil {
 		q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
@@ -324,9 +332,9 @@ func (s *Store) createPartition(ctx context.Context, def *partition, name string
 			return err
 		}
 	}
-	err := s.attachPartition(ctx, def, name, from, to, moving)
+	err := s.attachPartition(ctx, def, owner, name, from, to, moving)
 	if errors.Is(err, errRowsArrived) {
-		err = s.attachPartition(ctx, def, name, from, to, true)
+		err = s.attachPartition(ctx, def, owner, name, from, to, true)
 	}
 	return err
 }
@@ -335,7 +343,9 @@ func (s *Store) createPartition(ctx context.Context, def *partition, name string
 // was found empty for the range, before it was locked.
 var errRowsArrived = errors.New("rows arrived in the default partition")
 
-func (s *Store) attachPartition(ctx context.Context, def *partition, name string, from, to time.Time, moving bool) error {
+// The new partition is given to the table's owner, so that whichever
+// member of the owner role runs maintenance later may drop it.
+func (s *Store) attachPartition(ctx context.Context, def *partition, owner, name string, from, to time.Time, moving bool) error {
 	qualified := s.table.Object(strings.TrimPrefix(name, s.table.Name+"_"))
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, s.queries["partition_ddl_begin"], s.lockTimeout()); err != nil {
@@ -363,6 +373,9 @@ func (s *Store) attachPartition(ctx context.Context, def *partition, name string
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
 			qualified, s.table.Quoted())); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "ALTER TABLE "+qualified+" OWNER TO "+owner); err != nil {
 			return err
 		}
 		if moving {

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -704,4 +705,76 @@ func TestMovingATableOverAsDocumented(t *testing.T) {
 		tb.Name).Scan(&triggers); err != nil || triggers != 1 {
 		t.Errorf("the new table has %d notify triggers (%v), want 1", triggers, err)
 	}
+}
+
+// TestMaintainPartitionsNeedsTheOwner: under the shipped least-privilege
+// roles the relay's role may claim and settle on a partitioned table but
+// not create or drop partitions; maintenance says so at once, takes no
+// lock and changes nothing.
+func TestMaintainPartitionsNeedsTheOwner(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "hour")
+	table, err := schema.ParseTable(tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Store.ApplyGrants(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := tb.InsertN(t, 1, "e")[0]
+	tb.Set(t, id, "created_at = now() - interval '3 hours', status = 'DELIVERED', delivered_at = now() - interval '2 days'")
+	before := partitionNames(t, tb)
+
+	name := "outbox_relay_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	tb.Exec(t, "CREATE ROLE "+name+" LOGIN IN ROLE outbox_relay")
+	t.Cleanup(func() { tb.Exec(t, "DROP ROLE "+name) })
+	t.Cleanup(func() { tb.Exec(t, "DROP OWNED BY "+name) }) // its connection's leftovers, if the test fails
+	u, err := url.Parse(tb.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(name)
+	relay, err := postgres.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+
+	if by, err := relay.Partitioning(ctx); err != nil || by != "hour" {
+		t.Fatalf("Partitioning as outbox_relay = %q, %v", by, err)
+	}
+	if b := claim(t, relay, "r", 10); len(b.Events) != 0 {
+		t.Fatalf("claimed %d events", len(b.Events))
+	}
+	_, err = relay.MaintainPartitions(ctx, storage.PartitionPolicy{Ahead: 48 * time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "does not own") || !strings.Contains(err.Error(), table.String()) {
+		t.Fatalf("MaintainPartitions as outbox_relay = %v, want it refused for want of ownership", err)
+	}
+	if after := partitionNames(t, tb); !slices.Equal(before, after) {
+		t.Errorf("partitions changed: %v, then %v", before, after)
+	}
+	// The owner role's members may.
+	tb.Exec(t, "GRANT "+pgOwner(t, tb)+" TO "+name)
+	t.Cleanup(func() { tb.Exec(t, "REVOKE "+pgOwner(t, tb)+" FROM "+name) })
+	rep, err := relay.MaintainPartitions(ctx, storage.PartitionPolicy{Ahead: 48 * time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour})
+	if err != nil || len(rep.Created) == 0 || len(rep.Dropped) != 1 {
+		t.Fatalf("MaintainPartitions as a member of the owner role = %+v, %v; want partitions created and the delivered one dropped", rep, err)
+	}
+	// What it created belongs to the table's owner, so any other member
+	// (another relay's login) may drop it later.
+	var foreign int
+	if err := tb.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass AND c.relowner <> (SELECT relowner FROM pg_class WHERE oid = $1::regclass)`, tb.Name).Scan(&foreign); err != nil || foreign != 0 {
+		t.Errorf("%d partitions (%v) are not the table owner's", foreign, err)
+	}
+}
+
+// pgOwner names the role that owns tb.
+func pgOwner(t *testing.T, tb *pgtest.Table) string {
+	t.Helper()
+	var owner string
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT relowner::regrole::text FROM pg_class WHERE oid = $1::regclass", tb.Name).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	return owner
 }
