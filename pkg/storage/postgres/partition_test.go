@@ -71,6 +71,16 @@ func tableOf(t *testing.T, tb *pgtest.Table, id uuid.UUID) string {
 	return name
 }
 
+// createdAt reads id's created_at.
+func createdAt(t *testing.T, tb *pgtest.Table, id uuid.UUID) time.Time {
+	t.Helper()
+	var at time.Time
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT created_at FROM "+tb.Name+" WHERE event_id = $1", id).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	return at
+}
+
 func maintain(t *testing.T, tb *pgtest.Table, p storage.PartitionPolicy) storage.PartitionReport {
 	t.Helper()
 	rep, err := tb.Store.MaintainPartitions(ctx, p)
@@ -109,8 +119,10 @@ func TestMigratePartitioned(t *testing.T) {
 				t.Errorf("last partition = %+v, want the default partition", last)
 			}
 			timed := parts[:len(parts)-1]
-			if timed[0].Name != partitionOf(t, tb, by, now) || !timed[0].From.Equal(p.Start(now)) {
-				t.Errorf("first partition = %s from %s, want the current one, %s", timed[0].Name, timed[0].From, partitionOf(t, tb, by, now))
+			// The current one (or the one before, if a period began since
+			// the migration).
+			if first := timed[0].From; !first.Equal(p.Start(now)) && !first.Equal(p.Start(now).Add(-p.Step)) {
+				t.Errorf("first partition = %s from %s, want the current one, %s", timed[0].Name, first, partitionOf(t, tb, by, now))
 			}
 			for i, pt := range timed {
 				if pt.To.Sub(pt.From) != p.Step || (i > 0 && !pt.From.Equal(timed[i-1].To)) {
@@ -120,7 +132,7 @@ func TestMigratePartitioned(t *testing.T) {
 					t.Errorf("partition %s starts at %s: misnamed", pt.Name, pt.From)
 				}
 			}
-			if end := timed[len(timed)-1].To; end.Before(now.Add(p.Ahead)) {
+			if end := timed[len(timed)-1].To; end.Before(now.Add(p.Ahead - p.Step)) {
 				t.Errorf("partitions end at %s, want at least %s ahead of %s", end, p.Ahead, now)
 			}
 
@@ -255,9 +267,12 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.NewPartitioned(t, "hour")
-	now := dbNow(t, tb)
-	hoursAgo := func(h int) string { return partitionOf(t, tb, "hour", now.Add(-time.Duration(h)*time.Hour)) }
 	at := func(h int) string { return fmt.Sprintf("created_at = now() - interval '%d hours'", h) }
+	// hoursAgo names the partition of the rows set h hours back, from a
+	// row's own created_at, so that an hour beginning meanwhile changes
+	// nothing.
+	sample := map[int]uuid.UUID{}
+	hoursAgo := func(h int) string { return partitionOf(t, tb, "hour", createdAt(t, tb, sample[h])) }
 
 	ids := tb.InsertN(t, 11, "e")
 	pending, delivering, freshDelivered, freshDead, oldDelivered, oldDead, undated, infinite, current, laterPending, laterDead :=
@@ -273,6 +288,15 @@ func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 	tb.Set(t, current, "status = 'DELIVERED', delivered_at = now() - interval '30 hours'")
 	tb.Set(t, laterPending, at(9))
 	tb.Set(t, laterDead, at(9)+", status = 'DEAD', updated_at = now() - interval '72 hours'")
+	for h, id := range map[int]uuid.UUID{3: pending, 4: delivering, 5: freshDelivered, 6: freshDead, 7: oldDelivered, 8: undated, 9: laterPending} {
+		sample[h] = id
+	}
+	hourNames := map[int]string{}
+	for h := range sample {
+		hourNames[h] = hoursAgo(h)
+	}
+	hoursAgo = func(h int) string { return hourNames[h] } // the rows of 7 hours ago go
+	currentPartition := tableOf(t, tb, current)
 
 	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: 24 * time.Hour, DeadRetention: 48 * time.Hour}
 	rep := maintain(t, tb, policy)
@@ -313,7 +337,7 @@ func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 		}
 	}
 	names := partitionNames(t, tb)
-	if !slices.Contains(names, "openoutbox_events_default") || !slices.Contains(names, partitionOf(t, tb, "hour", now)) {
+	if !slices.Contains(names, "openoutbox_events_default") || !slices.Contains(names, currentPartition) {
 		t.Errorf("partitions %v: want the default and the current one kept", names)
 	}
 	if got := tableOf(t, tb, infinite); got != "openoutbox_events_default" {
@@ -365,7 +389,7 @@ func TestMaintainPartitionsKeepsARowThatArrivesDuringTheDrop(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	late := uuid.New()
-	if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" (event_id, event_type, payload, created_at) VALUES ($1, 'late', '\\x00', now() - interval '3 hours')", late); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" (event_id, event_type, payload, created_at) VALUES ($1, 'late', '\\x00', $2)", late, createdAt(t, tb, done)); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -585,7 +609,6 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	tb.Set(t, ids[1], "created_at = now() - interval '2 hours'")
 	tb.Set(t, ids[2], "status = 'DELIVERED', delivered_at = now()")
 	tb.Set(t, ids[3], "created_at = 'infinity'")
-	now := dbNow(t, tb)
 	parts, err := tb.Store.Partitions(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +624,7 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	if parts[len(parts)-1].Name != def.Name || def.Rows["PENDING"] != 2 || def.Rows["DEAD"] != 1 {
 		t.Errorf("default partition %+v, want it last with 2 PENDING, 1 DEAD", def)
 	}
-	if cur := byName[partitionOf(t, tb, "hour", now)]; cur.Rows["DELIVERED"] != 1 || len(cur.Rows) != 1 {
+	if cur := byName[tableOf(t, tb, ids[2])]; cur.Rows["DELIVERED"] != 1 || len(cur.Rows) != 1 {
 		t.Errorf("current partition %+v, want 1 DELIVERED", cur)
 	}
 	maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour})
@@ -609,7 +632,7 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := parts[0]; p.Name != partitionOf(t, tb, "hour", now.Add(-2*time.Hour)) || p.Rows["PENDING"] != 1 || p.Rows["DEAD"] != 1 {
+	if p := parts[0]; p.Name != tableOf(t, tb, ids[0]) || p.Rows["PENDING"] != 1 || p.Rows["DEAD"] != 1 {
 		t.Errorf("oldest partition %+v, want two hours ago's with 1 PENDING and 1 DEAD moved in", p)
 	}
 }
