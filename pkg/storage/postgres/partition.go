@@ -418,29 +418,29 @@ func lockErr(err error) error {
 
 // dropPartition drops pt unless it holds a row to keep; then it returns why
 // it kept it. rows counts what it held, by status, as read just before the
-// lock.
+// lock. A kept partition costs a few partial-index reads, not a scan.
 func (s *Store) dropPartition(ctx context.Context, pt partition, p storage.PartitionPolicy) (rows map[string]int64, reason string, err error) {
 	delivered, dead := retentionArg(p.DeliveredRetention), retentionArg(p.DeadRetention)
-	q := strings.ReplaceAll(s.queries["partition_rows"], "{{partition}}", pt.qualified)
-	res, err := s.pool.Query(ctx, q, delivered, dead)
+	var keeps [4]int64
+	q := strings.ReplaceAll(s.queries["partition_keeps"], "{{partition}}", pt.qualified)
+	if err := s.pool.QueryRow(ctx, q, delivered, dead, keepCountCap).Scan(&keeps[0], &keeps[1], &keeps[2], &keeps[3]); err != nil {
+		return nil, "", err
+	}
+	if keeps != [4]int64{} {
+		return nil, keptReason(keeps), nil
+	}
+	res, err := s.pool.Query(ctx, strings.ReplaceAll(s.queries["partition_rows"], "{{partition}}", pt.qualified))
 	if err != nil {
 		return nil, "", err
 	}
 	rows = map[string]int64{}
-	keeps := map[string]int64{}
 	var status string
-	var n, keep int64
-	if _, err := pgx.ForEachRow(res, []any{&status, &n, &keep}, func() error {
+	var n int64
+	if _, err := pgx.ForEachRow(res, []any{&status, &n}, func() error {
 		rows[status] = n
-		if keep > 0 {
-			keeps[status] = keep
-		}
 		return nil
 	}); err != nil {
 		return nil, "", err
-	}
-	if len(keeps) > 0 {
-		return nil, keptReason(keeps), nil
 	}
 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -483,12 +483,19 @@ func retentionArg(d time.Duration) *int64 {
 	return &us
 }
 
-// keptReason says which rows keep a partition, e.g. "holds 3 PENDING, 1
-// DEAD rows not past retention".
-func keptReason(keeps map[string]int64) string {
+// keepCountCap bounds the counts in a kept partition's reason.
+const keepCountCap = 10000
+
+// keptReason says which rows keep a partition, from their counts by
+// status (PENDING, DELIVERING, DELIVERED, DEAD), e.g. "holds 3 PENDING,
+// 10000+ DELIVERED row(s) unfinished or not past retention".
+func keptReason(keeps [4]int64) string {
 	var parts []string
-	for _, status := range []string{"PENDING", "DELIVERING", "DELIVERED", "DEAD"} {
-		if n := keeps[status]; n > 0 {
+	for i, status := range []string{"PENDING", "DELIVERING", "DELIVERED", "DEAD"} {
+		switch n := keeps[i]; {
+		case n >= keepCountCap:
+			parts = append(parts, fmt.Sprintf("%d+ %s", n, status))
+		case n > 0:
 			parts = append(parts, fmt.Sprintf("%d %s", n, status))
 		}
 	}
