@@ -16,3 +16,7 @@ func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr erro
 // SetPartitionLockTimeout sets how long s's partition maintenance waits
 // for a lock.
 func SetPartitionLockTimeout(s *Store, d time.Duration) { s.partitionLockTimeout = d }
+
+// SetPartitionMoveLimit sets how many rows s's partition maintenance moves
+// out of the default partition for one new partition.
+func SetPartitionMoveLimit(s *Store, n int64) { s.partitionMoveLimit = n }

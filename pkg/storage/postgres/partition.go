@@ -263,7 +263,13 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		if have[name] {
 			continue
 		}
-		if err := s.createPartition(ctx, def, ownerRole, name, start, start.Add(part.Step)); err != nil {
+		err := s.createPartition(ctx, def, ownerRole, name, start, start.Add(part.Step))
+		if errors.Is(err, errTooManyToMove) {
+			rep.Kept = append(rep.Kept, storage.KeptPartition{Name: def.name,
+				Reason: fmt.Sprintf("%v; %s is not created and they stay there, claimed as usual (relay-cli prune removes them once finished)", err, name)})
+			continue
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s of %s: %w", name, s.table, err))
 			continue
 		}
@@ -327,16 +333,41 @@ func (s *Store) defaultPeriods(ctx context.Context, def *partition, by string, u
 func (s *Store) createPartition(ctx context.Context, def *partition, owner, name string, from, to time.Time) error {
 	moving := false
 	if def != nil {
+		limit := s.moveLimit()
+		var waiting int64
 		q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
-		if err := s.pool.QueryRow(ctx, q, from, to).Scan(&moving); err != nil {
+		if err := s.pool.QueryRow(ctx, q, from, to, limit+1).Scan(&waiting); err != nil {
 			return err
 		}
+		if waiting > limit {
+			return fmt.Errorf("%w: more than %d rows of %s to %s wait in %s", errTooManyToMove, limit,
+				from.UTC().Format("2006-01-02 15:04"), to.UTC().Format("2006-01-02 15:04"), def.name)
+		}
+		moving = waiting > 0
 	}
 	err := s.attachPartition(ctx, def, owner, name, from, to, moving)
 	if errors.Is(err, errRowsArrived) {
 		err = s.attachPartition(ctx, def, owner, name, from, to, true)
 	}
 	return err
+}
+
+// PartitionMoveLimit is the most rows maintenance moves out of the default
+// partition into a new partition: the move holds the table's ACCESS
+// EXCLUSIVE lock, and every claim and insert waits for it. A period with
+// more rows waiting keeps them in the default partition, where they are
+// claimed as usual and prune removes them once finished.
+const PartitionMoveLimit = 50000
+
+// errTooManyToMove: a period has more than the move limit of rows waiting
+// in the default partition.
+var errTooManyToMove = errors.New("too many rows to move under the table's lock")
+
+func (s *Store) moveLimit() int64 {
+	if s.partitionMoveLimit > 0 {
+		return s.partitionMoveLimit
+	}
+	return PartitionMoveLimit
 }
 
 // errRowsArrived: rows to move arrived in the default partition after it
@@ -361,12 +392,12 @@ func (s *Store) attachPartition(ctx context.Context, def *partition, owner, name
 				return lockErr(err)
 			}
 			if !moving {
-				var waiting bool
+				var waiting int64
 				q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
-				if err := tx.QueryRow(ctx, q, from, to).Scan(&waiting); err != nil {
+				if err := tx.QueryRow(ctx, q, from, to, 1).Scan(&waiting); err != nil {
 					return err
 				}
-				if waiting {
+				if waiting > 0 {
 					return errRowsArrived
 				}
 			}

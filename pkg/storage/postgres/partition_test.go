@@ -801,3 +801,36 @@ func pgOwner(t *testing.T, tb *pgtest.Table) string {
 	}
 	return owner
 }
+
+// TestMaintainPartitionsMovesNoMoreThanItsLimit: a period with more rows
+// waiting in the default partition than the move limit gets no partition
+// (the move would hold the table's lock too long); its rows stay in the
+// default partition, claimable, and the report says so. Within the limit
+// they move.
+func TestMaintainPartitionsMovesNoMoreThanItsLimit(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "hour")
+	postgres.SetPartitionMoveLimit(tb.Store, 2)
+	ids := tb.InsertN(t, 3, "e")
+	tb.Exec(t, "UPDATE {{table}} SET created_at = now() - interval '5 hours' WHERE event_id = ANY($1)", ids)
+	part := partitionOf(t, tb, "hour", createdAt(t, tb, ids[0]))
+	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour}
+
+	rep := maintain(t, tb, policy)
+	if slices.Contains(rep.Created, part) || len(rep.Kept) != 1 || rep.Kept[0].Name != "openoutbox_events_default" ||
+		!strings.Contains(rep.Kept[0].Reason, "more than 2 rows") || !strings.Contains(rep.Kept[0].Reason, part) {
+		t.Fatalf("report = %+v; want %s not created and the default partition reported", rep, part)
+	}
+	for _, id := range ids {
+		if got := tableOf(t, tb, id); got != "openoutbox_events_default" {
+			t.Errorf("row %s moved to %s", id, got)
+		}
+	}
+	postgres.SetPartitionMoveLimit(tb.Store, 3)
+	if rep := maintain(t, tb, policy); !slices.Contains(rep.Created, part) || len(rep.Kept) != 1 || rep.Kept[0].Name != part {
+		t.Fatalf("with room to move: %+v; want %s created, and kept for its PENDING rows", rep, part)
+	}
+	if b := claim(t, tb.Store, "r", 10); !slices.Equal(eventIDs(b.Events), ids) {
+		t.Errorf("claimed %v, want %v", eventIDs(b.Events), ids)
+	}
+}
