@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/format"
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
@@ -69,6 +70,18 @@ func HTTP(h http.Header, body []byte) (*event.Event, error) {
 		return nil, fmt.Errorf("not a binary-mode CloudEvent (encoding %s)", msg.ReadEncoding())
 	}
 	return toEvent(msg)
+}
+
+// JSON decodes an event in the CloudEvents JSON format (structured mode).
+func JSON(line []byte) (*event.Event, error) {
+	e := event.New()
+	if err := format.JSON.Unmarshal(line, &e); err != nil {
+		return nil, err
+	}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid CloudEvent: %w", err)
+	}
+	return &e, nil
 }
 
 // Headers decodes a message whose attributes travel as headers, as b
