@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
@@ -61,6 +62,9 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 	got := amqptest.Drain(t, typ, 2)
 	if len(got) != 2 {
 		t.Fatalf("queue holds %d messages, want 2", len(got))
+	}
+	if id, err := eventid.CloudEventsAMQP(got[0].Headers); id != e.ID.String() {
+		t.Errorf("eventid.CloudEventsAMQP = %q, %v; want %s", id, err, e.ID)
 	}
 	h := ceHeaders(t, got[0])
 	ev, err := cetest.Headers(cetest.AMQP, h, got[0].Body)

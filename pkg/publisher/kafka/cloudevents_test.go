@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
@@ -36,6 +37,9 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 	publishertest.RequireDelivered(t, publishertest.Publish(t, pub, e, plain))
 
 	recs := c.Records(t, topic, 2)
+	if id, err := eventid.CloudEventsKafka(recs[0].Headers); id != e.ID.String() {
+		t.Errorf("eventid.CloudEventsKafka = %q, %v; want %s", id, err, e.ID)
+	}
 	h := kafkatest.Headers(recs[0])
 	got, err := cetest.Headers(cetest.Kafka, h, recs[0].Value)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
@@ -50,6 +51,9 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 	msgs := stored(t, srv, "ORDERS")
 	if len(msgs) != 2 {
 		t.Fatalf("stream holds %d messages, want 2", len(msgs))
+	}
+	if id, err := eventid.CloudEventsHeaders(msgs[0].Header); id != e.ID.String() {
+		t.Errorf("eventid.CloudEventsHeaders = %q, %v; want %s", id, err, e.ID)
 	}
 	h := firstValues(msgs[0].Header)
 	got, err := cetest.Headers(cetest.NATS, h, msgs[0].Data)

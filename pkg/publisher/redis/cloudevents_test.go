@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
@@ -49,6 +50,9 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 	got := redistest.Entries(t, admin, prefix+"orders.created", 2)
 	if len(got) != 2 {
 		t.Fatalf("stream holds %d entries, want 2", len(got))
+	}
+	if id, err := eventid.CloudEventsRedis(got[0].Values); id != e.ID.String() {
+		t.Errorf("eventid.CloudEventsRedis = %q, %v; want %s", id, err, e.ID)
 	}
 	h, body := decode(t, got[0])
 	ev, err := cetest.Headers(cetest.Redis, h, body)

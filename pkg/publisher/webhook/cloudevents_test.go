@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
@@ -34,6 +35,9 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 		byID[r.Header.Get("webhook-id")] = r
 	}
 	r := byID[e.ID.String()]
+	if id, err := eventid.CloudEventsHeaders(r.Header); id != e.ID.String() {
+		t.Errorf("eventid.CloudEventsHeaders = %q, %v; want %s", id, err, e.ID)
+	}
 	got, err := cetest.HTTP(r.Header, r.Body)
 	if err != nil {
 		t.Fatalf("the SDK cannot decode the request: %v (headers %v)", err, r.Header)
