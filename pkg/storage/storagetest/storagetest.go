@@ -46,6 +46,8 @@ var tests = []struct {
 	{"Claim/ConcurrentClaimsNeverShareAnEvent", testConcurrentClaimsNeverShareAnEvent},
 
 	{"Settle/MarkDelivered", testMarkDelivered},
+	{"Settle/DeleteDelivered", testDeleteDelivered},
+	{"Settle/DeleteDeliveredKeepsToItsLease", testDeleteDeliveredKeepsToItsLease},
 	{"Settle/MarkFailedBacksOffAsAsked", testMarkFailed},
 	{"Settle/MarkFailedStoresErrorsSafely", testMarkFailedStoresErrorsSafely},
 	{"Settle/ReleaseBurnsNoAttempt", testReleaseBurnsNoAttempt},
