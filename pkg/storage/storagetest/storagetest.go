@@ -72,6 +72,8 @@ var tests = []struct {
 	{"Admin/List", testList},
 	{"Admin/Get", testGet},
 	{"Admin/Prune", testPrune},
+	{"Admin/PrunePausesBetweenBatches", testPrunePausesBetweenBatches},
+	{"Retention/LockIsExclusive", testRetentionLockIsExclusive},
 	{"Admin/RetryDead", testRetryDead},
 	{"Admin/Emit", testEmit},
 
