@@ -104,7 +104,7 @@ func (t *Telemetry) createInstruments() error {
 		metric.WithDescription("Events per claim, counting only claims that found events."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
 	i.storageLatency, errs[3] = m.Float64Histogram(MetricStorageLatency, metric.WithUnit(unitSeconds),
-		metric.WithDescription("Duration of outbox table operations (claim, mark_delivered, mark_failed, release, renew, reap, backlog); a settle's retries count in its time."),
+		metric.WithDescription("Duration of outbox table operations (claim, mark_delivered, delete_delivered, mark_failed, release, renew, reap, backlog); a settle's retries count in its time."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	i.publisherLatency, errs[4] = m.Float64Histogram(MetricPublisherLatency, metric.WithUnit(unitSeconds),
 		metric.WithDescription("Time to publish a batch and receive the broker's acknowledgements."),
