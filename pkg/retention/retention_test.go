@@ -221,3 +221,79 @@ func TestRunPrunesInTheBackground(t *testing.T) {
 		func() string { return fmt.Sprintf("deleted %v", c.get()) })
 	requireExactly(t, tb, a)
 }
+
+// partitioned reports a partitioned table over a real one and records the
+// maintenance asked of it: the driver's own Partitioner is tested with the
+// driver; this checks what the loop asks and does with the answer.
+type partitioned struct {
+	storage.Storage
+	kind     string
+	report   storage.PartitionReport
+	policies []storage.PartitionPolicy
+}
+
+func (p *partitioned) Partitioning(context.Context) (string, error) { return p.kind, nil }
+
+func (p *partitioned) MaintainPartitions(_ context.Context, pol storage.PartitionPolicy) (storage.PartitionReport, error) {
+	p.policies = append(p.policies, pol)
+	return p.report, nil
+}
+
+func (p *partitioned) Partitions(context.Context) ([]storage.PartitionInfo, error) { return nil, nil }
+
+// On a partitioned table the loop maintains partitions, even with no
+// retention set (partitions must exist ahead), and deletes no rows itself;
+// on an unpartitioned one with no retention it does nothing.
+func TestPartitionedTablesAreMaintainedNotPruned(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.Harness{}.New(t)
+	a := newAged(t, tb)
+	p := &partitioned{Storage: tb.Storage(), kind: "hour", report: storage.PartitionReport{
+		Created: []string{"p_2026112306"}, Dropped: []string{"p_2026110100"},
+		DroppedRows: map[string]int64{"DELIVERED": 40, "DEAD": 2},
+		Kept:        []storage.KeptPartition{{Name: "p_2026110101", Reason: "holds 3 PENDING rows"}},
+	}}
+	if !retention.Needed(retention.Config{Delivered: retention.Forever, Dead: retention.Forever}, p) {
+		t.Error("a storage that may be partitioned needs no retention loop")
+	}
+	var c counts
+	r, _ := retention.New(retention.Config{Delivered: retention.Forever, Dead: retention.Forever, OnDeleted: c.add}, p)
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []storage.PartitionPolicy{{Ahead: 12 * time.Hour, DeliveredRetention: retention.Forever, DeadRetention: retention.Forever}}
+	if fmt.Sprint(p.policies) != fmt.Sprint(want) {
+		t.Errorf("maintenance asked with %v, want %v", p.policies, want)
+	}
+	if rep.Partitioning != "hour" || len(rep.Partitions.Kept) != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	if got := c.get(); got[outbox.StatusDelivered] != 40 || got[outbox.StatusDead] != 2 {
+		t.Errorf("rows of dropped partitions counted %v", got)
+	}
+
+	// With retention, the policy carries it, and rows are still left to
+	// the partitions.
+	p.policies = nil
+	r, _ = retention.New(retention.Config{Delivered: 7 * day, Dead: 30 * day}, p)
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.policies) != 1 || p.policies[0].DeliveredRetention != 7*day || p.policies[0].DeadRetention != 30*day {
+		t.Errorf("maintenance asked with %v", p.policies)
+	}
+	if got := len(remaining(t, tb)); got != len(a.expired)+len(a.kept) {
+		t.Errorf("rows were pruned on a partitioned table: %d of %d left", got, len(a.expired)+len(a.kept))
+	}
+
+	// Not partitioned, nothing to remove: nothing happens.
+	p.kind, p.policies = "", nil
+	r, _ = retention.New(retention.Config{Delivered: retention.Forever, Dead: retention.Forever}, p)
+	if _, err := r.RunOnce(ctx); err != nil || len(p.policies) != 0 {
+		t.Errorf("an unpartitioned table without retention got maintenance %v (%v)", p.policies, err)
+	}
+	if retention.Needed(retention.Config{Delivered: retention.Forever, Dead: retention.Forever}, struct{ retention.Store }{tb.Storage()}) {
+		t.Error("a storage that cannot be partitioned, with no retention, needs a loop")
+	}
+}
