@@ -148,7 +148,7 @@ func TestGrantsOnEveryStorage(t *testing.T) {
 	t.Parallel()
 	eachStorage(t, func(t *testing.T, tb anyTable, _ string) {
 		printed := ok(t, tb.cli(t, "grants", "--print"))
-		if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE ON ") || !strings.Contains(printed.stdout, "TO outbox_relay") {
+		if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE, DELETE ON ") || !strings.Contains(printed.stdout, "TO outbox_relay") {
 			t.Fatalf("grants --print does not show the relay's grant:\n%s", printed.stdout)
 		}
 		r := ok(t, tb.cli(t, "grants"))

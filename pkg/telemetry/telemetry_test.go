@@ -377,6 +377,7 @@ var prometheusNames = []string{
 	"openoutbox_relay_state",
 	"openoutbox_backlog_dead_count",
 	"openoutbox_reaper_reclaimed_total",
+	"openoutbox_retention_deleted_total",
 	"target_info",
 }
 
@@ -443,6 +444,7 @@ func TestPrometheusNamesAreOpenOutboxs(t *testing.T) {
 		telemetry.MetricEventsTotal, telemetry.MetricE2ELatency, telemetry.MetricBatchSize,
 		telemetry.MetricStorageLatency, telemetry.MetricPublisherLatency, telemetry.MetricPendingCount,
 		telemetry.MetricOldestAge, telemetry.MetricRelayState, telemetry.MetricDeadCount, telemetry.MetricReaperReclaimed,
+		telemetry.MetricRetentionDeleted, telemetry.MetricRetentionPartitions, telemetry.MetricRetentionPartitionsKept,
 	} {
 		if !bytes.Contains(doc, []byte("`"+name+"`")) {
 			t.Errorf("docs/metrics.md does not name the instrument %s", name)
