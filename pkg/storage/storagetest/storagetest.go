@@ -68,6 +68,8 @@ var tests = []struct {
 	{"Admin/Backlog", testBacklogCountsPendingAndDead},
 	{"Admin/Stats", testStats},
 	{"Admin/List", testList},
+	{"Admin/ListFiltersAndPages", testListFiltersAndPages},
+	{"Admin/DeliveryRate", testDeliveryRate},
 	{"Admin/Get", testGet},
 	{"Admin/Prune", testPrune},
 	{"Admin/RetryDead", testRetryDead},
