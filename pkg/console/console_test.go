@@ -213,8 +213,8 @@ func testOverview(t *testing.T, h storagetest.Harness) {
 		`<span class="value" id="pending">2</span>`, // pending[2] and blocked[1]
 		`<span class="value" id="dead">1</span>`,
 		"orders.created", "payments.captured", // backlog by type
-		"relay-a",                                 // lease holder
-		"customer-7", blocked[0].String(),         // the key a DEAD event holds
+		"relay-a",                         // lease holder
+		"customer-7", blocked[0].String(), // the key a DEAD event holds
 		"<svg", "<rect", "1 delivered, 1 min ago", // the chart
 		`data-refresh="5"`)
 }
