@@ -80,6 +80,12 @@ type StatsParams struct {
 	// TopTypes is how many event types with the largest backlog to list;
 	// 0 means StatsTopTypesDefault.
 	TopTypes int
+	// EstimateDelivered estimates Delivered from the database's table
+	// statistics, less the other statuses' exact counts, instead of
+	// counting a delivered history of millions of rows (seconds on a large
+	// table). It is the console's overview's choice, refreshed every few
+	// seconds. Where the statistics are missing, the rows are counted.
+	EstimateDelivered bool
 }
 
 // Stats is a consistent snapshot of the table for operators.
@@ -87,6 +93,9 @@ type Stats struct {
 	Backlog
 	Delivering int64
 	Delivered  int64
+	// DeliveredEstimated says Delivered is an estimate (see
+	// StatsParams.EstimateDelivered).
+	DeliveredEstimated bool
 	// DeliveredLastMinute and DeliveredLastHour count DELIVERED rows by
 	// delivered_at; rows pruned since do not count.
 	DeliveredLastMinute int64

@@ -77,10 +77,29 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 		if st.Backlog, err = s.backlog(ctx, tx, now); err != nil {
 			return err
 		}
-		err = tx.QueryRowContext(ctx, s.queries["admin_stats_counts"], now, now).
+		var estimate sql.NullInt64
+		if p.EstimateDelivered {
+			var database any
+			if s.table.Database != "" {
+				database = s.table.Database
+			}
+			err := tx.QueryRowContext(ctx, s.queries["admin_table_rows"], database, s.table.Name).Scan(&estimate)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		exact := 1
+		if estimate.Valid {
+			exact = 0
+		}
+		err = tx.QueryRowContext(ctx, s.queries["admin_stats_counts"], exact, now, now).
 			Scan(&st.Delivering, &st.Delivered, &st.DeliveredLastMinute, &st.DeliveredLastHour)
 		if err != nil {
 			return err
+		}
+		if estimate.Valid {
+			st.Delivered = max(0, estimate.Int64-st.Pending()-st.Dead-st.Delivering)
+			st.DeliveredEstimated = true
 		}
 		st.TopTypes = []storage.TypeBacklog{}
 		err = eachRow(ctx, tx, s.queries["admin_stats_types"], []any{now, p.TopTypes}, func(r *sql.Rows) error {

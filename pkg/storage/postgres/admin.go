@@ -70,10 +70,20 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 			if st.Backlog, err = s.backlog(ctx, tx); err != nil {
 				return err
 			}
-			err = tx.QueryRow(ctx, s.queries["admin_stats_counts"]).
+			var estimate *int64
+			if p.EstimateDelivered {
+				if err := tx.QueryRow(ctx, s.queries["admin_table_rows"]).Scan(&estimate); err != nil {
+					return err
+				}
+			}
+			err = tx.QueryRow(ctx, s.queries["admin_stats_counts"], estimate == nil).
 				Scan(&st.Delivering, &st.Delivered, &st.DeliveredLastMinute, &st.DeliveredLastHour, &st.ObservedAt)
 			if err != nil {
 				return err
+			}
+			if estimate != nil {
+				st.Delivered = max(0, *estimate-st.Pending()-st.Dead-st.Delivering)
+				st.DeliveredEstimated = true
 			}
 			rows, err := tx.Query(ctx, s.queries["admin_stats_types"], p.TopTypes)
 			if err != nil {
@@ -262,6 +272,28 @@ func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, 
 	if p.Status != "" && !p.Status.Valid() {
 		return nil, fmt.Errorf("list: unknown status %q", p.Status)
 	}
+	query, args := s.listQuery(p)
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, s.adminError(ctx, "list rows", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Row, error) {
+		var row storage.Row
+		var ageUS int64
+		err := r.Scan(&row.ID, &row.Type, &row.PartitionKey, &row.Status, &row.Attempts, &row.LastError,
+			&row.AvailableAt, &row.LockedBy, &row.LockedAt, &row.DeliveredAt, &row.CreatedAt, &row.UpdatedAt,
+			&row.Seq, &ageUS)
+		row.Age = microseconds(ageUS)
+		return row, err
+	})
+	if err != nil {
+		return nil, s.adminError(ctx, "list rows", err)
+	}
+	return list, nil
+}
+
+// listQuery is admin_list.sql with p's filters, and its arguments.
+func (s *Store) listQuery(p storage.ListParams) (string, []any) {
 	var (
 		filters strings.Builder
 		args    []any
@@ -310,23 +342,7 @@ func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, 
 	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", dir,
 		"{{limit}}", fmt.Sprintf("$%d", len(args)+1)).Replace(s.queries["admin_list"])
 	args = append(args, p.Limit)
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, s.adminError(ctx, "list rows", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storage.Row, error) {
-		var row storage.Row
-		var ageUS int64
-		err := r.Scan(&row.ID, &row.Type, &row.PartitionKey, &row.Status, &row.Attempts, &row.LastError,
-			&row.AvailableAt, &row.LockedBy, &row.LockedAt, &row.DeliveredAt, &row.CreatedAt, &row.UpdatedAt,
-			&row.Seq, &ageUS)
-		row.Age = microseconds(ageUS)
-		return row, err
-	})
-	if err != nil {
-		return nil, s.adminError(ctx, "list rows", err)
-	}
-	return list, nil
+	return query, args
 }
 
 // DeliveryRate counts the DELIVERED rows of each of the last

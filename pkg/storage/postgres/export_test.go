@@ -11,3 +11,6 @@ import (
 func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr error) error {
 	return s.handBack(ctx, lease, claimErr)
 }
+
+// ListQuery exposes the statement List runs, for EXPLAIN.
+func (s *Store) ListQuery(p storage.ListParams) (string, []any) { return s.listQuery(p) }

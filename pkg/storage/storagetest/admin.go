@@ -661,3 +661,33 @@ func testDeliveryRate(t *testing.T, h Harness) {
 		t.Errorf("DeliveryRate of an empty table = %+v, %v; want 60 zeros and a time", r, err)
 	}
 }
+
+// testStatsEstimatingDelivered checks that an estimate of the DELIVERED
+// rows changes no other number, and that without one (or with statistics
+// missing) the count is exact.
+func testStatsEstimatingDelivered(t *testing.T, h Harness) {
+	tb := h.New(t)
+	ids := insertN(t, tb, 6, "t")
+	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(time.Second)}, ids[:3]...)
+	tb.Set(t, Change{Status: outbox.StatusDead}, ids[3])
+	tb.Set(t, Change{Status: outbox.StatusDelivering, LockedBy: Ptr("r"), LockedAt: Ago(0)}, ids[4])
+
+	exact, err := tb.Storage().Stats(ctx, storage.StatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exact.Delivered != 3 || exact.DeliveredEstimated {
+		t.Fatalf("exact Stats: Delivered %d (estimated %v), want 3 counted", exact.Delivered, exact.DeliveredEstimated)
+	}
+	est, err := tb.Storage().Stats(ctx, storage.StatsParams{EstimateDelivered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if est.Pending() != 1 || est.Dead != 1 || est.Delivering != 1 || est.DeliveredLastMinute != 3 {
+		t.Errorf("estimating Stats: pending %d, dead %d, delivering %d, delivered last minute %d; want 1, 1, 1, 3 counted",
+			est.Pending(), est.Dead, est.Delivering, est.DeliveredLastMinute)
+	}
+	if est.Delivered < 0 || (!est.DeliveredEstimated && est.Delivered != 3) {
+		t.Errorf("estimating Stats: Delivered %d (estimated %v), want an estimate or 3", est.Delivered, est.DeliveredEstimated)
+	}
+}

@@ -67,6 +67,7 @@ var tests = []struct {
 
 	{"Admin/Backlog", testBacklogCountsPendingAndDead},
 	{"Admin/Stats", testStats},
+	{"Admin/StatsEstimatingDelivered", testStatsEstimatingDelivered},
 	{"Admin/List", testList},
 	{"Admin/ListFiltersAndPages", testListFiltersAndPages},
 	{"Admin/DeliveryRate", testDeliveryRate},
