@@ -16,3 +16,6 @@ func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr erro
 // SetPartitionLockTimeout sets how long s's partition maintenance waits
 // for a lock.
 func SetPartitionLockTimeout(s *Store, d time.Duration) { s.partitionLockTimeout = d }
+
+// ListQuery exposes the statement List runs, for EXPLAIN.
+func (s *Store) ListQuery(p storage.ListParams) (string, []any) { return s.listQuery(p) }
