@@ -213,6 +213,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			emitCommand(),
 			inboxCommand(),
 			partitionsCommand(),
+			consoleCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

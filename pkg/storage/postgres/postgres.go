@@ -436,6 +436,15 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 	return int(tag.RowsAffected()), nil
 }
 
+// DeleteDelivered deletes the lease's rows among p.IDs.
+func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
+	if err != nil {
+		return 0, fmt.Errorf("delete delivered: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // MarkFailed records one failed attempt for each of the lease's rows in
 // p.Failures.
 func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
