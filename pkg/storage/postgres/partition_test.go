@@ -722,6 +722,18 @@ func TestMovingATableOverAsDocumented(t *testing.T) {
 	if want := append(slices.Clone(ids[3:]), next); !slices.Equal(eventIDs(b.Events), want) {
 		t.Errorf("claimed %v after the move, want %v", eventIDs(b.Events), want)
 	}
+	// The new table has every index the schema creates, under its own names.
+	indexes := regexp.MustCompile(`\('\{\{name\}\}(_[a-z_]+_idx)'`).FindAllStringSubmatch(schemaSQLText(t), -1)
+	if len(indexes) < 10 {
+		t.Fatalf("found %d indexes in schema.sql, want at least 10: teach this test to read them", len(indexes))
+	}
+	for _, m := range indexes {
+		var ok bool
+		if err := tb.Store.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = $1::regclass AND c.relname = $2)`, tb.Name, schema.DefaultTable+m[1]).Scan(&ok); err != nil || !ok {
+			t.Errorf("after the move the table lacks index %s%s (%v)", schema.DefaultTable, m[1], err)
+		}
+	}
 	// Inserts wake the relays on the new table.
 	var triggers int
 	if err := tb.Store.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'openoutbox_events_notify'",
@@ -833,4 +845,14 @@ func TestMaintainPartitionsMovesNoMoreThanItsLimit(t *testing.T) {
 	if b := claim(t, tb.Store, "r", 10); !slices.Equal(eventIDs(b.Events), ids) {
 		t.Errorf("claimed %v, want %v", eventIDs(b.Events), ids)
 	}
+}
+
+// schemaSQLText is the unrendered schema, for the names of its indexes.
+func schemaSQLText(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../schema/postgres/schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
