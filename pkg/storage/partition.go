@@ -50,8 +50,9 @@ type PartitionReport struct {
 	Dropped []string
 	// DroppedRows counts the rows the dropped partitions held, by status.
 	DroppedRows map[string]int64
-	// Kept lists expired partitions (their time range has passed) that
-	// could not be dropped yet, with why.
+	// Kept lists expired partitions (their time range ended longer ago
+	// than the shorter retention, so that their rows could all have
+	// expired) that could not be dropped yet, with why.
 	Kept []KeptPartition
 }
 

@@ -195,7 +195,8 @@ func (s *Store) Partitions(ctx context.Context) ([]storage.PartitionInfo, error)
 // MaintainPartitions creates the partitions from the current period to
 // now+p.Ahead where missing, and one for every earlier period whose rows
 // wait in the default partition (moving them in), then drops the expired
-// partitions that hold nothing to keep. One relay at a time: while another
+// partitions that hold nothing to keep. A partition counts as expired once
+// its range ended longer ago than the shorter retention (see dropGrace). One relay at a time: while another
 // is at it, it returns an empty report. Errors creating a partition do not
 // stop the drops; they are returned together at the end.
 func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolicy) (storage.PartitionReport, error) {
@@ -283,8 +284,9 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 			return rep, errors.Join(append(errs, err)...)
 		}
 	}
+	grace, drops := dropGrace(p)
 	for _, pt := range parts {
-		if pt.isDefault || pt.to.IsZero() || pt.to.After(now) {
+		if !drops || pt.isDefault || pt.to.IsZero() || pt.to.Add(grace).After(now) {
 			continue
 		}
 		rows, reason, err := s.dropPartition(ctx, pt, p)
@@ -301,6 +303,24 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// dropGrace is how long after its range ends a partition is first
+// considered for dropping: the shorter retention, since none of its rows
+// can have expired before. A partition whose rows cannot have expired yet
+// is neither read nor reported as kept, so Kept names only partitions held
+// by something unusual (an unfinished row, a late death). With both
+// retentions negative nothing is ever dropped.
+func dropGrace(p storage.PartitionPolicy) (time.Duration, bool) {
+	switch {
+	case p.DeliveredRetention < 0 && p.DeadRetention < 0:
+		return 0, false
+	case p.DeliveredRetention < 0:
+		return p.DeadRetention, true
+	case p.DeadRetention < 0:
+		return p.DeliveredRetention, true
+	}
+	return min(p.DeliveredRetention, p.DeadRetention), true
 }
 
 // defaultPeriods lists the starts of the periods before until whose rows

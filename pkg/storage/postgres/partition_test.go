@@ -298,7 +298,9 @@ func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 	hoursAgo = func(h int) string { return hourNames[h] } // the rows of 7 hours ago go
 	currentPartition := tableOf(t, tb, current)
 
-	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: 24 * time.Hour, DeadRetention: 48 * time.Hour}
+	// Partitions are looked at once their range ended two hours (the
+	// shorter retention) ago: all but the current one here.
+	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: 2 * time.Hour, DeadRetention: 150 * time.Minute}
 	rep := maintain(t, tb, policy)
 	// The past hours' rows waited in the default partition; their
 	// partitions are created and the rows moved in.
@@ -855,4 +857,32 @@ func schemaSQLText(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestMaintainPartitionsWaitsOutTheShorterRetention: a partition is looked
+// at only once its range ended longer ago than the shorter retention, so
+// partitions whose rows cannot all have expired are neither read nor
+// reported; with no retention at all nothing is dropped.
+func TestMaintainPartitionsWaitsOutTheShorterRetention(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "hour")
+	id := tb.InsertN(t, 1, "e")[0]
+	tb.Set(t, id, "created_at = now() - interval '3 hours'")
+	maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: -1, DeadRetention: -1}) // moves it into its partition
+	part := tableOf(t, tb, id)
+	tb.Set(t, id, "status = 'DELIVERED', delivered_at = now() - interval '2 days'")
+
+	for _, p := range []storage.PartitionPolicy{
+		{Ahead: time.Hour, DeliveredRetention: 10 * time.Hour, DeadRetention: 10 * time.Hour},
+		{Ahead: time.Hour, DeliveredRetention: -1, DeadRetention: -1},
+		{Ahead: time.Hour, DeliveredRetention: -1, DeadRetention: 10 * time.Hour},
+	} {
+		if rep := maintain(t, tb, p); len(rep.Dropped)+len(rep.Kept) != 0 {
+			t.Errorf("with %+v: %+v, want %s neither dropped nor reported", p, rep, part)
+		}
+	}
+	rep := maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: -1})
+	if !slices.Equal(rep.Dropped, []string{part}) {
+		t.Errorf("with an hour's retention: %+v, want %s dropped", rep, part)
+	}
 }
