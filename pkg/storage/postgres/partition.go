@@ -36,6 +36,10 @@ var (
 // lock, and so how long claims and inserts queued behind it wait.
 const PartitionLockTimeout = time.Second
 
+// maxAhead bounds the partitions created ahead: every query visits each
+// partition, so a horizon of years by the hour would slow every claim.
+const maxAhead = 1000
+
 // partitionLockClass is the high half of the maintenance advisory lock key.
 const partitionLockClass = 0x7061 // "pa"
 
@@ -247,6 +251,9 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		}
 	}
 
+	if n := int(p.Ahead / part.Step); n > maxAhead {
+		return rep, fmt.Errorf("maintain the partitions of %s: %s ahead is %d partitions by %s; at most %d are created ahead", s.table, p.Ahead, n, by, maxAhead)
+	}
 	var errs []error
 	var starts []time.Time
 	for start := part.Start(now); start.Before(now.Add(p.Ahead)) || start.Equal(part.Start(now)); start = start.Add(part.Step) {

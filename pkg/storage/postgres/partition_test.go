@@ -258,6 +258,9 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	if again := maintain(t, tb, storage.PartitionPolicy{Ahead: 30 * time.Hour}); len(again.Created)+len(again.Dropped) != 0 {
 		t.Errorf("again = %+v, want nothing to do", again)
 	}
+	if _, err := tb.Store.MaintainPartitions(ctx, storage.PartitionPolicy{Ahead: 2000 * time.Hour}); err == nil || !strings.Contains(err.Error(), "at most 1000") {
+		t.Errorf("2000 hours ahead by the hour = %v, want it refused", err)
+	}
 }
 
 // TestMaintainPartitionsDropsOnlyWhatIsDone: an expired partition goes
