@@ -38,49 +38,107 @@ func fillDelivered(b *testing.B, tb *pgtest.Table, n int) {
 	tb.Exec(b, "ANALYZE {{table}}")
 }
 
+// addPastDays gives a table partitioned by day the partitions of the last
+// days days.
+func addPastDays(b *testing.B, tb *pgtest.Table, days int) {
+	b.Helper()
+	table, err := schema.ParseTable(tb.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := schema.Partitionings["day"]
+	today := p.Start(time.Now())
+	for d := 1; d <= days; d++ {
+		from := today.Add(-time.Duration(d) * p.Step)
+		tb.Exec(b, fmt.Sprintf("CREATE TABLE %s PARTITION OF {{table}} FOR VALUES FROM ('%s') TO ('%s')",
+			table.Object(p.PartitionName(table, from)[len(table.Name)+1:]),
+			from.Format(time.RFC3339), from.Add(p.Step).Format(time.RFC3339)))
+	}
+}
+
+// claimAlongside has a relay claim 10 events (and hand them back) over and
+// over until stop is called, which returns the longest a claim took: how
+// long claims wait while rows or partitions go.
+func claimAlongside(b *testing.B, tb *pgtest.Table) (stop func() time.Duration) {
+	b.Helper()
+	tb.InsertN(b, 100, "live")
+	done, waited := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		var longest time.Duration
+		defer func() { waited <- longest }()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c0 := time.Now()
+			batch, err := tb.Store.Claim(ctx, storage.ClaimParams{RelayID: "bench", Limit: 10})
+			longest = max(longest, time.Since(c0))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			ids := make([]uuid.UUID, len(batch.Events))
+			for i, e := range batch.Events {
+				ids[i] = e.ID
+			}
+			if _, err := tb.Store.Release(ctx, storage.SettleParams{Lease: batch.Lease, IDs: ids}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-waited
+	}
+}
+
 // BenchmarkRetention removes -partition.rows delivered rows two days old:
 // prune deletes them in batches from a plain table; MaintainPartitions drops
 // the day partition that holds them. It reports the time taken and the WAL
-// written per row removed.
+// written per row removed, and the longest a relay's claim took meanwhile.
 func BenchmarkRetention(b *testing.B) {
 	b.Run("prune", func(b *testing.B) {
-		var took time.Duration
+		var took, claimWait time.Duration
 		var wal int64
 		for range b.N {
 			tb := pgtest.New(b)
 			fillDelivered(b, tb, *benchRows)
+			stop := claimAlongside(b, tb)
 			w0, t0 := walBytes(b, tb), time.Now()
 			res, err := tb.Store.Prune(ctx, storage.PruneParams{Status: "DELIVERED", OlderThan: 24 * time.Hour, BatchSize: storage.PruneBatchSizeDefault})
 			took += time.Since(t0)
 			wal += walBytes(b, tb) - w0
+			claimWait = max(claimWait, stop())
 			if err != nil || res.Deleted != int64(*benchRows) {
 				b.Fatalf("prune = %+v, %v", res, err)
 			}
 		}
 		report(b, took, wal)
+		b.ReportMetric(float64(claimWait.Microseconds())/1000, "longest-claim-ms")
 	})
 	b.Run("drop-partition", func(b *testing.B) {
-		var took time.Duration
+		var took, claimWait time.Duration
 		var wal int64
 		for range b.N {
 			tb := pgtest.NewPartitioned(b, "day")
+			addPastDays(b, tb, 2) // as a table partitioned for days has them
 			fillDelivered(b, tb, *benchRows)
 			policy := storage.PartitionPolicy{Ahead: 24 * time.Hour, DeliveredRetention: 24 * time.Hour, DeadRetention: 24 * time.Hour}
-			// The rows wait in the default partition: the first run moves
-			// them into a partition of their own (not timed: a table
-			// partitioned from the start has them there already).
-			if rep, err := tb.Store.MaintainPartitions(ctx, storage.PartitionPolicy{Ahead: 24 * time.Hour, DeliveredRetention: -1, DeadRetention: -1}); err != nil || len(rep.Created) == 0 {
-				b.Fatalf("maintain = %+v, %v", rep, err)
-			}
+			stop := claimAlongside(b, tb)
 			w0, t0 := walBytes(b, tb), time.Now()
 			rep, err := tb.Store.MaintainPartitions(ctx, policy)
 			took += time.Since(t0)
 			wal += walBytes(b, tb) - w0
+			claimWait = max(claimWait, stop())
 			if err != nil || rep.DroppedRows["DELIVERED"] != int64(*benchRows) {
 				b.Fatalf("maintain = %+v, %v", rep, err)
 			}
 		}
 		report(b, took, wal)
+		b.ReportMetric(float64(claimWait.Microseconds())/1000, "longest-claim-ms")
 	})
 }
 
@@ -108,18 +166,7 @@ func BenchmarkPartitionedClaim(b *testing.B) {
 				var tb *pgtest.Table
 				if partitioned {
 					tb = pgtest.NewPartitioned(b, "day")
-					table, err := schema.ParseTable(tb.Name)
-					if err != nil {
-						b.Fatal(err)
-					}
-					p := schema.Partitionings["day"]
-					today := p.Start(time.Now())
-					for d := 1; d <= *benchPartitions; d++ {
-						from := today.Add(-time.Duration(d) * p.Step)
-						tb.Exec(b, fmt.Sprintf("CREATE TABLE %s PARTITION OF {{table}} FOR VALUES FROM ('%s') TO ('%s')",
-							table.Object(p.PartitionName(table, from)[len(table.Name)+1:]),
-							from.Format(time.RFC3339), from.Add(p.Step).Format(time.RFC3339)))
-					}
+					addPastDays(b, tb, *benchPartitions)
 				} else {
 					tb = pgtest.New(b)
 				}
