@@ -47,6 +47,12 @@ var storages = []struct {
 		schemaName, _, _ := strings.Cut(tb.Name, ".")
 		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
 	}},
+	// Every command works on a table partitioned by time as on a plain one.
+	{"PostgreSQL partitioned", "pending_idx", func(t *testing.T) anyTable {
+		tb := pgtest.NewPartitioned(t, "day")
+		schemaName, _, _ := strings.Cut(tb.Name, ".")
+		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
+	}},
 	{"MySQL", "state_idx", func(t *testing.T) anyTable {
 		tb := mysqltest.New(t)
 		return anyTable{mysqltest.Conformance(tb), mysqltest.DatabaseURL(tb.Database), tb.Name, tb.Database + ".fresh_outbox"}
