@@ -72,6 +72,14 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 			[]string{`HTTP_ADDR "8080" is not host:port`, "use :8080"}},
 		{"HTTP_ADDR with a scheme", map[string]string{"HTTP_ADDR": "http://0.0.0.0:8080"},
 			[]string{"HTTP_ADDR", "is not host:port"}},
+		{"negative retention", map[string]string{"DELIVERED_RETENTION": "-7d"},
+			[]string{"DELIVERED_RETENTION", "retention (such as 7d"}},
+		{"unparsable retention", map[string]string{"DEAD_RETENTION": "a month"},
+			[]string{"DEAD_RETENTION", "invalid duration"}},
+		{"dead retention zero", map[string]string{"DELIVERED_RETENTION": "0", "DEAD_RETENTION": "0"},
+			[]string{"DEAD_RETENTION=0 would delete events the moment they fail"}},
+		{"zero retention interval", map[string]string{"DELIVERED_RETENTION": "7d", "RETENTION_INTERVAL": "0s"},
+			[]string{"RETENTION_INTERVAL must be positive"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
