@@ -507,7 +507,9 @@ func TestDeleteDeliveredLeavesNoDeliveredRows(t *testing.T) {
 	start(t, relay.Config{BatchSize: 50, DeleteDelivered: true, Observer: obs}, tb.Store, openNATS(t, srv, ""))
 	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDead: 1})
 	eventually.True(t, 10*time.Second, func() bool { return obs.delivered.Load() == int64(len(good)) },
-		func() string { return fmt.Sprintf("the observer counted %d deliveries, want %d", obs.delivered.Load(), len(good)) })
+		func() string {
+			return fmt.Sprintf("the observer counted %d deliveries, want %d", obs.delivered.Load(), len(good))
+		})
 	if n := obs.markOps.Load(); n != 0 {
 		t.Errorf("%d mark_delivered statements in delete mode", n)
 	}
