@@ -186,6 +186,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := store.Check(ctx); err != nil {
 		return startError(ctx, log, err)
 	}
+	if cfg.retentionConfig(nil).Enabled() {
+		if err := canDelete(ctx, store); err != nil {
+			return startError(ctx, log, err)
+		}
+	}
 
 	tel, err := telemetry.New(ctx, cfg.telemetryConfig(log))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -323,5 +324,30 @@ func testSIGTERMDrains(t *testing.T, bin, storageURL, table string, fresh e2eTab
 	}
 	if err := healthcheck(); err == nil {
 		t.Error("relay healthcheck succeeded with no relay running")
+	}
+}
+
+// A relay whose role may not DELETE exits at start when retention is set,
+// saying what to grant, rather than failing every delete-mode settle and
+// sending events again once the reaper took them back.
+func TestRetentionWithoutDeletePrivilegeExits1(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	role := "nodelete_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	schemaName, _, _ := strings.Cut(tb.Name, ".")
+	tb.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { tb.Exec(t, "DROP OWNED BY "+role); tb.Exec(t, "DROP ROLE "+role) })
+	tb.Exec(t, "GRANT USAGE ON SCHEMA "+schemaName+" TO "+role)
+	tb.Exec(t, "GRANT SELECT, UPDATE ON {{table}} TO "+role)
+	u, err := url.Parse(tb.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL": u.String(), "PUBLISHER_URL": "null://", "HTTP_ADDR": "127.0.0.1:0", "DELIVERED_RETENTION": "0",
+	})
+	if code != 1 || !strings.Contains(stderr, "need DELETE on the table") || !strings.Contains(stderr, "relay-cli grants") {
+		t.Errorf("exit %d; stderr:\n%s", code, stderr)
 	}
 }

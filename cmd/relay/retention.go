@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/outbox-relay/relay/internal/duration"
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -67,4 +69,18 @@ func (c config) retentionNotes() []string {
 		notes = append(notes, fmt.Sprintf("DEAD_RETENTION=%s deletes DEAD events after that long, which lets the keys ORDERING_ON_DEAD=block holds behind them go on without an operator", c.DeadRetention))
 	}
 	return notes
+}
+
+// canDelete checks at start that the relay may delete from the table, which
+// retention needs: without it DELIVERED_RETENTION=0 could settle nothing,
+// and every delivered event would be taken back by the reaper and sent
+// again. It runs a prune that matches no row (DELIVERED rows older than a
+// century): the database checks the privilege all the same.
+func canDelete(ctx context.Context, store storage.Admin) error {
+	const century = 100 * 365 * 24 * time.Hour
+	_, err := store.Prune(ctx, storage.PruneParams{Status: outbox.StatusDelivered, OlderThan: century, BatchSize: 1})
+	if err != nil && !errors.Is(err, storage.ErrUnreachable) && ctx.Err() == nil {
+		return fmt.Errorf("DELIVERED_RETENTION and DEAD_RETENTION need DELETE on the table, and it failed: %w; grant it (relay-cli grants gives the outbox_relay role DELETE) or unset them", err)
+	}
+	return err
 }
