@@ -29,13 +29,14 @@ demo: build
 
 # Starts PostgreSQL, MariaDB, RabbitMQ and Redis when nothing answers on their
 # ports (NATS and Kafka run inside the tests), installing what is missing from
-# Debian packages (root or sudo), checks docker-compose.yml, then runs every
+# Debian packages (root or sudo) along with Chromium for the console's browser
+# tests, checks docker-compose.yml, then runs every
 # test with the race detector, the chaos suite included.
 test: services compose-check
 	$(GO) test -race -count=1 ./...
 
 services:
-	scripts/services.sh postgres mariadb rabbitmq redis
+	scripts/services.sh postgres mariadb rabbitmq redis chromium
 
 # Compose v2 (`docker compose`) when it is installed, else the standalone
 # docker-compose (v1, the Debian package scripts/services.sh installs when

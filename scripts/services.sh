@@ -2,7 +2,7 @@
 # Makes sure the services that `make test` and `make demo` talk to answer on
 # 127.0.0.1, installing them from Debian packages and starting them when they
 # do not, and that the tools they use are installed.
-# Usage: scripts/services.sh postgres [mariadb] [nats] [rabbitmq] [redis] [docker-compose]
+# Usage: scripts/services.sh postgres [mariadb] [nats] [rabbitmq] [redis] [docker-compose] [chromium]
 #
 # The services are for `go test -race`, which needs cgo and so a C compiler:
 # asking for any of them also installs gcc when it is missing.
@@ -163,6 +163,15 @@ docker_compose() {
 	apt_install docker-compose
 }
 
+# Chromium (headless) for the console's browser tests, which drive it with
+# chromedp; they look for it on PATH.
+chromium_browser() {
+	command -v chromium >/dev/null && return 0
+	command -v chromium-browser >/dev/null && return 0
+	echo "services.sh: installing chromium for the console's browser tests" >&2
+	apt_install chromium
+}
+
 # go test -race needs cgo, and cgo a C compiler and the C library headers.
 c_compiler() {
 	command -v gcc >/dev/null && return 0
@@ -177,8 +186,9 @@ for svc in "$@"; do
 		"$svc"
 		;;
 	docker-compose) docker_compose ;;
+	chromium) chromium_browser ;;
 	*)
-		echo "services.sh: unknown service $svc (postgres, mariadb, nats, rabbitmq, redis, docker-compose)" >&2
+		echo "services.sh: unknown service $svc (postgres, mariadb, nats, rabbitmq, redis, docker-compose, chromium)" >&2
 		exit 2
 		;;
 	esac

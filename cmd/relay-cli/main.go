@@ -212,6 +212,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			showCommand(),
 			emitCommand(),
 			inboxCommand(),
+			partitionsCommand(),
+			consoleCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

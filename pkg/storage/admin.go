@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,8 +26,8 @@ type Admin interface {
 	// Stats reads a consistent snapshot of the table.
 	Stats(ctx context.Context, p StatsParams) (Stats, error)
 	// List returns rows newest first (created_at, then the later insert
-	// first) without payload and headers; none match: an empty list and no
-	// error.
+	// first, then event_id), or oldest first when asked, without payload
+	// and headers; none match: an empty list and no error.
 	List(ctx context.Context, p ListParams) ([]Row, error)
 	// Get returns every column of one row, or an error wrapping
 	// ErrEventNotFound.
@@ -37,6 +39,9 @@ type Admin interface {
 	// and due now, wakes the relays as an insert would, and returns how
 	// many it moved (or would move, in a dry run).
 	RetryDead(ctx context.Context, p RetryDeadParams) (int64, error)
+	// DeliveryRate counts the deliveries of the last DeliveryRateMinutes
+	// minutes, minute by minute, from the DELIVERED rows' delivered_at.
+	DeliveryRate(ctx context.Context) (DeliveryRate, error)
 	// Emit inserts test events through the driver's producer insert, in
 	// one statement, and returns their ids in insertion order.
 	Emit(ctx context.Context, p EmitParams) ([]uuid.UUID, error)
@@ -75,6 +80,12 @@ type StatsParams struct {
 	// TopTypes is how many event types with the largest backlog to list;
 	// 0 means StatsTopTypesDefault.
 	TopTypes int
+	// EstimateDelivered estimates Delivered from the database's table
+	// statistics, less the other statuses' exact counts, instead of
+	// counting a delivered history of millions of rows (seconds on a large
+	// table). It is the console's overview's choice, refreshed every few
+	// seconds. Where the statistics are missing, the rows are counted.
+	EstimateDelivered bool
 }
 
 // Stats is a consistent snapshot of the table for operators.
@@ -82,6 +93,9 @@ type Stats struct {
 	Backlog
 	Delivering int64
 	Delivered  int64
+	// DeliveredEstimated says Delivered is an estimate (see
+	// StatsParams.EstimateDelivered).
+	DeliveredEstimated bool
 	// DeliveredLastMinute and DeliveredLastHour count DELIVERED rows by
 	// delivered_at; rows pruned since do not count.
 	DeliveredLastMinute int64
@@ -187,12 +201,90 @@ type RetryDeadParams struct {
 	DryRun bool
 }
 
-// ListParams selects rows to list, newest first.
+// ListParams selects rows to list, newest first. Every set filter must
+// match. A listing continues page by page with After (keyset pagination):
+// each page is one index range read, however deep it is, never an OFFSET.
 type ListParams struct {
 	// Status, when set, keeps only rows in that status.
 	Status    outbox.Status
 	EventType string
 	Limit     int
+	// PartitionKey, when set, keeps only rows with that key.
+	PartitionKey string
+	// EventID, when set, keeps only that row.
+	EventID uuid.UUID
+	// CreatedFrom and CreatedBefore, when set, keep rows created at or
+	// after From and before Before.
+	CreatedFrom, CreatedBefore time.Time
+	// ErrorContains keeps rows whose last_error contains it, ignoring case.
+	ErrorContains string
+	// OldestFirst lists oldest first instead.
+	OldestFirst bool
+	// After, when set, continues a listing after the row it names (see
+	// CursorOf), in the listing's order.
+	After *ListCursor
+}
+
+// ListCursor names a row's place in List's order: created_at, then seq
+// (insertion order; 0 where a row has none), then event_id.
+type ListCursor struct {
+	CreatedAt time.Time
+	Seq       int64
+	ID        uuid.UUID
+}
+
+// CursorOf returns the cursor that continues a listing after r.
+func CursorOf(r Row) ListCursor {
+	c := ListCursor{CreatedAt: r.CreatedAt, ID: r.ID}
+	if r.Seq != nil {
+		c.Seq = *r.Seq
+	}
+	return c
+}
+
+// String encodes c for a URL: microseconds since the epoch, seq and id.
+func (c ListCursor) String() string {
+	return fmt.Sprintf("%d.%d.%s", c.CreatedAt.UnixMicro(), c.Seq, c.ID)
+}
+
+// ParseListCursor reads what ListCursor.String wrote.
+func ParseListCursor(s string) (ListCursor, error) {
+	var (
+		c  ListCursor
+		us int64
+		id string
+	)
+	parts := strings.SplitN(s, ".", 3)
+	if len(parts) != 3 {
+		return c, fmt.Errorf("cursor %q: want <microseconds>.<seq>.<event id>", s)
+	}
+	us, err := strconv.ParseInt(parts[0], 10, 64)
+	if err == nil {
+		c.Seq, err = strconv.ParseInt(parts[1], 10, 64)
+	}
+	if err == nil {
+		id = parts[2]
+		c.ID, err = uuid.Parse(id)
+	}
+	if err != nil {
+		return c, fmt.Errorf("cursor %q: %w", s, err)
+	}
+	c.CreatedAt = time.UnixMicro(us).UTC()
+	return c, nil
+}
+
+// DeliveryRateMinutes is how many minutes DeliveryRate reports.
+const DeliveryRateMinutes = 60
+
+// DeliveryRate counts deliveries per minute, by the database's clock.
+type DeliveryRate struct {
+	// Until is the end of the last minute counted: the database's now.
+	Until time.Time
+	// PerMinute holds DeliveryRateMinutes counts, oldest first: entry i
+	// counts DELIVERED rows whose delivered_at is in the minute ending
+	// DeliveryRateMinutes-1-i minutes before Until. Pruned rows do not
+	// count.
+	PerMinute []int64
 }
 
 // ListLimitDefault is what `relay-cli list` shows without --limit.

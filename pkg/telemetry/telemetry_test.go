@@ -452,6 +452,38 @@ func TestPrometheusNamesAreOpenOutboxs(t *testing.T) {
 	}
 }
 
+// TestBrokerLabelsEverySeries: Config.Broker is a label on every series of
+// the relay's own, and on target_info, for dashboards split by broker.
+func TestBrokerLabelsEverySeries(t *testing.T) {
+	t.Parallel()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{Broker: "webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	o := tel.Observer()
+	bctx, end := o.StartClaim(context.Background())
+	end(1, nil)
+	_, endPublish := o.StartPublish(bctx, []outbox.Event{{CreatedAt: time.Now()}})
+	endPublish([]error{nil})
+	o.Finished(bctx, relay.Outcome{Delivered: 1})
+
+	body, _ := scrape(t, tel)
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "openoutbox_") && !strings.HasPrefix(line, "target_info") {
+			continue
+		}
+		n++
+		if !strings.Contains(line, `outbox_broker="webhook"`) {
+			t.Errorf("series without outbox_broker: %s", line)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no series of the relay's own:\n%s", body)
+	}
+}
+
 // TestShippedRulesAndDashboardQueryRealNames keeps deploy/ in step with the
 // names the relay exports.
 func TestShippedRulesAndDashboardQueryRealNames(t *testing.T) {
@@ -478,6 +510,9 @@ func TestShippedRulesAndDashboardQueryRealNames(t *testing.T) {
 		}
 		if used == 0 {
 			t.Errorf("%s queries no relay metric", path)
+		}
+		if strings.HasSuffix(path, ".json") && !strings.Contains(string(b), `outbox_broker=~\"$broker\"`) {
+			t.Errorf("%s does not select by the outbox_broker label", path)
 		}
 	}
 }

@@ -37,7 +37,11 @@
 --                  old DELIVERED and DEAD rows;
 --   key_order_idx  ORDERING=partition walks the keys with PENDING events,
 --                  reads each key's events in order, and checks for
---                  DELIVERING and DEAD events of a key.
+--                  DELIVERING and DEAD events of a key;
+--   created_idx    the console and `relay-cli list`: every status, newest or
+--                  oldest first, a page after a cursor one range of it;
+--   key_idx        the same for the events of one partition key. Neither
+--                  holds status, so a change of state leaves both alone.
 CREATE TABLE IF NOT EXISTS {{table}} (
     event_id      BINARY(16) NOT NULL DEFAULT (UNHEX(REPLACE(UUID(), '-', ''))),
     event_type    VARCHAR(255) NOT NULL,
@@ -60,5 +64,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     UNIQUE KEY `{{name}}_seq_idx` (seq),
     KEY `{{name}}_state_idx` (status, state_at, created_at, seq, attempts),
     KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq),
+    KEY `{{name}}_created_idx` (created_at, seq),
+    KEY `{{name}}_key_idx` (partition_key, created_at, seq),
     CONSTRAINT `{{name}}_valid_status` CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

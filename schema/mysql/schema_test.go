@@ -83,7 +83,7 @@ func TestUpgradesMatchTheSchema(t *testing.T) {
 	// Column definitions are aligned in the CREATE TABLE.
 	ddl := strings.Join(strings.Fields(schema.Render(tbl)), " ")
 	ups := schema.Upgrades(tbl)
-	if len(ups) != 4 || ups[0].Object != "column seq" || ups[1].Object != "column state_at" || ups[2].Object != "index outbox_state_idx" {
+	if len(ups) != 6 || ups[0].Object != "column seq" || ups[1].Object != "column state_at" || ups[2].Object != "index outbox_state_idx" {
 		t.Fatalf("Upgrades = %+v", ups)
 	}
 	for _, u := range ups {

@@ -21,3 +21,9 @@ ALTER TABLE {{table}} ADD KEY `{{name}}_state_idx` (status, state_at, created_at
 
 -- object: index {{name}}_key_order_idx
 ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq);
+
+-- object: index {{name}}_created_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_created_idx` (created_at, seq);
+
+-- object: index {{name}}_key_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_key_idx` (partition_key, created_at, seq);

@@ -76,7 +76,12 @@ $$;
 --                     by age;
 --   delivering_idx    the reaper finds expired leases;
 --   delivered_idx,
---   dead_idx          pruning.
+--   dead_idx          pruning;
+--   created_idx       the console and `relay-cli list`: every status, newest
+--                     or oldest first, a page after a cursor one range of it
+--                     (the only index that is not partial: it costs an
+--                     entry per insert and per change of status);
+--   key_idx           the same for the events of one partition key.
 DO $$
 DECLARE
     ix record;
@@ -92,7 +97,10 @@ BEGIN
             WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')$d$),
         ('{{name}}_delivering_idx', $d$(locked_at) WHERE status = 'DELIVERING'$d$),
         ('{{name}}_delivered_idx', $d$(delivered_at) WHERE status = 'DELIVERED'$d$),
-        ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$)
+        ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$),
+        ('{{name}}_created_idx', $d$(created_at, (COALESCE(seq, 0)), event_id)$d$),
+        ('{{name}}_key_idx', $d$(partition_key, created_at, (COALESCE(seq, 0)), event_id)
+            WHERE partition_key IS NOT NULL$d$)
     ) AS v(name, definition)
     LOOP
         IF to_regclass(format('%s%I', '{{schema}}', ix.name)) IS NULL THEN

@@ -77,10 +77,29 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 		if st.Backlog, err = s.backlog(ctx, tx, now); err != nil {
 			return err
 		}
-		err = tx.QueryRowContext(ctx, s.queries["admin_stats_counts"], now, now).
+		var estimate sql.NullInt64
+		if p.EstimateDelivered {
+			var database any
+			if s.table.Database != "" {
+				database = s.table.Database
+			}
+			err := tx.QueryRowContext(ctx, s.queries["admin_table_rows"], database, s.table.Name).Scan(&estimate)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		exact := 1
+		if estimate.Valid {
+			exact = 0
+		}
+		err = tx.QueryRowContext(ctx, s.queries["admin_stats_counts"], exact, now, now).
 			Scan(&st.Delivering, &st.Delivered, &st.DeliveredLastMinute, &st.DeliveredLastHour)
 		if err != nil {
 			return err
+		}
+		if estimate.Valid {
+			st.Delivered = max(0, estimate.Int64-st.Pending()-st.Dead-st.Delivering)
+			st.DeliveredEstimated = true
 		}
 		st.TopTypes = []storage.TypeBacklog{}
 		err = eachRow(ctx, tx, s.queries["admin_stats_types"], []any{now, p.TopTypes}, func(r *sql.Rows) error {
@@ -283,33 +302,114 @@ func (s *Store) deadFilter(f storage.DeadFilter) (string, []any) {
 	return filter, append(args, eventType, eventType, since, since, contains, contains)
 }
 
-// List returns up to p.Limit rows, newest first, without payload and
-// headers.
+// adminListFilters are admin_list.sql's conditions, one per ListParams
+// filter, each with as many ? as it takes arguments.
+var adminListFilters = struct {
+	status, eventType, key, id, from, before, errorContains, after, before2 string
+}{
+	status:        "\n  AND status = ?",
+	eventType:     "\n  AND event_type = ?",
+	key:           "\n  AND partition_key = ?",
+	id:            "\n  AND event_id = ?",
+	from:          "\n  AND created_at >= CAST(? AS DATETIME(6))",
+	before:        "\n  AND created_at < CAST(? AS DATETIME(6))",
+	errorContains: "\n  AND LOCATE(LOWER(?), LOWER(COALESCE(last_error, ''))) > 0",
+	// The cursor: rows after it in the listing's order. Spelled out rather
+	// than as a row comparison, which MariaDB does not read as a range.
+	after:   "\n  AND (created_at > CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq > ?))",
+	before2: "\n  AND (created_at < CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq < ?))",
+}
+
+// List returns up to p.Limit rows that match p's filters, newest first
+// (or oldest first), after p.After when it is set, without payload and
+// headers. seq is unique here, so a cursor's created_at and seq name a row.
 func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
 	if p.Limit <= 0 {
 		p.Limit = storage.ListLimitDefault
 	}
-	var status, eventType any
+	if p.Status != "" && !p.Status.Valid() {
+		return nil, fmt.Errorf("list: unknown status %q", p.Status)
+	}
+	var (
+		filters strings.Builder
+		args    []any
+	)
+	add := func(cond string, vals ...any) {
+		filters.WriteString(cond)
+		args = append(args, vals...)
+	}
+	f := adminListFilters
 	if p.Status != "" {
-		if !p.Status.Valid() {
-			return nil, fmt.Errorf("list: unknown status %q", p.Status)
-		}
-		status = string(p.Status)
+		add(f.status, string(p.Status))
 	}
 	if p.EventType != "" {
-		eventType = p.EventType
+		add(f.eventType, p.EventType)
 	}
+	if p.PartitionKey != "" {
+		add(f.key, []byte(p.PartitionKey))
+	}
+	if p.EventID != uuid.Nil {
+		add(f.id, p.EventID[:])
+	}
+	if !p.CreatedFrom.IsZero() {
+		add(f.from, stamp(p.CreatedFrom))
+	}
+	if !p.CreatedBefore.IsZero() {
+		add(f.before, stamp(p.CreatedBefore))
+	}
+	if p.ErrorContains != "" {
+		add(f.errorContains, p.ErrorContains)
+	}
+	dir := "DESC"
+	if p.OldestFirst {
+		dir = "ASC"
+	}
+	if c := p.After; c != nil {
+		cond := f.before2
+		if p.OldestFirst {
+			cond = f.after
+		}
+		at := stamp(c.CreatedAt)
+		add(cond, at, at, c.Seq)
+	}
+	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", dir).Replace(s.queries["admin_list"])
 	list := []storage.Row{}
-	err := eachRow(ctx, s.db, s.queries["admin_list"], []any{status, status, eventType, eventType, p.Limit},
-		func(r *sql.Rows) error {
-			row, err := scanRow(r, false)
-			list = append(list, row)
-			return err
-		})
+	err := eachRow(ctx, s.db, query, append(args, p.Limit), func(r *sql.Rows) error {
+		row, err := scanRow(r, false)
+		list = append(list, row)
+		return err
+	})
 	if err != nil {
 		return nil, s.adminError(ctx, "list rows", err)
 	}
 	return list, nil
+}
+
+// DeliveryRate counts the DELIVERED rows of each of the last
+// storage.DeliveryRateMinutes minutes in one range read of state_idx.
+func (s *Store) DeliveryRate(ctx context.Context) (storage.DeliveryRate, error) {
+	r := storage.DeliveryRate{PerMinute: make([]int64, storage.DeliveryRateMinutes)}
+	if err := s.db.QueryRowContext(ctx, s.queries["admin_now"]).Scan(&r.Until); err != nil {
+		return r, s.adminError(ctx, "read delivery rate", err)
+	}
+	now := stamp(r.Until)
+	err := eachRow(ctx, s.db, s.queries["admin_delivery_rate"], []any{now, now, now}, func(rows *sql.Rows) error {
+		var (
+			ago int
+			n   int64
+		)
+		if err := rows.Scan(&ago, &n); err != nil {
+			return err
+		}
+		if ago >= 0 && ago < storage.DeliveryRateMinutes {
+			r.PerMinute[storage.DeliveryRateMinutes-1-ago] += n
+		}
+		return nil
+	})
+	if err != nil {
+		return r, s.adminError(ctx, "read delivery rate", err)
+	}
+	return r, nil
 }
 
 // Get returns every column of one row, or an error wrapping

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,10 +70,20 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 			if st.Backlog, err = s.backlog(ctx, tx); err != nil {
 				return err
 			}
-			err = tx.QueryRow(ctx, s.queries["admin_stats_counts"]).
+			var estimate *int64
+			if p.EstimateDelivered {
+				if err := tx.QueryRow(ctx, s.queries["admin_table_rows"]).Scan(&estimate); err != nil {
+					return err
+				}
+			}
+			err = tx.QueryRow(ctx, s.queries["admin_stats_counts"], estimate == nil).
 				Scan(&st.Delivering, &st.Delivered, &st.DeliveredLastMinute, &st.DeliveredLastHour, &st.ObservedAt)
 			if err != nil {
 				return err
+			}
+			if estimate != nil {
+				st.Delivered = max(0, *estimate-st.Pending()-st.Dead-st.Delivering)
+				st.DeliveredEstimated = true
 			}
 			rows, err := tx.Query(ctx, s.queries["admin_stats_types"], p.TopTypes)
 			if err != nil {
@@ -240,23 +251,35 @@ func deadFilterArgs(f storage.DeadFilter, limit int) []any {
 	return args
 }
 
-// List returns up to p.Limit rows, newest first, without payload and
+// adminListFilters are admin_list.sql's conditions, one per ListParams
+// filter; %d is the argument's number.
+var adminListFilters = struct {
+	status, eventType, key, id, from, before, errorContains, after, before2 string
+}{
+	status:        "\n  AND status = $%d::text",
+	eventType:     "\n  AND event_type = $%d::text",
+	key:           "\n  AND partition_key = $%d::text",
+	id:            "\n  AND event_id = $%d::uuid",
+	from:          "\n  AND created_at >= $%d::timestamptz",
+	before:        "\n  AND created_at < $%d::timestamptz",
+	errorContains: "\n  AND strpos(lower(coalesce(last_error, '')), lower($%d::text)) > 0",
+	// The cursor: rows after it in the listing's order.
+	after:   "\n  AND (created_at, COALESCE(seq, 0), event_id) > ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+	before2: "\n  AND (created_at, COALESCE(seq, 0), event_id) < ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+}
+
+// List returns up to p.Limit rows that match p's filters, newest first
+// (or oldest first), after p.After when it is set, without payload and
 // headers.
 func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
 	if p.Limit <= 0 {
 		p.Limit = storage.ListLimitDefault
 	}
-	var status, eventType any
-	if p.Status != "" {
-		if !p.Status.Valid() {
-			return nil, fmt.Errorf("list: unknown status %q", p.Status)
-		}
-		status = string(p.Status)
+	if p.Status != "" && !p.Status.Valid() {
+		return nil, fmt.Errorf("list: unknown status %q", p.Status)
 	}
-	if p.EventType != "" {
-		eventType = p.EventType
-	}
-	rows, err := s.pool.Query(ctx, s.queries["admin_list"], status, eventType, p.Limit)
+	query, args := s.listQuery(p)
+	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, s.adminError(ctx, "list rows", err)
 	}
@@ -273,6 +296,79 @@ func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, 
 		return nil, s.adminError(ctx, "list rows", err)
 	}
 	return list, nil
+}
+
+// listQuery is admin_list.sql with p's filters, and its arguments.
+func (s *Store) listQuery(p storage.ListParams) (string, []any) {
+	var (
+		filters strings.Builder
+		args    []any
+	)
+	add := func(cond string, vals ...any) {
+		nums := make([]any, len(vals))
+		for i := range vals {
+			nums[i] = len(args) + i + 1
+		}
+		fmt.Fprintf(&filters, cond, nums...)
+		args = append(args, vals...)
+	}
+	f := adminListFilters
+	if p.Status != "" {
+		add(f.status, string(p.Status))
+	}
+	if p.EventType != "" {
+		add(f.eventType, p.EventType)
+	}
+	if p.PartitionKey != "" {
+		add(f.key, p.PartitionKey)
+	}
+	if p.EventID != uuid.Nil {
+		add(f.id, p.EventID)
+	}
+	if !p.CreatedFrom.IsZero() {
+		add(f.from, p.CreatedFrom)
+	}
+	if !p.CreatedBefore.IsZero() {
+		add(f.before, p.CreatedBefore)
+	}
+	if p.ErrorContains != "" {
+		add(f.errorContains, p.ErrorContains)
+	}
+	dir := "DESC"
+	if p.OldestFirst {
+		dir = "ASC"
+	}
+	if c := p.After; c != nil {
+		cond := f.before2
+		if p.OldestFirst {
+			cond = f.after
+		}
+		add(cond, c.CreatedAt, c.Seq, c.ID)
+	}
+	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", dir,
+		"{{limit}}", fmt.Sprintf("$%d", len(args)+1)).Replace(s.queries["admin_list"])
+	args = append(args, p.Limit)
+	return query, args
+}
+
+// DeliveryRate counts the DELIVERED rows of each of the last
+// storage.DeliveryRateMinutes minutes in one range read of delivered_idx.
+func (s *Store) DeliveryRate(ctx context.Context) (storage.DeliveryRate, error) {
+	r := storage.DeliveryRate{PerMinute: make([]int64, storage.DeliveryRateMinutes)}
+	var (
+		ago    []int32
+		counts []int64
+	)
+	err := s.pool.QueryRow(ctx, s.queries["admin_delivery_rate"]).Scan(&r.Until, &ago, &counts)
+	if err != nil {
+		return r, s.adminError(ctx, "read delivery rate", err)
+	}
+	for i, a := range ago {
+		if a >= 0 && int(a) < storage.DeliveryRateMinutes {
+			r.PerMinute[storage.DeliveryRateMinutes-1-int(a)] += counts[i]
+		}
+	}
+	return r, nil
 }
 
 // Get returns every column of one row, or an error wrapping

@@ -65,6 +65,9 @@ type Store struct {
 
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
+
+	// partitionLockTimeout replaces PartitionLockTimeout in tests.
+	partitionLockTimeout time.Duration
 }
 
 var (

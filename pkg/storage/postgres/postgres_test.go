@@ -141,6 +141,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 		"table outbox", "column seq", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
 		"index outbox_pkey", "index outbox_pending_idx", "index outbox_pending_age_idx",
 		"index outbox_key_order_idx", "index outbox_key_dead_idx", "index outbox_unkeyed_idx", "index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
+		"index outbox_created_idx", "index outbox_key_idx",
 	}
 	if !sameStrings(first.Created, want) {
 		t.Errorf("first Migrate created %q\nwant %q", first.Created, want)

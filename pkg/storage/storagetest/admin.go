@@ -536,3 +536,158 @@ func testEmit(t *testing.T, h Harness) {
 		t.Errorf("refused emits wrote %d rows", n-6)
 	}
 }
+
+// testListFiltersAndPages checks every ListParams filter, both orders, and
+// that pages read after cursors add up to the whole listing.
+func testListFiltersAndPages(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	old := insert(t, tb, event{Type: "a", PartitionKey: "k1"}, event{Type: "a", PartitionKey: "k2"},
+		event{Type: "b", PartitionKey: "k1"}, event{Type: "b"}, event{Type: "a", PartitionKey: "k1"})
+	tb.Set(t, Change{CreatedAt: Ago(2 * time.Hour)}, old...)
+	recent := insert(t, tb, event{Type: "a", PartitionKey: "k1"}, event{Type: "c", PartitionKey: "k3"}, event{Type: "a"})
+	tb.Set(t, Change{Status: outbox.StatusDead, LastError: Ptr("broker said NO to this")}, old[2])
+	tb.Set(t, Change{Status: outbox.StatusDead, LastError: Ptr("timeout")}, recent[1])
+	newest := append(slices.Clone(recent), old...)
+	slices.Reverse(newest[:len(recent)])
+	slices.Reverse(newest[len(recent):])
+
+	list := func(p storage.ListParams) []uuid.UUID {
+		t.Helper()
+		rows, err := s.List(ctx, p)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", p, err)
+		}
+		return rowIDs(rows)
+	}
+	if got := list(storage.ListParams{Limit: 100}); !slices.Equal(got, newest) {
+		t.Errorf("List = %v, want %v", got, newest)
+	}
+	oldest := slices.Clone(newest)
+	slices.Reverse(oldest)
+	if got := list(storage.ListParams{Limit: 100, OldestFirst: true}); !slices.Equal(got, oldest) {
+		t.Errorf("List oldest first = %v, want %v", got, oldest)
+	}
+	for _, oldestFirst := range []bool{false, true} {
+		var got []uuid.UUID
+		p := storage.ListParams{Limit: 3, OldestFirst: oldestFirst}
+		for range 10 {
+			rows, err := s.List(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, rowIDs(rows)...)
+			if len(rows) < p.Limit {
+				break
+			}
+			c := storage.CursorOf(rows[len(rows)-1])
+			back, err := storage.ParseListCursor(c.String())
+			if err != nil || !back.CreatedAt.Equal(c.CreatedAt) || back.Seq != c.Seq || back.ID != c.ID {
+				t.Fatalf("ParseListCursor(%q) = %+v, %v; want %+v", c.String(), back, err, c)
+			}
+			p.After = &back
+		}
+		want := newest
+		if oldestFirst {
+			want = oldest
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pages of 3 (oldest first %v) = %v, want %v", oldestFirst, got, want)
+		}
+	}
+
+	at := tb.Now(t)
+	cases := []struct {
+		name string
+		p    storage.ListParams
+		want []uuid.UUID
+	}{
+		{"key k1", storage.ListParams{PartitionKey: "k1"}, []uuid.UUID{recent[0], old[4], old[2], old[0]}},
+		{"key k1 type b", storage.ListParams{PartitionKey: "k1", EventType: "b"}, []uuid.UUID{old[2]}},
+		{"id", storage.ListParams{EventID: old[3]}, []uuid.UUID{old[3]}},
+		{"unknown id", storage.ListParams{EventID: uuid.New()}, nil},
+		{"created before", storage.ListParams{CreatedBefore: at.Add(-time.Hour)}, newest[len(recent):]},
+		{"created from", storage.ListParams{CreatedFrom: at.Add(-time.Hour)}, newest[:len(recent)]},
+		{"created from and before", storage.ListParams{CreatedFrom: at.Add(-3 * time.Hour), CreatedBefore: at.Add(-time.Hour), EventType: "b"},
+			[]uuid.UUID{old[3], old[2]}},
+		{"error text in any case", storage.ListParams{ErrorContains: "said no"}, []uuid.UUID{old[2]}},
+		{"DEAD", storage.ListParams{Status: outbox.StatusDead}, []uuid.UUID{recent[1], old[2]}},
+		{"DEAD oldest first", storage.ListParams{Status: outbox.StatusDead, OldestFirst: true}, []uuid.UUID{old[2], recent[1]}},
+		{"DEAD after a cursor", storage.ListParams{Status: outbox.StatusDead, After: cursorOf(t, tb, recent[1])}, []uuid.UUID{old[2]}},
+	}
+	for _, c := range cases {
+		if got := list(c.p); !slices.Equal(got, c.want) {
+			t.Errorf("%s: List = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func cursorOf(t *testing.T, tb Table, id uuid.UUID) *storage.ListCursor {
+	t.Helper()
+	c := storage.CursorOf(rowOf(t, tb, id))
+	return &c
+}
+
+// testDeliveryRate checks that deliveries land in the minute of their
+// delivered_at and that older ones and other statuses do not count.
+func testDeliveryRate(t *testing.T, h Harness) {
+	tb := h.New(t)
+	ids := insertN(t, tb, 6, "t")
+	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(20 * time.Second)}, ids[0], ids[1])
+	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(5*time.Minute + 30*time.Second)}, ids[2])
+	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(2 * time.Hour)}, ids[3])
+	tb.Set(t, Change{Status: outbox.StatusDead, DeliveredAt: Ago(20 * time.Second)}, ids[4])
+
+	r, err := tb.Storage().DeliveryRate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.PerMinute) != storage.DeliveryRateMinutes {
+		t.Fatalf("%d minutes, want %d", len(r.PerMinute), storage.DeliveryRateMinutes)
+	}
+	want := make([]int64, storage.DeliveryRateMinutes)
+	want[storage.DeliveryRateMinutes-1] = 2
+	want[storage.DeliveryRateMinutes-6] = 1
+	if !slices.Equal(r.PerMinute, want) {
+		t.Errorf("PerMinute = %v, want %v", r.PerMinute, want)
+	}
+	if now := tb.Now(t); r.Until.Before(now.Add(-clockSlack)) || r.Until.After(now.Add(clockSlack)) {
+		t.Errorf("Until = %s, want about %s", r.Until, now)
+	}
+
+	empty := h.New(t)
+	r, err = empty.Storage().DeliveryRate(ctx)
+	if err != nil || len(r.PerMinute) != storage.DeliveryRateMinutes || r.Until.IsZero() {
+		t.Errorf("DeliveryRate of an empty table = %+v, %v; want 60 zeros and a time", r, err)
+	}
+}
+
+// testStatsEstimatingDelivered checks that an estimate of the DELIVERED
+// rows changes no other number, and that without one (or with statistics
+// missing) the count is exact.
+func testStatsEstimatingDelivered(t *testing.T, h Harness) {
+	tb := h.New(t)
+	ids := insertN(t, tb, 6, "t")
+	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(time.Second)}, ids[:3]...)
+	tb.Set(t, Change{Status: outbox.StatusDead}, ids[3])
+	tb.Set(t, Change{Status: outbox.StatusDelivering, LockedBy: Ptr("r"), LockedAt: Ago(0)}, ids[4])
+
+	exact, err := tb.Storage().Stats(ctx, storage.StatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exact.Delivered != 3 || exact.DeliveredEstimated {
+		t.Fatalf("exact Stats: Delivered %d (estimated %v), want 3 counted", exact.Delivered, exact.DeliveredEstimated)
+	}
+	est, err := tb.Storage().Stats(ctx, storage.StatsParams{EstimateDelivered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if est.Pending() != 1 || est.Dead != 1 || est.Delivering != 1 || est.DeliveredLastMinute != 3 {
+		t.Errorf("estimating Stats: pending %d, dead %d, delivering %d, delivered last minute %d; want 1, 1, 1, 3 counted",
+			est.Pending(), est.Dead, est.Delivering, est.DeliveredLastMinute)
+	}
+	if est.Delivered < 0 || (!est.DeliveredEstimated && est.Delivered != 3) {
+		t.Errorf("estimating Stats: Delivered %d (estimated %v), want an estimate or 3", est.Delivered, est.DeliveredEstimated)
+	}
+}

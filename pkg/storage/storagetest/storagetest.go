@@ -69,7 +69,10 @@ var tests = []struct {
 
 	{"Admin/Backlog", testBacklogCountsPendingAndDead},
 	{"Admin/Stats", testStats},
+	{"Admin/StatsEstimatingDelivered", testStatsEstimatingDelivered},
 	{"Admin/List", testList},
+	{"Admin/ListFiltersAndPages", testListFiltersAndPages},
+	{"Admin/DeliveryRate", testDeliveryRate},
 	{"Admin/Get", testGet},
 	{"Admin/Prune", testPrune},
 	{"Admin/PrunePausesBetweenBatches", testPrunePausesBetweenBatches},

@@ -1,12 +1,14 @@
--- The newest rows, optionally of one status and event type (NULL: any),
--- at most the last argument. Payload and headers are left out: listing is
--- for finding rows, and payloads can be large. The driver fills in the
--- arguments itself, so a NULL filter is a constant the server folds away.
+-- The rows List selects, for `relay-cli list` and the console, at most the
+-- last argument. Payload and headers are left out: listing is for finding
+-- rows, and payloads can be large. The filters placeholder is the driver's "AND
+-- <condition>" for each filter set (adminListFilters), the dir one DESC for
+-- newest first or ASC. The order is created_idx's (seq is unique), so the
+-- newest (or oldest) rows come off the index and a page after a cursor is a
+-- range of it; with a key, key_idx's.
 SELECT event_id, event_type, partition_key, status, attempts, last_error,
        available_at, locked_by, locked_at, delivered_at, created_at, updated_at, seq,
        TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6))
 FROM {{table}}
-WHERE (? IS NULL OR status = ?)
-  AND (? IS NULL OR event_type = ?)
-ORDER BY created_at DESC, seq DESC
+WHERE TRUE{{filters}}
+ORDER BY created_at {{dir}}, seq {{dir}}
 LIMIT ?

@@ -1,12 +1,14 @@
--- The newest rows, optionally of one status ($1) and event type ($2), at most
--- $3. Payload and headers are left out: listing is for finding rows, and
--- payloads can be large. With a status, the planner can read the PENDING
--- rows in created_at order from their partial index.
+-- The rows List selects, for `relay-cli list` and the console, at most
+-- LIMIT. Payload and headers are left out: listing is for finding rows, and
+-- payloads can be large. The filters placeholder is the driver's "AND <condition>" for
+-- each filter set (adminListFilters), the dir one DESC for newest first or ASC.
+-- The order is created_idx's, so the newest (or oldest) rows come off the
+-- index and a page after a cursor is a range of it; with a key, key_idx's;
+-- with a status, the planner may prefer that status's partial index.
 SELECT event_id, event_type, partition_key, status, attempts, last_error,
        available_at, locked_by, locked_at, delivered_at, created_at, updated_at, seq,
        (extract(epoch FROM now() - created_at) * 1000000)::bigint
 FROM {{table}}
-WHERE ($1::text IS NULL OR status = $1::text)
-  AND ($2::text IS NULL OR event_type = $2::text)
-ORDER BY created_at DESC, seq DESC NULLS LAST
-LIMIT $3
+WHERE TRUE{{filters}}
+ORDER BY created_at {{dir}}, COALESCE(seq, 0) {{dir}}, event_id {{dir}}
+LIMIT {{limit}}

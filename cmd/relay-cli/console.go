@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/outbox-relay/relay/pkg/console"
+)
+
+// consoleAddrDefault keeps the console on this machine unless asked.
+const consoleAddrDefault = "127.0.0.1:8090"
+
+func consoleCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "console",
+		Usage: "serve the web console: overview, event search, event detail, retry of DEAD events",
+		Description: "Serves the console on --addr until interrupted. It reads and changes the table\n" +
+			"only as the other commands do. Listening beyond loopback needs a password\n" +
+			"(CONSOLE_PASSWORD or --password-file): browsers log in with any user name and\n" +
+			"it as the password, scripts send it as a bearer token. --read-only turns the\n" +
+			"actions off. See docs/console.md.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "addr", Value: consoleAddrDefault, EnvVars: []string{"CONSOLE_ADDR"}, Usage: "listen on `HOST:PORT`"},
+			&cli.BoolFlag{Name: "read-only", EnvVars: []string{"CONSOLE_READ_ONLY"}, Usage: "refuse every action that changes rows"},
+			&cli.StringFlag{Name: "password-file", EnvVars: []string{"CONSOLE_PASSWORD_FILE"}, Usage: "read the password from `FILE` (its first line)"},
+			&cli.StringFlag{Name: "refresh", Value: "5s", Usage: "how often the overview reloads itself (`DURATION`)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			addr := c.String("addr")
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return usagef("--addr %q: want HOST:PORT, such as %s", addr, consoleAddrDefault)
+			}
+			password, err := consolePassword(c)
+			if err != nil {
+				return err
+			}
+			if password == "" && !console.Loopback(addr) {
+				return usagef("--addr %s listens beyond loopback: set CONSOLE_PASSWORD or --password-file, or listen on 127.0.0.1", addr)
+			}
+			refresh, err := parseDuration(c.String("refresh"))
+			if err != nil {
+				return usagef("--refresh: %w", err)
+			}
+			store, err := openStore(c)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			logger := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+			h, err := console.New(store, console.Config{ReadOnly: c.Bool("read-only"), Password: password,
+				Refresh: refresh, Logger: logger})
+			if err != nil {
+				return usagef("%w", err)
+			}
+			return serveConsole(c.Context, addr, h, logger)
+		},
+	}
+}
+
+// consolePassword reads CONSOLE_PASSWORD or the first line of
+// --password-file; setting both is a mistake.
+func consolePassword(c *cli.Context) (string, error) {
+	env := os.Getenv("CONSOLE_PASSWORD")
+	file := c.String("password-file")
+	if file == "" {
+		return env, nil
+	}
+	if env != "" {
+		return "", usagef("both CONSOLE_PASSWORD and --password-file are set: keep one")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", usagef("--password-file: %w", err)
+	}
+	pw, _, _ := strings.Cut(string(b), "\n")
+	pw = strings.TrimRight(pw, "\r")
+	if pw == "" {
+		return "", usagef("--password-file %s: the first line is empty", file)
+	}
+	return pw, nil
+}
+
+// serveConsole serves h on addr until ctx ends, then lets requests in
+// flight finish for a few seconds.
+func serveConsole(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	logger.Info("console: listening", "addr", "http://"+ln.Addr().String())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("console: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("console: shut down: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+func TestConsoleRefusesAnOpenAddressWithoutAPassword(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"console", "--addr", "0.0.0.0:0"}, nil, "set CONSOLE_PASSWORD or --password-file"},
+		{[]string{"console", "--addr", "8090"}, nil, "want HOST:PORT"},
+		{[]string{"console", "--password-file", pwFile}, []string{"CONSOLE_PASSWORD=x"}, "keep one"},
+		{[]string{"console", "--password-file", pwFile + ".missing"}, nil, "--password-file"},
+	} {
+		r := cmd{args: onTable(tb, c.args...), env: c.env}.run(t)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("relay-cli %s: want exit 2 saying %q, got\n%s", strings.Join(c.args, " "), c.want, r)
+		}
+	}
+}
+
+// The console serves beyond loopback with a password from a file, asks
+// for it, and stops cleanly on SIGINT.
+func TestConsoleServesWithAPasswordAndStopsOnInterrupt(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x, cancel := cmd{args: onTable(tb, "console", "--addr", "0.0.0.0:0", "--password-file", pwFile)}.start(t)
+	defer cancel()
+	stderr, err := x.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	var addr string
+	for addr == "" && lines.Scan() {
+		var entry struct{ Msg, Addr string }
+		if json.Unmarshal(lines.Bytes(), &entry) == nil && entry.Msg == "console: listening" {
+			addr = strings.Replace(entry.Addr, "0.0.0.0", "127.0.0.1", 1)
+			addr = strings.Replace(addr, "[::]", "127.0.0.1", 1)
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no listening line on stderr (%v)", lines.Err())
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	resp, err := http.Get(addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET / without the password = %d, want 401", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodGet, addr+"/events", nil)
+	req.SetBasicAuth("ops", "s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /events with the password = %d, want 200", resp.StatusCode)
+	}
+	if err := x.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- x.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(t, err); code != exitOK {
+			t.Errorf("exit code %d after SIGINT, want 0", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the console did not stop on SIGINT")
+	}
+}

@@ -1,0 +1,146 @@
+// Package console is the outbox's web console: an overview of the table, a
+// searchable list of events, one event in full, and the operator's actions
+// on DEAD events (retry one, retry those a filter selects) and a prune
+// preview. It reaches the table only through storage.Admin, the interface
+// relay-cli uses, so every action keeps the same guards and wakes relays the
+// same way. Pages are html/template renderings of embedded files, readable
+// without JavaScript; the chart is SVG drawn here.
+package console
+
+import (
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// RefreshDefault is how often the overview reloads itself when
+// Config.Refresh is zero.
+const RefreshDefault = 5 * time.Second
+
+// PageSizeDefault is how many events one page of the list shows when
+// Config.PageSize is zero.
+const PageSizeDefault = 50
+
+// RetryMatchingMax bounds the DEAD events one "retry all matching" action
+// moves; an operator repeats it for more.
+const RetryMatchingMax = 10000
+
+// Config is how a console behaves. A zero Config is a console on a
+// trusted (loopback) address that allows actions.
+type Config struct {
+	// ReadOnly refuses every action that changes rows.
+	ReadOnly bool
+	// Password, when set, is required from every request: as the password
+	// of HTTP basic authentication (any user name, which is logged as who
+	// acted) or as a bearer token.
+	Password string
+	// Refresh is how often the overview reloads; 0 means RefreshDefault.
+	Refresh time.Duration
+	// PageSize is how many events a page lists; 0 means PageSizeDefault.
+	PageSize int
+	// Logger receives one line per action (who, what, how many); nil
+	// means slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports a setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Refresh < 0:
+		return fmt.Errorf("console: Refresh must not be negative, got %s", c.Refresh)
+	case c.Refresh > 0 && c.Refresh < time.Second:
+		return fmt.Errorf("console: Refresh must be at least 1s, got %s", c.Refresh)
+	case c.PageSize < 0 || c.PageSize > 1000:
+		return fmt.Errorf("console: PageSize must be 0 to 1000, got %d", c.PageSize)
+	}
+	return nil
+}
+
+// Console serves the pages. It is an http.Handler.
+type Console struct {
+	admin   storage.Admin
+	cfg     Config
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	csrfKey []byte
+	mux     *http.ServeMux
+}
+
+// New returns a console on admin.
+func New(admin storage.Admin, cfg Config) (*Console, error) {
+	if admin == nil {
+		return nil, errors.New("console: no storage")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = RefreshDefault
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = PageSizeDefault
+	}
+	c := &Console{admin: admin, cfg: cfg, log: cfg.Logger, csrfKey: make([]byte, 32)}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if _, err := rand.Read(c.csrfKey); err != nil {
+		return nil, fmt.Errorf("console: csrf key: %w", err)
+	}
+	var err error
+	if c.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	static, _ := fs.Sub(staticFiles, "static")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /events", c.events)
+	mux.HandleFunc("GET /events/{id}", c.event)
+	mux.HandleFunc("POST /events/{id}/retry", c.retryOne)
+	mux.HandleFunc("POST /events/retry", c.retryMatching)
+	mux.HandleFunc("GET /prune", c.prunePreview)
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux = mux
+	return c, nil
+}
+
+// ServeHTTP checks the password, sets the headers every page carries and
+// serves the page.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Nothing here is meant to be framed, sniffed or cached, and no page
+	// loads anything from elsewhere.
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if !c.authorized(r) {
+		h.Set("WWW-Authenticate", `Basic realm="relay console", charset="UTF-8"`)
+		http.Error(w, "a password is required: log in with the console's password", http.StatusUnauthorized)
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
