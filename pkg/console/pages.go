@@ -77,7 +77,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 }
 
 var flashes = map[string]string{
-	"retried":   "The event is PENDING again: a relay will deliver it.",
+	"retried":   "Retried: the event went back to PENDING, due now, for a relay to deliver.",
 	"notdead":   "Nothing changed: the event is not DEAD (any more).",
 	"retrymany": "The selected DEAD events are PENDING again.",
 }
