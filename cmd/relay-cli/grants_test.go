@@ -13,7 +13,7 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 	args := []string{"grants", "--storage-url", pgtest.URL(), "--table", tb.Name}
 
 	printed := ok(t, cmd{args: append(args, "--print")}.run(t))
-	if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE ON "+quoted(tb.Name)+" TO outbox_relay") {
+	if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE, DELETE ON "+quoted(tb.Name)+" TO outbox_relay") {
 		t.Fatalf("--print does not show the relay's grant for %s:\n%s", tb.Name, printed.stdout)
 	}
 
@@ -26,7 +26,7 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 		want            bool
 	}{
 		{"outbox_relay", "UPDATE", true},
-		{"outbox_relay", "DELETE", false},
+		{"outbox_relay", "DELETE", true}, // retention
 		{"outbox_relay", "INSERT", false},
 		{"outbox_producer", "INSERT", true},
 		{"outbox_producer", "UPDATE", false},

@@ -212,6 +212,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			showCommand(),
 			emitCommand(),
 			inboxCommand(),
+			partitionsCommand(),
 			consoleCommand(),
 		},
 	}

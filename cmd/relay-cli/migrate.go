@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 func migrateCommand() *cli.Command {
@@ -13,9 +16,15 @@ func migrateCommand() *cli.Command {
 		Description: "Applies the embedded schema for the database STORAGE_URL names (PostgreSQL: the\n" +
 			"table, its sequence, indexes and notify trigger, in one transaction; MySQL: the table\n" +
 			"and its indexes) and says what it created and what already existed. Running it again\n" +
-			"is safe: nothing is ever dropped.",
+			"is safe: nothing is ever dropped.\n\n" +
+			"--partition-by day|hour (PostgreSQL) creates the table partitioned by created_at, with a\n" +
+			"default partition and the partitions of the next few days or hours; the relay's retention\n" +
+			"then creates partitions ahead and drops finished ones instead of deleting rows. The primary\n" +
+			"key becomes (event_id, created_at). An existing table is never converted: see\n" +
+			"\"Partitioned tables\" in docs/operations.md.",
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
+			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
 			jsonFlag(),
 		}, inboxMigrateFlags()...),
 		Action: func(c *cli.Context) error {
@@ -25,7 +34,14 @@ func migrateCommand() *cli.Command {
 			if c.Bool("print") && c.Bool("json") {
 				return usagef("--print and --json cannot be combined: --print writes SQL")
 			}
+			by := c.String("partition-by")
+			if c.IsSet("partition-by") && !slices.Contains(storage.PartitionBy, by) {
+				return usagef("--partition-by must be day or hour, got %q", by)
+			}
 			if c.Bool("inbox") || c.IsSet("inbox-table") {
+				if by != "" {
+					return usagef("--partition-by applies to the outbox table, not to --inbox")
+				}
 				return migrateInbox(c)
 			}
 			store, err := openStore(c)
@@ -34,6 +50,9 @@ func migrateCommand() *cli.Command {
 			}
 			defer store.Close()
 			out := c.App.Writer
+			if by != "" {
+				return migratePartitioned(c, store, by)
+			}
 			if c.Bool("print") {
 				_, err := fmt.Fprint(out, store.SchemaSQL())
 				return err
@@ -45,6 +64,27 @@ func migrateCommand() *cli.Command {
 			return printMigrated(c, "table", store.Table(), res.Created, res.Existed)
 		},
 	}
+}
+
+// migratePartitioned is `migrate --partition-by`.
+func migratePartitioned(c *cli.Context, store storage.Storage, by string) error {
+	pm, ok := store.(storage.PartitionMigrator)
+	if !ok {
+		return usagef("--partition-by: %s tables cannot be partitioned by the relay (PostgreSQL only); drop the flag", driverName(c))
+	}
+	if c.Bool("print") {
+		_, err := fmt.Fprint(c.App.Writer, pm.PartitionedSchemaSQL(by))
+		return err
+	}
+	res, err := pm.MigratePartitioned(c.Context, by)
+	if err != nil {
+		return err
+	}
+	if err := printMigrated(c, "table", store.Table(), res.Created, res.Existed); err != nil || c.Bool("json") {
+		return err
+	}
+	_, err = fmt.Fprintf(c.App.Writer, "partitioned by %s; `relay-cli partitions` lists the partitions\n", by)
+	return err
 }
 
 // printMigrated reports what a migration created and found, as text or

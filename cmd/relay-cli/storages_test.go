@@ -47,6 +47,12 @@ var storages = []struct {
 		schemaName, _, _ := strings.Cut(tb.Name, ".")
 		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
 	}},
+	// Every command works on a table partitioned by time as on a plain one.
+	{"PostgreSQL partitioned", "pending_idx", func(t *testing.T) anyTable {
+		tb := pgtest.NewPartitioned(t, "day")
+		schemaName, _, _ := strings.Cut(tb.Name, ".")
+		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
+	}},
 	{"MySQL", "state_idx", func(t *testing.T) anyTable {
 		tb := mysqltest.New(t)
 		return anyTable{mysqltest.Conformance(tb), mysqltest.DatabaseURL(tb.Database), tb.Name, tb.Database + ".fresh_outbox"}
@@ -142,7 +148,7 @@ func TestGrantsOnEveryStorage(t *testing.T) {
 	t.Parallel()
 	eachStorage(t, func(t *testing.T, tb anyTable, _ string) {
 		printed := ok(t, tb.cli(t, "grants", "--print"))
-		if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE ON ") || !strings.Contains(printed.stdout, "TO outbox_relay") {
+		if !strings.Contains(printed.stdout, "GRANT SELECT, UPDATE, DELETE ON ") || !strings.Contains(printed.stdout, "TO outbox_relay") {
 			t.Fatalf("grants --print does not show the relay's grant:\n%s", printed.stdout)
 		}
 		r := ok(t, tb.cli(t, "grants"))

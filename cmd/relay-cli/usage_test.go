@@ -34,6 +34,14 @@ func TestUsageErrorsExit2BeforeConnecting(t *testing.T) {
 		{"malformed URL", []string{"stats", "--storage-url", "postgres://op:" + secret + "@[::1"}, "malformed"},
 
 		{"migrate --print with --json", []string{"migrate", "--print", "--json"}, "cannot be combined"},
+		{"migrate --partition-by week", []string{"migrate", "--partition-by", "week"}, "--partition-by must be day or hour"},
+		{"migrate --partition-by with --inbox", []string{"migrate", "--inbox", "--partition-by", "day"}, "not to --inbox"},
+		{"migrate --partition-by on MySQL", []string{"migrate", "--partition-by", "day", "--storage-url", "mysql://op:" + secret + "@127.0.0.1:1/x"}, "PostgreSQL only"},
+		{"partitions on MySQL", []string{"partitions", "--storage-url", "mysql://op:" + secret + "@127.0.0.1:1/x"}, "PostgreSQL only"},
+		{"partitions --ahead without --maintain", []string{"partitions", "--ahead", "1d"}, "--ahead needs --maintain"},
+		{"partitions --maintain bad ahead", []string{"partitions", "--maintain", "--ahead", "soon"}, "--ahead: invalid duration"},
+		{"partitions --maintain bad retention", []string{"partitions", "--maintain", "--dead-retention", "-1d"}, "--dead-retention: invalid duration"},
+		{"partitions with an argument", []string{"partitions", "x"}, "partitions takes no arguments"},
 
 		{"stats watch interval not a duration", []string{"stats", "--watch", "soon"}, `invalid duration "soon"`},
 		{"stats watch interval too short", []string{"stats", "--watch", "1ms"}, "--watch must be at least"},

@@ -295,6 +295,7 @@ func (c config) telemetryConfig(log *slog.Logger) telemetry.Config {
 		ServiceName:         c.ServiceName,
 		ServiceVersion:      version,
 		InstanceID:          c.RelayID,
+		Broker:              brokerName(c.PublisherURL),
 		MetricsExporter:     c.MetricsExporter,
 		TracesExporter:      c.TracesExporter,
 		OTLPMetricsProtocol: or(c.OTLPMetricsProtocol, c.OTLPProtocol),
@@ -320,4 +321,26 @@ func defaultRelayID() string {
 		host = "relay"
 	}
 	return strings.ToLower(host) + "-" + randomSuffix()
+}
+
+// brokerName is the kind of broker a publisher URL names, for the
+// outbox_broker label: the scheme, with the spellings of one broker made
+// one (tls:// is NATS, amqp:// RabbitMQ, http(s):// a webhook). It is ""
+// for a URL without a scheme, which the relay refuses anyway.
+func brokerName(rawURL string) string {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return ""
+	}
+	switch scheme = strings.ToLower(scheme); scheme {
+	case "tls":
+		return "nats"
+	case "amqp", "amqps":
+		return "rabbitmq"
+	case "rediss":
+		return "redis"
+	case "http", "https":
+		return "webhook"
+	}
+	return scheme
 }

@@ -165,7 +165,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	// mistakes in its URL without waiting for the broker. A variable its
 	// URL names (secret_env) is looked up in the relay's environment.
 	lookup := func(name string) (string, bool) { v, ok := cfg.environ[name]; return v, ok }
-	pub, err := publisher.Open(publisher.WithEnv(ctx, lookup), cfg.PublisherURL)
+	// The table names the events' origin (format=cloudevents's source).
+	pub, err := publisher.Open(publisher.WithTable(publisher.WithEnv(ctx, lookup), store.Table()), cfg.PublisherURL)
 	if err != nil {
 		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
 	}

@@ -66,6 +66,8 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 		{"bad log format", map[string]string{"LOG_FORMAT": "xml"}, []string{"LOG_FORMAT"}},
 		{"bad nats option", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@127.0.0.1:1?subjectprefix=x"},
 			[]string{"PUBLISHER_URL", "unknown option"}},
+		{"unknown format", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@127.0.0.1:1?format=avro"},
+			[]string{"PUBLISHER_URL", "avro", "is not one of relay", "cloudevents"}},
 		{"malformed URL", map[string]string{"PUBLISHER_URL": "nats://u:" + secret + "@[::1"},
 			[]string{"PUBLISHER_URL", "malformed"}},
 		{"HTTP_ADDR without a colon", map[string]string{"HTTP_ADDR": "8080"},

@@ -237,6 +237,10 @@ func TestMetricsCountDeliveriesAndBacklog(t *testing.T) {
 		{"openoutbox_storage_latency_seconds", []string{"op", "reap"}, func(v float64) bool { return v > 0 }},
 		{"openoutbox_reaper_reclaimed_total", []string{"outcome", "requeued"}, func(v float64) bool { return v == 0 }},
 		{"openoutbox_relay_state", nil, func(v float64) bool { return v == 1 }},
+		// Every series says which broker, for dashboards split by it.
+		{"openoutbox_relay_state", []string{"outbox_broker", "nats"}, func(v float64) bool { return v == 1 }},
+		{"openoutbox_events_total", []string{"outbox_broker", "nats", "status", "success"}, func(v float64) bool { return v == n }},
+		{"openoutbox_publisher_latency_seconds", []string{"outbox_broker", "nats"}, func(v float64) bool { return v >= n/50 }},
 		{"target_info", []string{"service_instance_id", "metrics-relay-1", "service_name", "outbox-relay"}, func(v float64) bool { return v == 1 }},
 	} {
 		v, ok := m.value(c.what, c.kv...)

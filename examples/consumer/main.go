@@ -84,6 +84,27 @@ const addRevenue = `INSERT INTO example_revenue (customer, orders, amount_cents)
 ON CONFLICT (customer) DO UPDATE
 SET orders = example_revenue.orders + 1, amount_cents = example_revenue.amount_cents + EXCLUDED.amount_cents`
 
+// createRevenueTable creates the example's business table. Replicas often
+// start together, and two concurrent CREATE TABLE IF NOT EXISTS can both
+// miss the table and one then fails on PostgreSQL's catalog, so the DDL runs
+// under a transaction-scoped advisory lock: the second replica waits for the
+// first and finds the table.
+func createRevenueTable(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('examples/consumer: example_revenue'))`); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS example_revenue (
+		customer text PRIMARY KEY, orders int NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // run consumes until ctx ends, then lets the messages in hand finish.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	db, err := sql.Open("pgx", cfg.db)
@@ -96,8 +117,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if _, err := inbox.Default().CreateTable(ctx, db); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS example_revenue (
-		customer text PRIMARY KEY, orders int NOT NULL, amount_cents bigint NOT NULL)`); err != nil {
+	if err := createRevenueTable(ctx, db); err != nil {
 		return fmt.Errorf("create example_revenue: %w", err)
 	}
 

@@ -177,6 +177,23 @@ func LookupEnv(ctx context.Context, name string) (string, bool, error) {
 	return v, ok, nil
 }
 
+// tableKey is the context key under which WithTable stores a table name.
+type tableKey struct{}
+
+// WithTable returns a context that tells the drivers opened with it which
+// outbox table their events come from (table or schema.table), for what
+// names the events' origin: the CloudEvents source, say. The relay passes
+// its own.
+func WithTable(ctx context.Context, table string) context.Context {
+	return context.WithValue(ctx, tableKey{}, table)
+}
+
+// Table returns the table WithTable put in ctx, or "" when it holds none.
+func Table(ctx context.Context) string {
+	t, _ := ctx.Value(tableKey{}).(string)
+	return t
+}
+
 var drivers = driver.NewRegistry[driver.Opener[Publisher]]("publisher")
 
 // Register makes a driver available to Open under the given URL schemes;

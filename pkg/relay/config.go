@@ -62,6 +62,10 @@ type Config struct {
 	// OnDead says whether a DEAD event holds back the later events of its
 	// key under partition ordering.
 	OnDead storage.DeadPolicy
+	// DeleteDelivered deletes a delivered event's row in the settle
+	// statement instead of marking it DELIVERED (DELIVERED_RETENTION=0).
+	// The Observer still counts it as delivered.
+	DeleteDelivered bool
 	// NotifyDebounce is the least time between two wakeups by insert
 	// notifications, so a burst of inserts makes a few full claims instead
 	// of many tiny ones. Zero wakes the engine for every notification.

@@ -492,3 +492,53 @@ func TestReaperHandsAbandonedLeasesToALiveRelay(t *testing.T) {
 		t.Errorf("%d delivered rows do not record the expired lease as one attempt", wrong)
 	}
 }
+
+// DELIVERED_RETENTION=0: delivered events leave no row behind, and the
+// rest settle as usual; the observer still counts every delivery.
+func TestDeleteDeliveredLeavesNoDeliveredRows(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+
+	good := tb.InsertN(t, 300, "orders.created")
+	tb.Insert(t, pgtest.Event{Type: "nostream.created"})
+	obs := &deliveryCounter{}
+	start(t, relay.Config{BatchSize: 50, DeleteDelivered: true, Observer: obs}, tb.Store, openNATS(t, srv, ""))
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDead: 1})
+	eventually.True(t, 10*time.Second, func() bool { return obs.delivered.Load() == int64(len(good)) },
+		func() string {
+			return fmt.Sprintf("the observer counted %d deliveries, want %d", obs.delivered.Load(), len(good))
+		})
+	if n := obs.markOps.Load(); n != 0 {
+		t.Errorf("%d mark_delivered statements in delete mode", n)
+	}
+	nc, js := connectJS(t, srv.URL())
+	defer nc.Close()
+	st, err := js.Stream(context.Background(), "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(context.Background()); err != nil || info.State.Msgs != uint64(len(good)) {
+		t.Fatalf("stream holds %v messages (%v), want %d", info.State.Msgs, err, len(good))
+	}
+}
+
+// deliveryCounter is an Observer that counts delivered events and the
+// settle operations it is told of.
+type deliveryCounter struct {
+	relay.NopObserver
+	delivered atomic.Int64
+	markOps   atomic.Int64
+}
+
+func (d *deliveryCounter) Finished(_ context.Context, o relay.Outcome) {
+	d.delivered.Add(int64(o.Delivered))
+}
+
+func (d *deliveryCounter) StartSettle(ctx context.Context, op string, _ int) (context.Context, func(error)) {
+	if op == relay.OpMarkDelivered {
+		d.markOps.Add(1)
+	}
+	return ctx, func(error) {}
+}

@@ -17,8 +17,9 @@ type Observer interface {
 	// StartPublish begins sending events to the broker; end gets one result
 	// per event.
 	StartPublish(ctx context.Context, events []outbox.Event) (_ context.Context, end func(results []error))
-	// StartSettle begins a statement on leased rows: op is mark_delivered,
-	// mark_failed, release or renew, and events how many rows it covers.
+	// StartSettle begins a statement on leased rows: op is mark_delivered
+	// (or delete_delivered), mark_failed, release or renew, and events how
+	// many rows it covers.
 	StartSettle(ctx context.Context, op string, events int) (_ context.Context, end func(err error))
 	// Finished reports what became of a claimed batch.
 	Finished(ctx context.Context, o Outcome)
@@ -42,8 +43,11 @@ type Outcome struct {
 // Operations on leased rows, as reported to StartSettle.
 const (
 	OpMarkDelivered = "mark_delivered"
-	OpMarkFailed    = "mark_failed"
-	OpRelease       = "release"
+	// OpDeleteDelivered settles delivered events by deleting their rows
+	// (Config.DeleteDelivered).
+	OpDeleteDelivered = "delete_delivered"
+	OpMarkFailed      = "mark_failed"
+	OpRelease         = "release"
 	// OpRenew extends the lease of a batch still at the broker.
 	OpRenew = "renew"
 )

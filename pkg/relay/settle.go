@@ -85,8 +85,14 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 func (e *Engine) settle(c claimed, o outcome) {
 	lease := c.batch.Lease
 	if len(o.delivered) > 0 {
-		e.settleUntil(c, OpMarkDelivered, len(o.delivered), func(ctx context.Context) (int, error) {
-			return e.store.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
+		// DELIVERED_RETENTION=0 deletes the rows instead, under the same
+		// lease guard.
+		op, settle := OpMarkDelivered, e.store.MarkDelivered
+		if e.cfg.DeleteDelivered {
+			op, settle = OpDeleteDelivered, e.store.DeleteDelivered
+		}
+		e.settleUntil(c, op, len(o.delivered), func(ctx context.Context) (int, error) {
+			return settle(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
 		})
 	}
 	if len(o.failed) > 0 {

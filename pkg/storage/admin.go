@@ -159,6 +159,11 @@ type PruneParams struct {
 	BatchSize int
 	// DryRun only counts the rows that would be deleted.
 	DryRun bool
+	// Pause is waited between two batches, so that a long prune leaves
+	// the database's time to the relays' claims; 0 goes straight on. When
+	// ctx ends during a pause, Prune returns what it deleted and ctx's
+	// error.
+	Pause time.Duration
 	// Progress, when set, is called after every batch with the rows
 	// deleted so far.
 	Progress func(deleted int64)
@@ -354,4 +359,21 @@ type EmitParams struct {
 	Headers      map[string]string
 	Count        int
 	AvailableIn  time.Duration
+}
+
+// PauseBetweenBatches waits p.Pause, the pause between two prune batches,
+// and returns ctx's error when ctx ends first. Drivers' Prune call it after
+// each full batch.
+func (p PruneParams) PauseBetweenBatches(ctx context.Context) error {
+	if p.Pause <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(p.Pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

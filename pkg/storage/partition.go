@@ -67,3 +67,21 @@ type PartitionInfo struct {
 	// Bytes is the partition's size on disk, indexes included.
 	Bytes int64
 }
+
+// PartitionMigrator is offered by a storage that can create its table
+// partitioned by time, for `relay-cli migrate --partition-by`. It is
+// separate from Partitioner so that code which only maintains partitions
+// (and its test doubles) need not create tables.
+type PartitionMigrator interface {
+	// MigratePartitioned is Migrate for a table partitioned by by ("day"
+	// or "hour"): it creates the table partitioned where missing, with a
+	// default partition and the partitions of the next few periods. On a
+	// table that exists unpartitioned, or partitioned otherwise, it fails
+	// and changes nothing.
+	MigratePartitioned(ctx context.Context, by string) (MigrateResult, error)
+	// PartitionedSchemaSQL is the DDL MigratePartitioned applies.
+	PartitionedSchemaSQL(by string) string
+}
+
+// PartitionBy lists the values Partitioning and MigratePartitioned know.
+var PartitionBy = []string{"day", "hour"}

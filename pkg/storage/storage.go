@@ -43,6 +43,12 @@ type Queue interface {
 	// MarkDelivered moves delivered rows to DELIVERED and returns how
 	// many it changed.
 	MarkDelivered(ctx context.Context, p SettleParams) (int, error)
+	// DeleteDelivered deletes delivered rows instead of marking them, in
+	// one statement, under the same lease guard as MarkDelivered (a row
+	// another lease holds, or one no longer DELIVERING, stays), and
+	// returns how many it deleted. It is DELIVERED_RETENTION=0: no
+	// DELIVERED row, no new row version and no index entries to write.
+	DeleteDelivered(ctx context.Context, p SettleParams) (int, error)
 	// MarkFailed records failed attempts, attempts+1: back to PENDING with
 	// available_at = now + Delay (by the database's clock, to the
 	// microsecond), or DEAD (available_at unchanged), with last_error set

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
@@ -133,5 +134,40 @@ func TestReaperReclaimedAndTimed(t *testing.T) {
 	}
 	if n, _ := m.histogram(telemetry.MetricStorageLatency, "op", "reap", "status", "success"); n == 0 {
 		t.Errorf("reap statements are not timed")
+	}
+}
+
+// TestRetentionCounted: the hooks cmd/relay gives the retention loop count
+// rows by status and partitions by action.
+func TestRetentionCounted(t *testing.T) {
+	t.Parallel()
+	tel, reader, _ := setup(t, telemetry.Config{})
+	m := collect(t, reader)
+	for _, status := range []string{"delivered", "dead"} {
+		if got := m.mustValue(t, telemetry.MetricRetentionDeleted, "status", status); got != 0 {
+			t.Errorf("retention.deleted{status=%s} starts at %g", status, got)
+		}
+	}
+	tel.OnRetentionDeleted(outbox.StatusDelivered, 1000)
+	tel.OnRetentionDeleted(outbox.StatusDelivered, 7)
+	tel.OnRetentionDeleted(outbox.StatusDead, 2)
+	tel.OnPartitions(storage.PartitionReport{Created: []string{"a", "b"}, Dropped: []string{"c"},
+		Kept: []storage.KeptPartition{{Name: "d"}}})
+	m = collect(t, reader)
+	for _, c := range []struct {
+		name, key, value string
+		want             float64
+	}{
+		{telemetry.MetricRetentionDeleted, "status", "delivered", 1007},
+		{telemetry.MetricRetentionDeleted, "status", "dead", 2},
+		{telemetry.MetricRetentionPartitions, "action", "created", 2},
+		{telemetry.MetricRetentionPartitions, "action", "dropped", 1},
+	} {
+		if got := m.mustValue(t, c.name, c.key, c.value); got != c.want {
+			t.Errorf("%s{%s=%s} = %g, want %g", c.name, c.key, c.value, got, c.want)
+		}
+	}
+	if got := m.mustValue(t, telemetry.MetricRetentionPartitionsKept); got != 1 {
+		t.Errorf("partitions_kept = %g, want 1", got)
 	}
 }

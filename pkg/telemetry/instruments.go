@@ -24,6 +24,10 @@ const (
 	MetricRelayState       = "openoutbox.relay.state"
 	MetricDeadCount        = "openoutbox.backlog.dead_count"
 	MetricReaperReclaimed  = "openoutbox.reaper.reclaimed"
+	// Retention (DELIVERED_RETENTION, DEAD_RETENTION, partitions).
+	MetricRetentionDeleted        = "openoutbox.retention.deleted"
+	MetricRetentionPartitions     = "openoutbox.retention.partitions"
+	MetricRetentionPartitionsKept = "openoutbox.retention.partitions_kept"
 )
 
 // Units, attribute keys and their values. Every attribute has a handful of
@@ -35,6 +39,7 @@ const (
 	attrStatus  = "status"
 	attrOp      = "op"
 	attrOutcome = "outcome"
+	attrAction  = "action"
 
 	statusSuccess  = "success"
 	statusFailed   = "failed"
@@ -69,17 +74,23 @@ type instruments struct {
 	storageLatency   metric.Float64Histogram
 	publisherLatency metric.Float64Histogram
 	reclaimed        metric.Int64Counter
+	retentionDeleted metric.Int64Counter
+	partitions       metric.Int64Counter
+	partitionsKept   metric.Int64Gauge
 }
 
 // Attribute sets built once, so recording does not allocate them per call.
 var (
-	setSuccess  = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusSuccess)))
-	setFailed   = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusFailed)))
-	setDead     = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusDead)))
-	setNew      = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusNew)))
-	setRetrying = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusRetrying)))
-	setRequeued = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, outcomeRequeued)))
-	setReapDead = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, outcomeDead)))
+	setSuccess   = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusSuccess)))
+	setFailed    = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusFailed)))
+	setDead      = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusDead)))
+	setNew       = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusNew)))
+	setRetrying  = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusRetrying)))
+	setRequeued  = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, outcomeRequeued)))
+	setReapDead  = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, outcomeDead)))
+	setDelivered = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, "delivered")))
+	setCreated   = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrAction, "created")))
+	setDropped   = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrAction, "dropped")))
 )
 
 // storageSet is the attribute set of one storage.latency recording.
@@ -93,7 +104,7 @@ func storageSet(op string, err error) metric.MeasurementOption {
 
 func (t *Telemetry) createInstruments() error {
 	m := t.meter
-	var errs [12]error
+	var errs [15]error
 	var i instruments
 	i.events, errs[0] = m.Int64Counter(MetricEventsTotal, metric.WithUnit(unitEvents),
 		metric.WithDescription("Events the relay finished with, by outcome: success (the broker acknowledged it), failed (it will be retried), dead (it went DEAD)."))
@@ -104,13 +115,19 @@ func (t *Telemetry) createInstruments() error {
 		metric.WithDescription("Events per claim, counting only claims that found events."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
 	i.storageLatency, errs[3] = m.Float64Histogram(MetricStorageLatency, metric.WithUnit(unitSeconds),
-		metric.WithDescription("Duration of outbox table operations (claim, mark_delivered, mark_failed, release, renew, reap, backlog); a settle's retries count in its time."),
+		metric.WithDescription("Duration of outbox table operations (claim, mark_delivered, delete_delivered, mark_failed, release, renew, reap, backlog); a settle's retries count in its time."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	i.publisherLatency, errs[4] = m.Float64Histogram(MetricPublisherLatency, metric.WithUnit(unitSeconds),
 		metric.WithDescription("Time to publish a batch and receive the broker's acknowledgements."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	i.reclaimed, errs[5] = m.Int64Counter(MetricReaperReclaimed, metric.WithUnit(unitEvents),
 		metric.WithDescription("Expired leases the reaper took back: requeued to PENDING, or dead at the attempt limit."))
+	i.retentionDeleted, errs[12] = m.Int64Counter(MetricRetentionDeleted, metric.WithUnit(unitEvents),
+		metric.WithDescription("Rows retention removed (DELIVERED_RETENTION, DEAD_RETENTION), by status: delivered or dead; rows of dropped partitions included."))
+	i.partitions, errs[13] = m.Int64Counter(MetricRetentionPartitions, metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions the retention loop created ahead or dropped, by action: created or dropped."))
+	i.partitionsKept, errs[14] = m.Int64Gauge(MetricRetentionPartitionsKept, metric.WithUnit("{partition}"),
+		metric.WithDescription("Expired partitions the last retention cycle had to keep (they hold PENDING or DELIVERING rows, or rows not yet past their retention)."))
 
 	var pending, dead, state metric.Int64ObservableGauge
 	var oldest metric.Float64ObservableGauge
@@ -156,6 +173,8 @@ func (t *Telemetry) createInstruments() error {
 	}
 	i.reclaimed.Add(ctx, 0, setRequeued)
 	i.reclaimed.Add(ctx, 0, setReapDead)
+	i.retentionDeleted.Add(ctx, 0, setDelivered)
+	i.retentionDeleted.Add(ctx, 0, setDead)
 	t.inst = i
 	return nil
 }

@@ -227,6 +227,26 @@ func (t *Telemetry) OnReap(r storage.ReapResult) {
 	t.inst.reclaimed.Add(ctx, int64(r.Dead), setReapDead)
 }
 
+// OnRetentionDeleted counts rows retention removed; pass it as
+// retention.Config.OnDeleted.
+func (t *Telemetry) OnRetentionDeleted(status outbox.Status, rows int64) {
+	set := setDelivered
+	if status == outbox.StatusDead {
+		set = setDead
+	}
+	t.inst.retentionDeleted.Add(context.Background(), rows, set)
+}
+
+// OnPartitions counts the partitions a maintenance created and dropped and
+// records how many expired ones it kept; pass it as
+// retention.Config.OnPartitions.
+func (t *Telemetry) OnPartitions(r storage.PartitionReport) {
+	ctx := context.Background()
+	t.inst.partitions.Add(ctx, int64(len(r.Created)), setCreated)
+	t.inst.partitions.Add(ctx, int64(len(r.Dropped)), setDropped)
+	t.inst.partitionsKept.Record(ctx, int64(len(r.Kept)))
+}
+
 // InstrumentReap times every reap statement as storage.latency with
 // op = reap. The reaper has no observer of its own; wrapping its store is
 // all it takes.

@@ -80,6 +80,11 @@ type Config struct {
 	ServiceName    string
 	ServiceVersion string
 	InstanceID     string
+	// Broker names the kind of broker the relay publishes to (nats, kafka,
+	// rabbitmq, redis, webhook, stdout, null). It becomes the resource's
+	// outbox.broker and, on /metrics, an outbox_broker label on every
+	// series, so dashboards can tell brokers apart; empty leaves both out.
+	Broker string
 	// MetricsExporter is a comma-separated list of prometheus (served by
 	// MetricsHandler) and otlp, or none (OTEL_METRICS_EXPORTER).
 	MetricsExporter string
@@ -224,6 +229,10 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 	return t, nil
 }
 
+// BrokerAttribute is the resource attribute that names the broker
+// (Config.Broker); Prometheus spells it outbox_broker.
+const BrokerAttribute = "outbox.broker"
+
 func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
 	if cfg.ServiceVersion != "" {
@@ -231,6 +240,9 @@ func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	}
 	if cfg.InstanceID != "" {
 		attrs = append(attrs, attribute.String("service.instance.id", cfg.InstanceID))
+	}
+	if cfg.Broker != "" {
+		attrs = append(attrs, attribute.String(BrokerAttribute, cfg.Broker))
 	}
 	// Later options win: OTEL_RESOURCE_ATTRIBUTES may add attributes (a
 	// Kubernetes pod name, say) but not rename the relay.
@@ -259,7 +271,11 @@ func (t *Telemetry) setupMetrics(ctx context.Context, cfg Config, res *resource.
 			// relays in one test binary do not collide.
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+			// The broker is one value per relay: as a label on every
+			// series it costs no cardinality and spares dashboards a join
+			// with target_info.
+			exp, err := otelprom.New(otelprom.WithRegisterer(reg),
+				otelprom.WithResourceAsConstantLabels(attribute.NewAllowKeysFilter(BrokerAttribute)))
 			if err != nil {
 				return fmt.Errorf("prometheus exporter: %w", err)
 			}

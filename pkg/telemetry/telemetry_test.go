@@ -377,6 +377,7 @@ var prometheusNames = []string{
 	"openoutbox_relay_state",
 	"openoutbox_backlog_dead_count",
 	"openoutbox_reaper_reclaimed_total",
+	"openoutbox_retention_deleted_total",
 	"target_info",
 }
 
@@ -443,10 +444,43 @@ func TestPrometheusNamesAreOpenOutboxs(t *testing.T) {
 		telemetry.MetricEventsTotal, telemetry.MetricE2ELatency, telemetry.MetricBatchSize,
 		telemetry.MetricStorageLatency, telemetry.MetricPublisherLatency, telemetry.MetricPendingCount,
 		telemetry.MetricOldestAge, telemetry.MetricRelayState, telemetry.MetricDeadCount, telemetry.MetricReaperReclaimed,
+		telemetry.MetricRetentionDeleted, telemetry.MetricRetentionPartitions, telemetry.MetricRetentionPartitionsKept,
 	} {
 		if !bytes.Contains(doc, []byte("`"+name+"`")) {
 			t.Errorf("docs/metrics.md does not name the instrument %s", name)
 		}
+	}
+}
+
+// TestBrokerLabelsEverySeries: Config.Broker is a label on every series of
+// the relay's own, and on target_info, for dashboards split by broker.
+func TestBrokerLabelsEverySeries(t *testing.T) {
+	t.Parallel()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{Broker: "webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	o := tel.Observer()
+	bctx, end := o.StartClaim(context.Background())
+	end(1, nil)
+	_, endPublish := o.StartPublish(bctx, []outbox.Event{{CreatedAt: time.Now()}})
+	endPublish([]error{nil})
+	o.Finished(bctx, relay.Outcome{Delivered: 1})
+
+	body, _ := scrape(t, tel)
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "openoutbox_") && !strings.HasPrefix(line, "target_info") {
+			continue
+		}
+		n++
+		if !strings.Contains(line, `outbox_broker="webhook"`) {
+			t.Errorf("series without outbox_broker: %s", line)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no series of the relay's own:\n%s", body)
 	}
 }
 
@@ -476,6 +510,9 @@ func TestShippedRulesAndDashboardQueryRealNames(t *testing.T) {
 		}
 		if used == 0 {
 			t.Errorf("%s queries no relay metric", path)
+		}
+		if strings.HasSuffix(path, ".json") && !strings.Contains(string(b), `outbox_broker=~\"$broker\"`) {
+			t.Errorf("%s does not select by the outbox_broker label", path)
 		}
 	}
 }

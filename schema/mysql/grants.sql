@@ -8,9 +8,10 @@
 --     SET DEFAULT ROLE outbox_relay FOR 'relay_app'@'%';   -- MariaDB
 --     SET DEFAULT ROLE outbox_relay TO 'relay_app'@'%';    -- MySQL 8
 --
--- outbox_relay     the relay: reads and updates rows (claim, settle, reap).
---                  Ordered claims take a named lock (GET_LOCK), which needs
---                  no grant.
+-- outbox_relay     the relay: reads and updates rows (claim, settle, reap)
+--                  and deletes finished ones (DELIVERED_RETENTION,
+--                  DEAD_RETENTION). Ordered claims and retention take named
+--                  locks (GET_LOCK), which need no grant.
 -- outbox_producer  applications: insert events.
 -- outbox_admin     relay-cli: everything above plus DELETE, for prune.
 -- migrate needs CREATE, ALTER and INDEX on the database; run it as the
@@ -22,6 +23,6 @@
 CREATE ROLE IF NOT EXISTS outbox_relay;
 CREATE ROLE IF NOT EXISTS outbox_producer;
 CREATE ROLE IF NOT EXISTS outbox_admin;
-GRANT SELECT, UPDATE ON {{table}} TO outbox_relay;
+GRANT SELECT, UPDATE, DELETE ON {{table}} TO outbox_relay;
 GRANT INSERT ON {{table}} TO outbox_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{table}} TO outbox_admin;

@@ -61,7 +61,7 @@ func TestRenderQuotesTheTableEverywhere(t *testing.T) {
 			t.Errorf("the schema is %d statements, want the CREATE TABLE alone: %q", len(stmts), stmts)
 		}
 		grants := schema.Statements(schema.RenderGrants(tt.table))
-		if len(grants) != 6 || grants[3] != "GRANT SELECT, UPDATE ON "+tt.quoted+" TO outbox_relay" {
+		if len(grants) != 6 || grants[3] != "GRANT SELECT, UPDATE, DELETE ON "+tt.quoted+" TO outbox_relay" {
 			t.Errorf("grants = %q", grants)
 		}
 	}

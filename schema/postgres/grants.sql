@@ -3,8 +3,10 @@
 --
 --     CREATE ROLE relay_app LOGIN PASSWORD '…' IN ROLE outbox_relay;
 --
--- outbox_relay     the relay: reads and updates rows (claim, settle, reap)
---                  and LISTENs for inserts (LISTEN needs no grant).
+-- outbox_relay     the relay: reads and updates rows (claim, settle, reap),
+--                  deletes finished ones (DELIVERED_RETENTION,
+--                  DEAD_RETENTION) and LISTENs for inserts (LISTEN and the
+--                  retention lock, an advisory lock, need no grant).
 -- outbox_producer  applications: insert events (and take seq values).
 -- outbox_admin     relay-cli: everything above plus DELETE, for prune.
 -- migrate needs CREATE on the schema; run it as the owner, not as these.
@@ -27,7 +29,7 @@ BEGIN
 END
 $$;
 
-GRANT SELECT, UPDATE ON {{table}} TO outbox_relay;
+GRANT SELECT, UPDATE, DELETE ON {{table}} TO outbox_relay;
 GRANT INSERT ON {{table}} TO outbox_producer;
 GRANT USAGE ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{table}} TO outbox_admin;

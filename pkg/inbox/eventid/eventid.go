@@ -12,6 +12,11 @@
 //	id, err := eventid.Redis(x.Values)               // go-redis XMessage
 //	id, err := eventid.Webhook(r.Header)             // *http.Request
 //
+// With the relay's format=cloudevents the id is the CloudEvents id
+// attribute, read by CloudEventsHeaders (HTTP, NATS), CloudEventsKafka,
+// CloudEventsAMQP and CloudEventsRedis; NATS, AMQP and Webhook find it
+// either way (Nats-Msg-Id, message_id, webhook-id).
+//
 // A message without an id is ErrMissing: it was not published by the relay
 // (or something between took the id off), and redelivering it will not
 // give it one.
@@ -51,6 +56,10 @@ const (
 	// cloudEventsAMQPPropertyJMS is the prefix some AMQP clients use
 	// because a colon is not allowed in JMS property names.
 	cloudEventsAMQPPropertyJMS = "cloudEvents_id"
+	// CloudEventsRedisField is the entry field the relay's Redis driver
+	// writes the id attribute to (no CloudEvents binding covers Redis; the
+	// driver uses the Kafka binding's names).
+	CloudEventsRedisField = "ce_id"
 )
 
 // ErrMissing means the message carries no event id where the relay puts it.
@@ -173,6 +182,16 @@ func CloudEventsAMQP(properties map[string]any) (string, error) {
 		}
 	}
 	return "", missing("the " + CloudEventsAMQPProperty + " property")
+}
+
+// CloudEventsRedis returns the id of a CloudEvent the relay wrote to a
+// Redis stream with format=cloudevents: the ce_id field of
+// eventid.CloudEventsRedis(msg.Values).
+func CloudEventsRedis(values map[string]any) (string, error) {
+	if id := tableString(values, CloudEventsRedisField); id != "" {
+		return id, nil
+	}
+	return "", missing("the entry field " + CloudEventsRedisField)
 }
 
 // CloudEventsJSON returns the id of a CloudEvent in structured content

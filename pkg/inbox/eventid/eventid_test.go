@@ -170,6 +170,12 @@ func TestCloudEvents(t *testing.T) {
 	if v, _ := eventid.CloudEventsAMQP(amqp091.Table{"cloudEvents_id": id}); v != id {
 		t.Errorf("CloudEventsAMQP(JMS name) = %q", v)
 	}
+	if v, err := eventid.CloudEventsRedis(map[string]any{"ce_id": id, "payload": "{}"}); v != id || err != nil {
+		t.Errorf("CloudEventsRedis = %q, %v", v, err)
+	}
+	if _, err := eventid.CloudEventsRedis(map[string]any{"id": id}); !errors.Is(err, eventid.ErrMissing) {
+		t.Errorf("CloudEventsRedis without ce_id: %v, want ErrMissing", err)
+	}
 	if v, err := eventid.CloudEventsJSON([]byte(`{"specversion":"1.0","id":"` + id + `","source":"/x","type":"t"}`)); v != id || err != nil {
 		t.Errorf("CloudEventsJSON = %q, %v", v, err)
 	}

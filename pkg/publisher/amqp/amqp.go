@@ -28,6 +28,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 	"github.com/outbox-relay/relay/pkg/redact"
 )
 
@@ -58,8 +59,15 @@ const maxShortstr = 255
 const redialInterval = time.Second
 
 // knownOptions is every URL option, for the unknown-option error.
-var knownOptions = []string{"exchange", "exchange_type", "declare", "timeout", "heartbeat", "max_message_size",
-	"name", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}
+var knownOptions = append([]string{"exchange", "exchange_type", "declare", "timeout", "heartbeat", "max_message_size",
+	"name", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}, cloudevents.Options...)
+
+// cePrefix starts the header of each CloudEvents attribute. The AMQP
+// binding names application properties "cloudEvents:" or "cloudEvents_"
+// and the attribute; RabbitMQ's headers table is what becomes application
+// properties for AMQP 1.0 consumers, and ':' is what the CloudEvents SDKs
+// for Go, .NET and Java read.
+const cePrefix = "cloudEvents:"
 
 // Config is a parsed amqp:// or amqps:// URL.
 type Config struct {
@@ -96,6 +104,10 @@ type Config struct {
 	TLSCA, TLSCert, TLSKey string
 	// TLSInsecure skips verifying the server's certificate.
 	TLSInsecure bool
+	// CloudEvents are the format and ce_source options: with
+	// format=cloudevents the attributes go in cloudEvents: headers (AMQP
+	// binding, binary content mode) instead of X-Event-*.
+	CloudEvents cloudevents.Config
 }
 
 // validExchange is what RabbitMQ accepts in an exchange name.
@@ -103,7 +115,7 @@ var validExchange = regexp.MustCompile(`^[a-zA-Z0-9_.:\-]*$`)
 
 // ParseURL reads the driver's options from u: exchange, exchange_type,
 // declare, timeout, heartbeat, max_message_size, name, tls_ca, tls_cert,
-// tls_key, tls_insecure.
+// tls_key, tls_insecure, format, ce_source.
 func ParseURL(u *url.URL) (Config, error) {
 	cfg := Config{
 		TLS:            strings.EqualFold(u.Scheme, "amqps"),
@@ -142,6 +154,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	if err := publisher.CheckOptions(q, knownOptions); err != nil {
 		return cfg, fmt.Errorf("amqp URL: %w", err)
 	}
+	var err error
+	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
+		return cfg, fmt.Errorf("amqp URL: %w", err)
+	}
 	if q.Has("exchange") {
 		cfg.Exchange = q.Get("exchange")
 	}
@@ -161,7 +177,6 @@ func ParseURL(u *url.URL) (Config, error) {
 	if cfg.Declare && cfg.Exchange == "" {
 		return cfg, fmt.Errorf("amqp URL: declare=true needs a named exchange; the default exchange always exists")
 	}
-	var err error
 	if cfg.Timeout, err = positiveDuration(q, "timeout", cfg.Timeout); err != nil {
 		return cfg, err
 	}
@@ -223,6 +238,8 @@ type Publisher struct {
 	// max_message_size once a refusal reveals it, so later oversized events
 	// are refused here instead of closing the channel under their batch.
 	maxSize atomic.Int64
+	// ce maps events to CloudEvents attributes; nil sends X-Event-*.
+	ce *cloudevents.Mapper
 
 	mu       sync.Mutex // guards the fields below; held while dialling
 	sess     *session
@@ -235,8 +252,8 @@ type Publisher struct {
 // Open prepares a publisher. It does not connect: the first Publish or Ping
 // does, so a broker that is down is not an error here. Only a bad TLS file
 // is.
-func Open(_ context.Context, cfg Config) (*Publisher, error) {
-	p := &Publisher{cfg: cfg}
+func Open(ctx context.Context, cfg Config) (*Publisher, error) {
+	p := &Publisher{cfg: cfg, ce: cfg.CloudEvents.Mapper(ctx)}
 	scheme := "amqp"
 	if cfg.TLS {
 		scheme = "amqps"
@@ -663,7 +680,13 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 	if err != nil {
 		return amqp091.Publishing{}, err
 	}
-	table := make(amqp091.Table, len(headers)+3)
+	var attrs []cloudevents.Attribute
+	if p.ce != nil {
+		if attrs, err = p.ce.Attributes(e, headers); err != nil {
+			return amqp091.Publishing{}, err
+		}
+	}
+	table := make(amqp091.Table, len(headers)+len(attrs)+3)
 	var contentType string
 	for k, v := range headers {
 		if len(k) > maxShortstr {
@@ -676,7 +699,7 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		}
 		// The driver's own headers win: two X-Event-ID headers in one
 		// table would leave consumers guessing which is true.
-		if outbox.IsEventHeader(k) {
+		if outbox.IsEventHeader(k) || p.ce != nil && cloudevents.IsRelayAttribute(cePrefix, k) {
 			continue
 		}
 		// The row's content type becomes the message property consumers
@@ -691,10 +714,20 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		table[k] = v
 	}
 	id := e.ID.String()
-	table[outbox.HeaderEventID] = id
-	table[outbox.HeaderEventType] = e.Type
-	if e.PartitionKey != "" {
-		table[outbox.HeaderPartitionKey] = e.PartitionKey
+	if p.ce == nil {
+		table[outbox.HeaderEventID] = id
+		table[outbox.HeaderEventType] = e.Type
+		if e.PartitionKey != "" {
+			table[outbox.HeaderPartitionKey] = e.PartitionKey
+		}
+	}
+	for _, a := range attrs {
+		if a.Name == cloudevents.AttrDataContentType {
+			continue // the content_type property carries it, as the binding says
+		}
+		// Strings, time included: an AMQP 0-9-1 timestamp holds whole
+		// seconds, and the binding allows the canonical string form.
+		table[cePrefix+a.Name] = a.Value
 	}
 	ts := e.CreatedAt
 	if ts.IsZero() {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 )
 
 func init() {
@@ -74,7 +75,15 @@ const (
 	writeAttempts = 3
 )
 
-var knownOptions = []string{"acks", "batch_bytes", "compression", "sasl", "timeout", "tls", "tls_ca", "tls_cert", "tls_insecure", "tls_key", "topic", "topic_prefix"}
+var knownOptions = append([]string{"acks", "batch_bytes", "compression", "sasl", "timeout", "tls", "tls_ca", "tls_cert", "tls_insecure", "tls_key", "topic", "topic_prefix"},
+	cloudevents.Options...)
+
+// CloudEvents header names (Kafka binding, binary content mode): ce_ and
+// the attribute's name, but content-type for datacontenttype.
+const (
+	cePrefix      = "ce_"
+	ceContentType = "content-type"
+)
 
 // Config is a parsed kafka:// URL.
 type Config struct {
@@ -103,11 +112,15 @@ type Config struct {
 	User string
 	// Password is never logged or put in an error.
 	Password string
+	// CloudEvents are the format and ce_source options: with
+	// format=cloudevents the attributes go in ce_ headers (Kafka binding,
+	// binary content mode) instead of X-Event-*.
+	CloudEvents cloudevents.Config
 }
 
 // ParseURL reads the driver's options from u: topic, topic_prefix, acks,
 // compression, batch_bytes, timeout, tls, tls_ca, tls_cert, tls_key,
-// tls_insecure, sasl. It connects to nothing.
+// tls_insecure, sasl, format, ce_source. It connects to nothing.
 func ParseURL(u *url.URL) (Config, error) {
 	cfg := Config{Acks: AcksDefault, Compression: CompressionDefault, BatchBytes: BatchBytesDefault, Timeout: TimeoutDefault}
 	if u.Host == "" {
@@ -128,6 +141,10 @@ func ParseURL(u *url.URL) (Config, error) {
 		return cfg, fmt.Errorf("kafka URL: %w", err)
 	}
 
+	var err error
+	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
+		return cfg, fmt.Errorf("kafka URL: %w", err)
+	}
 	cfg.Topic, cfg.TopicPrefix = q.Get("topic"), q.Get("topic_prefix")
 	switch {
 	case q.Has("topic") && q.Has("topic_prefix"):
@@ -288,6 +305,8 @@ type Publisher struct {
 	// must reach a broker rather than the transport's cached metadata.
 	dialer *kafkago.Dialer
 	cancel context.CancelFunc
+	// ce maps events to CloudEvents attributes; nil sends X-Event-*.
+	ce *cloudevents.Mapper
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -297,7 +316,7 @@ type Publisher struct {
 // Open prepares the writer. It connects to nothing: brokers that are down are
 // not an error, Ping reports them. Only the configuration can fail here, such
 // as unreadable TLS files.
-func Open(_ context.Context, cfg Config) (*Publisher, error) {
+func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	var tlsCfg *tls.Config
 	if cfg.TLS {
 		var err error
@@ -344,6 +363,7 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 	}
 	return &Publisher{
 		cfg:       cfg,
+		ce:        cfg.CloudEvents.Mapper(ctx),
 		writer:    newWriter(writerBatchSize),
 		isolate:   newWriter(1),
 		transport: transport,
@@ -467,23 +487,42 @@ func (p *Publisher) message(e *outbox.Event, now time.Time) (kafkago.Message, er
 	if err != nil {
 		return kafkago.Message{}, err
 	}
-	headers := make([]kafkago.Header, 0, len(rowHeaders)+3)
+	var attrs []cloudevents.Attribute
+	if p.ce != nil {
+		if attrs, err = p.ce.Attributes(e, rowHeaders); err != nil {
+			return kafkago.Message{}, err
+		}
+	}
+	headers := make([]kafkago.Header, 0, len(rowHeaders)+len(attrs)+3)
 	// Sorted, so that equal rows give byte-identical records.
 	for _, k := range slices.Sorted(maps.Keys(rowHeaders)) {
 		// The driver's own headers win: two X-Event-ID headers on one
-		// record would leave consumers guessing which is true.
-		if outbox.IsEventHeader(k) {
+		// record would leave consumers guessing which is true. With
+		// CloudEvents, the attributes' headers are the driver's own, and
+		// the row's content type travels as datacontenttype.
+		if outbox.IsEventHeader(k) || p.ce != nil && (cloudevents.IsRelayAttribute(cePrefix, k) || strings.EqualFold(k, ceContentType)) {
 			continue
 		}
 		headers = append(headers, kafkago.Header{Key: k, Value: []byte(rowHeaders[k])})
 	}
-	headers = append(headers,
-		kafkago.Header{Key: outbox.HeaderEventID, Value: []byte(e.ID.String())},
-		kafkago.Header{Key: outbox.HeaderEventType, Value: []byte(e.Type)})
 	var key []byte // nil, not empty: a NULL partition_key is no key at all
 	if e.PartitionKey != "" {
 		key = []byte(e.PartitionKey)
-		headers = append(headers, kafkago.Header{Key: outbox.HeaderPartitionKey, Value: key})
+	}
+	if p.ce == nil {
+		headers = append(headers,
+			kafkago.Header{Key: outbox.HeaderEventID, Value: []byte(e.ID.String())},
+			kafkago.Header{Key: outbox.HeaderEventType, Value: []byte(e.Type)})
+		if key != nil {
+			headers = append(headers, kafkago.Header{Key: outbox.HeaderPartitionKey, Value: key})
+		}
+	}
+	for _, a := range attrs {
+		name := cePrefix + a.Name
+		if a.Name == cloudevents.AttrDataContentType {
+			name = ceContentType
+		}
+		headers = append(headers, kafkago.Header{Key: name, Value: []byte(a.Value)})
 	}
 	value := e.Payload
 	if value == nil {

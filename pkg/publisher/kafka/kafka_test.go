@@ -308,8 +308,10 @@ func TestParseURL(t *testing.T) {
 
 	const secret = "s3cr3t-pw"
 	bad := []struct{ name, url, want string }{
-		{"unknown option", "kafka://relay:" + secret + "@b:9092?sasl=plain&topic_prefx=x", `unknown option "topic_prefx" (known: acks, batch_bytes, compression, sasl, timeout, tls, tls_ca, tls_cert, tls_insecure, tls_key, topic, topic_prefix)`},
+		{"unknown option", "kafka://relay:" + secret + "@b:9092?sasl=plain&topic_prefx=x", `unknown option "topic_prefx" (known: acks, batch_bytes, compression, sasl, timeout, tls, tls_ca, tls_cert, tls_insecure, tls_key, topic, topic_prefix, format, ce_source)`},
 		{"no broker", "kafka://relay:" + secret + "@/?sasl=plain", "has no broker"},
+		{"unknown format", "kafka://b?format=avro", `format="avro" is not one of relay (the default: X-Event-* headers), cloudevents (CloudEvents 1.0, binary content mode)`},
+		{"source without cloudevents", "kafka://b?ce_source=/x", "ce_source= sets the CloudEvents source: it needs format=cloudevents"},
 		{"path", "kafka://b:9092/orders", "has a path"},
 		{"bad port", "kafka://b:99999", `broker "b:99999" has an invalid port`},
 		{"empty broker", "kafka://b1:9092,,b2:9092", `broker "" is not host:port`},

@@ -101,7 +101,7 @@ func headerSize(h natsgo.Header) int {
 // itself) to a message's headers and payload.
 func checkSize(maxPayload int64, headers, payload int) error {
 	if headers > maxHeaderBytes {
-		return fmt.Errorf("headers too large: the headers are %d bytes as NATS encodes them (the row's headers with Nats-Msg-Id, X-Event-ID, X-Event-Type and X-Partition-Key); JetStream stores at most %d bytes of headers per message",
+		return fmt.Errorf("headers too large: the headers are %d bytes as NATS encodes them (the row's headers with Nats-Msg-Id and the event's X-Event-* or ce- headers); JetStream stores at most %d bytes of headers per message",
 			headers, maxHeaderBytes)
 	}
 	if total := int64(headers) + int64(payload); maxPayload > 0 && total > maxPayload {

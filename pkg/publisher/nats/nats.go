@@ -24,6 +24,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 )
 
 func init() {
@@ -67,11 +68,15 @@ type Config struct {
 	// protocol line it reads. A publish's line holds the subject, so this
 	// bounds the subject; see maxSubjectLen.
 	MaxControlLine int
+	// CloudEvents are the format and ce_source options: with
+	// format=cloudevents the attributes go in percent-encoded ce- headers
+	// (NATS binding, binary content mode) instead of X-Event-*.
+	CloudEvents cloudevents.Config
 }
 
 // ParseURL reads the driver's options from u: subject_prefix, timeout,
 // max_pending, max_control_line, creds, nkey, tls_ca, tls_cert, tls_key,
-// name.
+// name, format, ce_source.
 func ParseURL(u *url.URL) (Config, error) {
 	cfg := Config{Timeout: TimeoutDefault, MaxPending: MaxPendingDefault, MaxControlLine: MaxControlLineDefault, Name: "outbox-relay"}
 	if u.Host == "" {
@@ -89,6 +94,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	q := u.Query()
 	if err := publisher.CheckOptions(q, knownOptions); err != nil {
+		return cfg, fmt.Errorf("nats URL: %w", err)
+	}
+	var err error
+	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
 		return cfg, fmt.Errorf("nats URL: %w", err)
 	}
 	cfg.SubjectPrefix = q.Get("subject_prefix")
@@ -125,7 +134,11 @@ func ParseURL(u *url.URL) (Config, error) {
 }
 
 // knownOptions are the URL query parameters the driver reads.
-var knownOptions = []string{"subject_prefix", "timeout", "max_pending", "max_control_line", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name"}
+var knownOptions = append([]string{"subject_prefix", "timeout", "max_pending", "max_control_line", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name"},
+	cloudevents.Options...)
+
+// cePrefix starts the header of each CloudEvents attribute (NATS binding).
+const cePrefix = "ce-"
 
 // redialInterval is how long a connection the server closed is reported
 // as it is before a new one is dialled, so that a server that refuses the
@@ -142,6 +155,8 @@ var errClosed = errors.New("nats: publisher is closed")
 type Publisher struct {
 	cfg  Config
 	opts []natsgo.Option
+	// ce maps events to CloudEvents attributes; nil sends X-Event-*.
+	ce *cloudevents.Mapper
 
 	mu       sync.Mutex // guards the fields below; held while dialling
 	cur      *conn      // nil once closed
@@ -180,7 +195,7 @@ type conn struct {
 
 // Open connects to the servers. A server that is down is not an error: the
 // connection keeps retrying in the background and Ping reports it.
-func Open(_ context.Context, cfg Config) (*Publisher, error) {
+func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	switch {
 	case cfg.MaxControlLine == 0:
 		cfg.MaxControlLine = MaxControlLineDefault
@@ -222,7 +237,7 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 	if cfg.TLSCert != "" {
 		opts = append(opts, natsgo.ClientCert(cfg.TLSCert, cfg.TLSKey))
 	}
-	p := &Publisher{cfg: cfg, opts: opts, noAck: map[string]struct{}{}}
+	p := &Publisher{cfg: cfg, opts: opts, noAck: map[string]struct{}{}, ce: cfg.CloudEvents.Mapper(ctx)}
 	c, err := p.dial()
 	if err != nil {
 		return nil, err
@@ -466,9 +481,15 @@ func (p *Publisher) message(c *conn, e *outbox.Event, parts *messageParts, i int
 	if err != nil {
 		return nil, err
 	}
-	h := make(natsgo.Header, len(headers)+4)
+	var attrs []cloudevents.Attribute
+	if p.ce != nil {
+		if attrs, err = p.ce.Attributes(e, headers); err != nil {
+			return nil, err
+		}
+	}
+	h := make(natsgo.Header, len(headers)+len(attrs)+4)
 	for k, v := range headers {
-		if reservedHeader(k) {
+		if reservedHeader(k) || p.ce != nil && cloudevents.IsRelayAttribute(cePrefix, k) {
 			continue
 		}
 		if err := validHeader(k, v); err != nil {
@@ -480,10 +501,17 @@ func (p *Publisher) message(c *conn, e *outbox.Event, parts *messageParts, i int
 	// Nats-Msg-Id set here rather than through a publish option: the
 	// stream drops a copy it has seen within its duplicate window.
 	h[jetstream.MsgIDHeader] = id
-	h[outbox.HeaderEventID] = id
-	h[outbox.HeaderEventType] = parts.value(e.Type)
-	if e.PartitionKey != "" {
-		h[outbox.HeaderPartitionKey] = parts.value(e.PartitionKey)
+	if p.ce == nil {
+		h[outbox.HeaderEventID] = id
+		h[outbox.HeaderEventType] = parts.value(e.Type)
+		if e.PartitionKey != "" {
+			h[outbox.HeaderPartitionKey] = parts.value(e.PartitionKey)
+		}
+	}
+	for _, a := range attrs {
+		// nats.go trims values and reads the header block as text, so the
+		// binding's percent-encoding is what lets any value through.
+		h[cePrefix+a.Name] = parts.value(cloudevents.PercentEncode(a.Value))
 	}
 	if err := checkSize(c.nc.MaxPayload(), headerSize(h), len(e.Payload)); err != nil {
 		return nil, err

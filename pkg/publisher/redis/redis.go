@@ -34,6 +34,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 )
 
 func init() {
@@ -79,13 +80,18 @@ const (
 	FieldPartitionKey = "partition_key"
 	// FieldHeaderPrefix goes before each row header's name.
 	FieldHeaderPrefix = "h:"
+	// FieldCloudEventsPrefix goes before each CloudEvents attribute's
+	// name with format=cloudevents. No CloudEvents binding covers Redis;
+	// a stream entry is a list of binary-safe name/value pairs, as a Kafka
+	// record's headers are, so the Kafka binding's names are used.
+	FieldCloudEventsPrefix = "ce_"
 )
 
 // knownOptions is every URL option, for the unknown-option error. The
 // connection options keep go-redis's names, so a URL written for go-redis
 // (as Open Outbox's PUBLISHER_URL is) reads the same here.
-var knownOptions = []string{"stream_prefix", "maxlen", "max_entry_bytes", "db", "dial_timeout", "read_timeout",
-	"write_timeout", "pool_size", "client_name", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}
+var knownOptions = append([]string{"stream_prefix", "maxlen", "max_entry_bytes", "db", "dial_timeout", "read_timeout",
+	"write_timeout", "pool_size", "client_name", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}, cloudevents.Options...)
 
 // Config is a parsed redis:// or rediss:// URL.
 type Config struct {
@@ -120,12 +126,16 @@ type Config struct {
 	TLSCA, TLSCert, TLSKey string
 	// TLSInsecure skips verifying the server's certificate.
 	TLSInsecure bool
+	// CloudEvents are the format and ce_source options: with
+	// format=cloudevents the entry holds the attributes as ce_ fields
+	// instead of the id and partition_key fields.
+	CloudEvents cloudevents.Config
 }
 
 // ParseURL reads the driver's options from u: stream_prefix, maxlen,
 // max_entry_bytes, db, dial_timeout, read_timeout, write_timeout, pool_size,
-// client_name, tls_ca, tls_cert, tls_key, tls_insecure. It connects to
-// nothing.
+// client_name, tls_ca, tls_cert, tls_key, tls_insecure, format, ce_source.
+// It connects to nothing.
 func ParseURL(u *url.URL) (Config, error) {
 	cfg := Config{
 		TLS:           strings.EqualFold(u.Scheme, "rediss"),
@@ -164,6 +174,9 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	cfg.StreamPrefix = q.Get("stream_prefix")
 	var err error
+	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
+		return cfg, fmt.Errorf("redis URL: %w", err)
+	}
 	if cfg.MaxLen, err = positiveInt(q, "maxlen", 0, "a positive number of entries"); err != nil {
 		return cfg, err
 	}
@@ -255,6 +268,9 @@ var errClosed = errors.New("redis: publisher is closed")
 type Publisher struct {
 	cfg    Config
 	client *goredis.Client
+	// ce maps events to CloudEvents attributes; nil writes id and
+	// partition_key fields.
+	ce *cloudevents.Mapper
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -263,7 +279,7 @@ type Publisher struct {
 // Open prepares the client. It does not connect: the first Publish or Ping
 // does, so a server that is down is not an error here. Only a bad TLS file
 // is.
-func Open(_ context.Context, cfg Config) (*Publisher, error) {
+func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	var tlsCfg *tls.Config
 	if cfg.TLS {
 		var err error
@@ -308,7 +324,7 @@ func Open(_ context.Context, cfg Config) (*Publisher, error) {
 		// and asking for them costs a command per connection.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
-	return &Publisher{cfg: cfg, client: client}, nil
+	return &Publisher{cfg: cfg, client: client, ce: cfg.CloudEvents.Mapper(ctx)}, nil
 }
 
 // setName names each new connection, unless the ACL forbids it.
@@ -382,12 +398,27 @@ func (p *Publisher) entry(e *outbox.Event) (stream string, fields []any, err err
 	if payload == nil {
 		payload = []byte{}
 	}
-	size := int64(len(stream) + len(FieldID) + len(id) + len(FieldPayload) + len(payload))
-	fields = make([]any, 0, 6+2*len(headers))
-	fields = append(fields, FieldID, id, FieldPayload, payload)
-	if e.PartitionKey != "" {
-		fields = append(fields, FieldPartitionKey, e.PartitionKey)
-		size += int64(len(FieldPartitionKey) + len(e.PartitionKey))
+	var size int64
+	if p.ce != nil {
+		attrs, err := p.ce.Attributes(e, headers)
+		if err != nil {
+			return "", nil, err
+		}
+		fields = make([]any, 0, 2*len(attrs)+2+2*len(headers))
+		for _, a := range attrs {
+			fields = append(fields, FieldCloudEventsPrefix+a.Name, a.Value)
+			size += int64(len(FieldCloudEventsPrefix) + len(a.Name) + len(a.Value))
+		}
+		fields = append(fields, FieldPayload, payload)
+		size += int64(len(stream) + len(FieldPayload) + len(payload))
+	} else {
+		size = int64(len(stream) + len(FieldID) + len(id) + len(FieldPayload) + len(payload))
+		fields = make([]any, 0, 6+2*len(headers))
+		fields = append(fields, FieldID, id, FieldPayload, payload)
+		if e.PartitionKey != "" {
+			fields = append(fields, FieldPartitionKey, e.PartitionKey)
+			size += int64(len(FieldPartitionKey) + len(e.PartitionKey))
+		}
 	}
 	for _, k := range sortedKeys(headers) {
 		// The driver's own fields win: a row's x-event-id header next to

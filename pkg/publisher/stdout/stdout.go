@@ -1,5 +1,7 @@
 // Package stdout is a publisher that writes each event as one JSON line, for
-// trying the relay out and for piping events into other tools. It serves
+// trying the relay out and for piping events into other tools. With
+// format=cloudevents each line is the event in the CloudEvents JSON format
+// (structured mode: stdout has no headers to carry attributes). It serves
 // stdout:// URLs and is the relay's default publisher.
 package stdout
 
@@ -12,19 +14,34 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 )
 
 func init() {
-	publisher.Register(func(_ context.Context, u *url.URL) (publisher.Publisher, error) {
-		if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			return nil, fmt.Errorf("stdout:// takes no host, path or options, got %q", u.Redacted())
+	publisher.Register(func(ctx context.Context, u *url.URL) (publisher.Publisher, error) {
+		if u.Host != "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("stdout:// takes no host or path, got %q", u.Redacted())
 		}
-		return New(os.Stdout), nil
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return nil, fmt.Errorf("stdout URL: options: %w", err)
+		}
+		if err := publisher.CheckOptions(q, cloudevents.Options); err != nil {
+			return nil, fmt.Errorf("stdout URL: %w", err)
+		}
+		ce, err := cloudevents.ParseOptions(q)
+		if err != nil {
+			return nil, fmt.Errorf("stdout URL: %w", err)
+		}
+		p := New(os.Stdout)
+		p.ce = ce.Mapper(ctx)
+		return p, nil
 	}, "stdout")
 }
 
@@ -33,11 +50,19 @@ type Publisher struct {
 	mu     sync.Mutex
 	w      *bufio.Writer
 	closed bool
+	// ce writes CloudEvents JSON lines when set.
+	ce *cloudevents.Mapper
 }
 
 // New returns a Publisher writing to w.
 func New(w io.Writer) *Publisher {
 	return &Publisher{w: bufio.NewWriter(w)}
+}
+
+// NewCloudEvents returns a Publisher writing each event to w as a line in
+// the CloudEvents JSON format, with the attributes m gives.
+func NewCloudEvents(w io.Writer, m *cloudevents.Mapper) *Publisher {
+	return &Publisher{w: bufio.NewWriter(w), ce: m}
 }
 
 // line is one event as written. The payload is embedded as JSON when it is
@@ -68,6 +93,17 @@ func (p *Publisher) Publish(_ context.Context, batch []outbox.Event) []error {
 			errs[i] = publisher.Permanent(err)
 			continue
 		}
+		if p.ce != nil {
+			l, err := p.ceLine(&e, headers)
+			if err != nil {
+				errs[i] = publisher.Permanent(err)
+				continue
+			}
+			if err := enc.Encode(l); err != nil {
+				errs[i] = publisher.Unavailable(fmt.Errorf("write to stdout: %w", err))
+			}
+			continue
+		}
 		// The line's own fields name the event; a row header claiming to
 		// is left out, as every driver does.
 		maps.DeleteFunc(headers, func(k, _ string) bool { return outbox.IsEventHeader(k) })
@@ -96,6 +132,44 @@ func (p *Publisher) Publish(_ context.Context, batch []outbox.Event) []error {
 		}
 	}
 	return errs
+}
+
+// ceLine is an event in the CloudEvents JSON format: its attributes as
+// members, the payload as data when it is JSON of a JSON content type (or
+// of none, which the format reads as JSON), base64 in data_base64
+// otherwise. The row's other headers have no place in it.
+func (p *Publisher) ceLine(e *outbox.Event, headers map[string]string) (map[string]any, error) {
+	attrs, err := p.ce.Attributes(e, headers)
+	if err != nil {
+		return nil, err
+	}
+	l := make(map[string]any, len(attrs)+1)
+	contentType := ""
+	for _, a := range attrs {
+		l[a.Name] = a.Value
+		if a.Name == cloudevents.AttrDataContentType {
+			contentType = a.Value
+		}
+	}
+	switch {
+	case len(e.Payload) == 0:
+	case json.Valid(e.Payload) && jsonType(contentType):
+		l["data"] = json.RawMessage(e.Payload)
+	default:
+		l["data_base64"] = e.Payload // encoding/json writes []byte as base64
+	}
+	return l, nil
+}
+
+// jsonType reports whether a content type is JSON (application/json or a
+// +json suffix, parameters aside) or absent.
+func jsonType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
 // Ping succeeds while the publisher is open.

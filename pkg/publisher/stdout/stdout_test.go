@@ -7,11 +7,15 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
+	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 	"github.com/outbox-relay/relay/pkg/publisher/stdout"
 )
 
@@ -106,4 +110,57 @@ func TestFailedFlushKeepsPermanentErrors(t *testing.T) {
 			t.Errorf("event %d: err = %v, want unavailable with the write error", i, errs[i])
 		}
 	}
+}
+
+func TestCloudEventsJSONLines(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	m := cloudevents.Config{Enabled: true}.Mapper(publisher.WithTable(context.Background(), "outbox"))
+	p := stdout.NewCloudEvents(&buf, m)
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	now := time.Date(2026, 11, 23, 4, 5, 6, 0, time.UTC)
+	batch := []outbox.Event{
+		{ID: uuid.New(), Type: "a.json", PartitionKey: "k1", Payload: []byte(`{"x":1}`), CreatedAt: now,
+			Headers: []byte(`{"Content-Type":"application/json","traceparent":"` + tp + `","h":"dropped"}`)},
+		{ID: uuid.New(), Type: "a.untyped", Payload: []byte(`[1,2]`), CreatedAt: now},
+		{ID: uuid.New(), Type: "a.text", Payload: []byte("plain text"), CreatedAt: now, Headers: []byte(`{"content-type":"text/plain"}`)},
+		{ID: uuid.New(), Type: "a.binary", Payload: []byte{0xff, 0x00, 0x10}, CreatedAt: now},
+		{ID: uuid.New(), Type: "a.json-typed-but-not-json", Payload: []byte("{"), CreatedAt: now, Headers: []byte(`{"content-type":"application/json"}`)},
+	}
+	publishertest.RequireDelivered(t, p.Publish(context.Background(), batch))
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(batch) {
+		t.Fatalf("wrote %d lines, want %d:\n%s", len(lines), len(batch), buf.String())
+	}
+	wantType := []string{"application/json", "", "text/plain", "", "application/json"}
+	wantTP := []string{tp, "", "", "", ""}
+	for i, l := range lines {
+		got, err := cetest.JSON([]byte(l))
+		if err != nil {
+			t.Fatalf("line %d %s: the SDK cannot decode it: %v", i, l, err)
+		}
+		cetest.Check(t, got, batch[i], cetest.Want{Source: "/outbox", DataContentType: wantType[i], Traceparent: wantTP[i]})
+	}
+	if !strings.Contains(lines[0], `"data":{"x":1}`) || !strings.Contains(lines[2], `"data_base64":`) || strings.Contains(lines[0], "dropped") {
+		t.Errorf("JSON payload embedded, text in base64, other headers left out:\n%s", buf.String())
+	}
+}
+
+func TestCloudEventsOptions(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ url, want string }{
+		{"stdout://?format=xml", `format="xml" is not one of relay`},
+		{"stdout://?topic=x", `unknown option "topic" (known: format, ce_source)`},
+		{"stdout://?ce_source=/x", "needs format=cloudevents"},
+	} {
+		if _, err := publisher.Open(context.Background(), tt.url); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an error containing %q", tt.url, err, tt.want)
+		}
+	}
+	p, err := publisher.Open(context.Background(), "stdout://?format=cloudevents&ce_source=/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close(context.Background())
 }

@@ -41,6 +41,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 	"github.com/outbox-relay/relay/pkg/redact"
 )
 
@@ -88,8 +89,11 @@ const (
 )
 
 // knownOptions is every URL option, for the unknown-option error.
-var knownOptions = []string{"timeout", "concurrency", "max_idle_conns", "header", "query", "content_type",
-	"secret_file", "secret_env", "unsigned", "h2c", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}
+var knownOptions = append([]string{"timeout", "concurrency", "max_idle_conns", "header", "query", "content_type",
+	"secret_file", "secret_env", "unsigned", "h2c", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}, cloudevents.Options...)
+
+// cePrefix starts the header of each CloudEvents attribute (HTTP binding).
+const cePrefix = "ce-"
 
 // Config is a parsed http:// or https:// URL. Zero fields take their
 // defaults in Open.
@@ -129,6 +133,10 @@ type Config struct {
 	H2C bool
 	// TLS are the https:// URL's tls_ca, tls_cert, tls_key, tls_insecure.
 	TLS publisher.TLSFiles
+	// CloudEvents are the format and ce_source options: with
+	// format=cloudevents the attributes go in ce- headers (HTTP binding,
+	// binary content mode) instead of X-Event-*.
+	CloudEvents cloudevents.Config
 }
 
 // placeholder finds {name} in a path, written plainly or percent-encoded.
@@ -137,7 +145,8 @@ var placeholder = regexp.MustCompile(`(?i)(?:\{|%7B)([^{}%/]*)(?:\}|%7D)`)
 // ParseURL reads the endpoint and the driver's options from u: timeout,
 // concurrency, max_idle_conns, header (repeatable, Name:Value), query
 // (repeatable, name=value), content_type, secret_file, secret_env,
-// unsigned, h2c, tls_ca, tls_cert, tls_key, tls_insecure. It reads no file.
+// unsigned, h2c, tls_ca, tls_cert, tls_key, tls_insecure, format, ce_source.
+// It reads no file.
 func ParseURL(u *url.URL) (Config, error) {
 	cfg := Config{
 		Scheme:      strings.ToLower(u.Scheme),
@@ -193,6 +202,16 @@ func ParseURL(u *url.URL) (Config, error) {
 			return cfg, fmt.Errorf("webhook URL: header option %d: %w", i+1, err)
 		}
 		cfg.Headers.Add(name, value)
+	}
+	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
+		return cfg, fmt.Errorf("webhook URL: %w", err)
+	}
+	if cfg.CloudEvents.Enabled {
+		for name := range cfg.Headers {
+			if cloudevents.IsRelayAttribute(cePrefix, name) {
+				return cfg, fmt.Errorf("webhook URL: header %q: with format=cloudevents the relay sets it", name)
+			}
+		}
 	}
 	if cfg.User != nil && cfg.Headers.Get("Authorization") != "" {
 		return cfg, errors.New("webhook URL: user info and header=Authorization:… both authenticate; keep one")
@@ -360,6 +379,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 		tr:     tr,
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		origin: origin,
+		ce:     cfg.CloudEvents.Mapper(ctx),
 		sem:    make(chan struct{}, cfg.Concurrency),
 	}
 	if cfg.Query != "" {
@@ -457,6 +477,8 @@ type Publisher struct {
 	// pingURL is the path up to its first placeholder.
 	pingURL   string
 	templated bool
+	// ce maps events to CloudEvents attributes; nil sends X-Event-*.
+	ce *cloudevents.Mapper
 	// sem holds a token per request in flight, over all batches.
 	sem    chan struct{}
 	closed atomic.Bool
@@ -598,16 +620,25 @@ func (p *Publisher) eventURL(e *outbox.Event) string {
 // request can carry.
 func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 	// The event's own fields travel as headers too; one with a line break
-	// would make the HTTP client refuse the request, every time.
-	if err := validValue(e.Type); err != nil {
-		return nil, fmt.Errorf("event_type cannot travel in the %s header: %w", outbox.HeaderEventType, err)
-	}
-	if err := validValue(e.PartitionKey); err != nil {
-		return nil, fmt.Errorf("partition_key cannot travel in the %s header: %w", outbox.HeaderPartitionKey, err)
+	// would make the HTTP client refuse the request, every time. CloudEvents
+	// attributes are percent-encoded, so only the spec's rules apply.
+	if p.ce == nil {
+		if err := validValue(e.Type); err != nil {
+			return nil, fmt.Errorf("event_type cannot travel in the %s header: %w", outbox.HeaderEventType, err)
+		}
+		if err := validValue(e.PartitionKey); err != nil {
+			return nil, fmt.Errorf("partition_key cannot travel in the %s header: %w", outbox.HeaderPartitionKey, err)
+		}
 	}
 	rows, err := outbox.ParseHeaders(e.Headers)
 	if err != nil {
 		return nil, err
+	}
+	var attrs []cloudevents.Attribute
+	if p.ce != nil {
+		if attrs, err = p.ce.Attributes(e, rows); err != nil {
+			return nil, err
+		}
 	}
 	h := make(http.Header, len(p.cfg.Headers)+len(rows)+8)
 	for k, v := range p.cfg.Headers {
@@ -618,7 +649,7 @@ func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 	// arrive in the same order.
 	for _, k := range slices.Sorted(maps.Keys(rows)) {
 		v := rows[k]
-		if outbox.IsEventHeader(k) || webhookHeader(k) {
+		if outbox.IsEventHeader(k) || webhookHeader(k) || p.ce != nil && cloudevents.IsRelayAttribute(cePrefix, k) {
 			continue // the relay's own win
 		}
 		if err := validName(k); err != nil {
@@ -648,10 +679,18 @@ func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 	if _, ok := h["User-Agent"]; !ok {
 		h["User-Agent"] = []string{UserAgentDefault}
 	}
-	h[outbox.HeaderEventID] = []string{id}
-	h[outbox.HeaderEventType] = []string{e.Type}
-	if e.PartitionKey != "" {
-		h[outbox.HeaderPartitionKey] = []string{e.PartitionKey}
+	if p.ce == nil {
+		h[outbox.HeaderEventID] = []string{id}
+		h[outbox.HeaderEventType] = []string{e.Type}
+		if e.PartitionKey != "" {
+			h[outbox.HeaderPartitionKey] = []string{e.PartitionKey}
+		}
+	}
+	for _, a := range attrs {
+		if a.Name == cloudevents.AttrDataContentType {
+			continue // Content-Type carries it, as the binding says
+		}
+		h[http.CanonicalHeaderKey(cePrefix+a.Name)] = []string{cloudevents.PercentEncode(a.Value)}
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	h[headerWebhookID] = []string{id}

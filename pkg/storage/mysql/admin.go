@@ -205,6 +205,9 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 	if p.BatchSize < 0 {
 		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
 	}
+	if p.Pause < 0 {
+		return res, fmt.Errorf("prune: Pause must not be negative, got %s", p.Pause)
+	}
 	if p.BatchSize == 0 {
 		p.BatchSize = storage.PruneBatchSizeDefault
 	}
@@ -235,6 +238,9 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 		}
 		if n < int64(p.BatchSize) {
 			return res, nil
+		}
+		if err := p.PauseBetweenBatches(ctx); err != nil {
+			return res, err
 		}
 	}
 }

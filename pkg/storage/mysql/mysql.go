@@ -89,6 +89,9 @@ type Store struct {
 	// claimLock is the GET_LOCK name that serialises ordered claims on
 	// this table, server-wide.
 	claimLock string
+	// retentionLock is the GET_LOCK name that keeps retention on this
+	// table to one relay at a time.
+	retentionLock string
 }
 
 var (
@@ -217,7 +220,8 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	return &Store{
 		db: db, cfg: cfg, table: table, database: database, queries: queries,
 		writer: newWriter(table), rawURL: rawURL,
-		claimLock: "outbox_relay.claim." + lockSuffix(database+"."+table.Name),
+		claimLock:     "outbox_relay.claim." + lockSuffix(database+"."+table.Name),
+		retentionLock: "outbox_relay.retention." + lockSuffix(database+"."+table.Name),
 	}, nil
 }
 

@@ -819,21 +819,26 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 	if err := relay.Check(ctx); err != nil {
 		t.Fatalf("the relay's Check: %v", err)
 	}
-	if _, err := producer.Emit(ctx, storage.EmitParams{Type: "g", Count: 5}); err != nil {
+	if _, err := producer.Emit(ctx, storage.EmitParams{Type: "g", Count: 7}); err != nil {
 		t.Fatalf("the producer's insert: %v", err)
 	}
 	if _, err := producer.Claim(ctx, storage.ClaimParams{RelayID: "p", Limit: 1}); err == nil {
 		t.Error("the producer could claim (SELECT, UPDATE)")
 	}
-	b := claim(t, relay, "relay", 5)
-	if n, err := relay.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); n != 5 || err != nil {
+	b := claim(t, relay, "relay", 7)
+	ids := eventIDs(b.Events)
+	if n, err := relay.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[:5]}); n != 5 || err != nil {
 		t.Fatalf("the relay's settle = %d, %v", n, err)
+	}
+	// DELIVERED_RETENTION=0 and the retention loop delete.
+	if n, err := relay.DeleteDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[5:]}); n != 2 || err != nil {
+		t.Fatalf("the relay's delete on delivery = %d, %v", n, err)
+	}
+	if _, err := relay.Prune(ctx, storage.PruneParams{Status: outbox.StatusDead}); err != nil {
+		t.Errorf("the relay's retention (DELETE): %v", err)
 	}
 	if _, err := relay.Claim(ctx, storage.ClaimParams{RelayID: "relay", Limit: 1, Ordering: storage.OrderingPartition}); err != nil {
 		t.Errorf("the relay's ordered claim (GET_LOCK): %v", err)
-	}
-	if _, err := relay.Prune(ctx, storage.PruneParams{Status: outbox.StatusDelivered}); err == nil {
-		t.Error("the relay could prune (DELETE)")
 	}
 	if _, err := relay.Emit(ctx, storage.EmitParams{Type: "g", Count: 1}); err == nil {
 		t.Error("the relay could insert")

@@ -258,6 +258,15 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 	return n, nil
 }
 
+// DeleteDelivered deletes the lease's rows among p.IDs.
+func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	n, err := s.settle(ctx, "delete_delivered", nil, p.IDs, p.Lease)
+	if err != nil {
+		return 0, fmt.Errorf("delete delivered: %w", err)
+	}
+	return n, nil
+}
+
 // Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
 	n, err := s.settle(ctx, "release", nil, p.IDs, p.Lease)

@@ -159,6 +159,9 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 	if p.BatchSize < 0 {
 		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
 	}
+	if p.Pause < 0 {
+		return res, fmt.Errorf("prune: Pause must not be negative, got %s", p.Pause)
+	}
 	if p.BatchSize == 0 {
 		p.BatchSize = storage.PruneBatchSizeDefault
 	}
@@ -183,6 +186,9 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 		}
 		if tag.RowsAffected() < int64(p.BatchSize) {
 			return res, nil
+		}
+		if err := p.PauseBetweenBatches(ctx); err != nil {
+			return res, err
 		}
 	}
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -11,6 +12,10 @@ import (
 func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr error) error {
 	return s.handBack(ctx, lease, claimErr)
 }
+
+// SetPartitionLockTimeout sets how long s's partition maintenance waits
+// for a lock.
+func SetPartitionLockTimeout(s *Store, d time.Duration) { s.partitionLockTimeout = d }
 
 // ListQuery exposes the statement List runs, for EXPLAIN.
 func (s *Store) ListQuery(p storage.ListParams) (string, []any) { return s.listQuery(p) }

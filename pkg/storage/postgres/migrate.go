@@ -16,6 +16,10 @@ func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
 // Migrate applies the embedded schema in one transaction and reports which
 // objects it created and which already existed.
 func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
+	return s.migrate(ctx, schema.Render(s.table))
+}
+
+func (s *Store) migrate(ctx context.Context, ddl string) (storage.MigrateResult, error) {
 	var res storage.MigrateResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, s.queries["migrate_begin"], schema.MigrationLockKey); err != nil {
@@ -26,7 +30,7 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 			return err
 		}
 		// Simple protocol: the schema is several statements.
-		if _, err := tx.Exec(ctx, schema.Render(s.table), pgx.QueryExecModeSimpleProtocol); err != nil {
+		if _, err := tx.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return err
 		}
 		after, err := s.schemaObjects(ctx, tx)
@@ -50,7 +54,7 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 
 func (s *Store) schemaObjects(ctx context.Context, tx pgx.Tx) ([]string, error) {
 	rows, err := tx.Query(ctx, s.queries["schema_objects"],
-		s.table.Quoted(), s.table.Object("seq"), s.table.Object("notify")+"()")
+		s.table.Quoted(), s.table.Object("seq"), s.table.Object("notify")+"()", s.table.Object("default"))
 	if err != nil {
 		return nil, err
 	}

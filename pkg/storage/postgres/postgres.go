@@ -65,6 +65,9 @@ type Store struct {
 
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
+
+	// partitionLockTimeout replaces PartitionLockTimeout in tests.
+	partitionLockTimeout time.Duration
 }
 
 var (
@@ -427,6 +430,15 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
 		return 0, fmt.Errorf("mark delivered: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// DeleteDelivered deletes the lease's rows among p.IDs.
+func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
+	if err != nil {
+		return 0, fmt.Errorf("delete delivered: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

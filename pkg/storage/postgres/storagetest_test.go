@@ -12,3 +12,11 @@ func TestStorage(t *testing.T) {
 	t.Parallel()
 	storagetest.Run(t, pgtest.Harness{})
 }
+
+// TestStoragePartitioned runs the same suite on a table partitioned by
+// day: claims, ordered claims, the reaper, NOTIFY and every admin
+// operation work on it unchanged.
+func TestStoragePartitioned(t *testing.T) {
+	t.Parallel()
+	storagetest.Run(t, pgtest.PartitionedHarness{By: "day"})
+}

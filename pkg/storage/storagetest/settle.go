@@ -64,6 +64,73 @@ func testMarkDelivered(t *testing.T, h Harness) {
 	}
 }
 
+// testDeleteDelivered: DELIVERED_RETENTION=0 deletes exactly the lease's
+// named rows and nothing else.
+func testDeleteDelivered(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	ids := insertN(t, tb, 4, "e")
+	b := claim(t, s, "relay-1", 3)
+	claimed := eventIDs(b.Events)
+	unclaimed := ids[3]
+
+	n, err := s.DeleteDelivered(ctx, storage.SettleParams{
+		Lease: b.Lease,
+		// Two of the lease's rows, a row outside the lease and an unknown id.
+		IDs: []uuid.UUID{claimed[0], claimed[1], unclaimed, uuid.New()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("DeleteDelivered deleted %d rows, want 2", n)
+	}
+	rows := byID(t, tb)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows left, want 2", len(rows))
+	}
+	for _, id := range claimed[:2] {
+		if row, ok := rows[id]; ok {
+			t.Errorf("delivered row still there: %s", describe(row))
+		}
+	}
+	if row := rows[claimed[2]]; row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-1" {
+		t.Errorf("the lease's row not named was changed: %s", describe(row))
+	}
+	if row := rows[unclaimed]; row.Status != outbox.StatusPending {
+		t.Errorf("a PENDING row named in DeleteDelivered was changed: %s", describe(row))
+	}
+	if n, err := s.DeleteDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: claimed[:2]}); err != nil || n != 0 {
+		t.Fatalf("second DeleteDelivered = %d, %v; want 0", n, err)
+	}
+}
+
+// testDeleteDeliveredKeepsToItsLease: a relay whose lease was reaped and
+// claimed again deletes nothing: not the new lease's rows, not rows of
+// another relay, not rows that finished otherwise.
+func testDeleteDeliveredKeepsToItsLease(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	ids := insertN(t, tb, 3, "e")
+	stale := claim(t, s, "relay-1", 3)
+	// The lease expires; another relay claims the first row again, the
+	// second went DEAD, the third is PENDING again.
+	tb.Set(t, Change{Status: outbox.StatusDelivering, LockedBy: Ptr("relay-2"), LockedAt: Ago(0)}, ids[0])
+	tb.Set(t, Change{Status: outbox.StatusDead, LockedBy: Ptr(""), UpdatedAt: Ago(0)}, ids[1])
+	tb.Set(t, Change{Status: outbox.StatusPending, LockedBy: Ptr(""), AvailableAt: Ago(0)}, ids[2])
+	if n, err := s.DeleteDelivered(ctx, storage.SettleParams{Lease: stale.Lease, IDs: ids}); err != nil || n != 0 {
+		t.Fatalf("DeleteDelivered under a stale lease = %d, %v; want 0", n, err)
+	}
+	// The same relay's new lease on the row: the old stamp is not it.
+	tb.Set(t, Change{LockedBy: Ptr("relay-1"), LockedAt: Ago(-time.Second)}, ids[0])
+	if n, err := s.DeleteDelivered(ctx, storage.SettleParams{Lease: stale.Lease, IDs: ids}); err != nil || n != 0 {
+		t.Fatalf("DeleteDelivered with an old stamp = %d, %v; want 0", n, err)
+	}
+	if got := len(tb.Rows(t)); got != 3 {
+		t.Fatalf("%d rows left, want all 3", got)
+	}
+}
+
 func testMarkFailed(t *testing.T, h Harness) {
 	tb := h.New(t)
 	s := tb.Storage()

@@ -46,6 +46,8 @@ var tests = []struct {
 	{"Claim/ConcurrentClaimsNeverShareAnEvent", testConcurrentClaimsNeverShareAnEvent},
 
 	{"Settle/MarkDelivered", testMarkDelivered},
+	{"Settle/DeleteDelivered", testDeleteDelivered},
+	{"Settle/DeleteDeliveredKeepsToItsLease", testDeleteDeliveredKeepsToItsLease},
 	{"Settle/MarkFailedBacksOffAsAsked", testMarkFailed},
 	{"Settle/MarkFailedStoresErrorsSafely", testMarkFailedStoresErrorsSafely},
 	{"Settle/ReleaseBurnsNoAttempt", testReleaseBurnsNoAttempt},
@@ -73,6 +75,8 @@ var tests = []struct {
 	{"Admin/DeliveryRate", testDeliveryRate},
 	{"Admin/Get", testGet},
 	{"Admin/Prune", testPrune},
+	{"Admin/PrunePausesBetweenBatches", testPrunePausesBetweenBatches},
+	{"Retention/LockIsExclusive", testRetentionLockIsExclusive},
 	{"Admin/RetryDead", testRetryDead},
 	{"Admin/Emit", testEmit},
 

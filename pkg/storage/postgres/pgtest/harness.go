@@ -33,6 +33,11 @@ func (Harness) New(t testing.TB) storagetest.Table {
 // Unmigrated opens a store on a table in a new, empty schema.
 func (Harness) Unmigrated(t testing.TB) storage.Storage {
 	t.Helper()
+	return unmigrated(t)
+}
+
+func unmigrated(t testing.TB) *postgres.Store {
+	t.Helper()
 	s, err := postgres.Open(context.Background(), storage.URLWithTable(URL(), NewSchema(t)+".openoutbox_events"))
 	if err != nil {
 		t.Fatalf("pgtest: open store: %v", err)
@@ -40,6 +45,37 @@ func (Harness) Unmigrated(t testing.TB) storage.Storage {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// PartitionedHarness runs the storagetest suite on tables partitioned by
+// By ("day" or "hour"): what works on a plain table must work on a
+// partitioned one.
+type PartitionedHarness struct{ By string }
+
+var _ storagetest.Harness = PartitionedHarness{}
+
+// New creates a migrated, partitioned table in a new schema.
+func (h PartitionedHarness) New(t testing.TB) storagetest.Table {
+	t.Helper()
+	return Conformance(NewPartitioned(t, h.By))
+}
+
+// Unmigrated opens a store whose Migrate creates the table partitioned.
+func (h PartitionedHarness) Unmigrated(t testing.TB) storage.Storage {
+	t.Helper()
+	return partitionedStore{unmigrated(t), h.By}
+}
+
+// partitionedStore is a Store whose Migrate is MigratePartitioned.
+type partitionedStore struct {
+	*postgres.Store
+	by string
+}
+
+func (s partitionedStore) Migrate(ctx context.Context) (storage.MigrateResult, error) {
+	return s.MigratePartitioned(ctx, s.by)
+}
+
+func (s partitionedStore) SchemaSQL() string { return s.PartitionedSchemaSQL(s.by) }
 
 // NewSchema creates an empty schema that is dropped, with everything in it,
 // when the test ends, and returns its name.

@@ -46,6 +46,18 @@ type Table struct {
 // when the test ends.
 func New(t testing.TB) *Table {
 	t.Helper()
+	return newTable(t, "")
+}
+
+// NewPartitioned is New with the table partitioned by by ("day" or
+// "hour"), as `relay-cli migrate --partition-by` creates it.
+func NewPartitioned(t testing.TB, by string) *Table {
+	t.Helper()
+	return newTable(t, by)
+}
+
+func newTable(t testing.TB, partitionBy string) *Table {
+	t.Helper()
 	ctx := context.Background()
 	name := NewSchema(t) + ".openoutbox_events"
 	storeURL := storage.URLWithTable(URL(), name)
@@ -54,7 +66,12 @@ func New(t testing.TB) *Table {
 		t.Fatalf("pgtest: open store: %v", err)
 	}
 	t.Cleanup(store.Close)
-	if _, err := store.Migrate(ctx); err != nil {
+	if partitionBy != "" {
+		_, err = store.MigratePartitioned(ctx, partitionBy)
+	} else {
+		_, err = store.Migrate(ctx)
+	}
+	if err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}
 	return &Table{Store: store, URL: storeURL, Name: name}

@@ -1,7 +1,9 @@
 -- The table and what hangs off it, to report what migrate created and what
 -- existed: its columns that migrate adds, its indexes, its sequence, its
--- triggers and the notify function. $1 is the table, $2 its sequence, $3
--- the notify function's signature.
+-- triggers, the notify function and, on a partitioned table, its default
+-- partition (time partitions come and go; `relay-cli partitions` lists
+-- them). $1 is the table, $2 its sequence, $3 the notify function's
+-- signature, $4 the default partition.
 SELECT 'table ' || c.relname FROM pg_class c
 WHERE c.oid = to_regclass($1)
 UNION ALL
@@ -19,3 +21,6 @@ WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal
 UNION ALL
 SELECT 'function ' || p.proname || '()' FROM pg_proc p
 WHERE p.oid = to_regprocedure($3)
+UNION ALL
+SELECT 'partition ' || c.relname FROM pg_class c
+WHERE c.oid = to_regclass($4)

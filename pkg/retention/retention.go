@@ -1,0 +1,283 @@
+// Package retention removes the outbox rows nobody needs any more, in the
+// relay's background: DELIVERED rows past DELIVERED_RETENTION and DEAD rows
+// past DEAD_RETENTION, a small batch at a time with a pause between
+// batches, so that claims never wait behind it. On a time-partitioned table
+// (a storage.Partitioner whose table is partitioned) the driver instead
+// creates partitions ahead and drops whole expired ones, which is why the
+// loop runs on such a table even when nothing is to be deleted.
+//
+// One relay of a table does the work at a time: each cycle runs under the
+// table's retention lock (storage.Retainer) and is skipped by relays that
+// do not get it. It never touches PENDING or DELIVERING rows: pruning
+// refuses them, and partition maintenance keeps every partition that holds
+// one.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Defaults for Config.
+const (
+	IntervalDefault = time.Minute
+	// BatchSizeDefault rows per DELETE: a short transaction, a few
+	// milliseconds of locks on rows nobody else wants.
+	BatchSizeDefault = 1000
+	// PauseDefault between two batches leaves the database to the claims.
+	PauseDefault = 20 * time.Millisecond
+	// FirstDelayDefault is how soon after start the first cycle runs.
+	FirstDelayDefault = 2 * time.Second
+)
+
+// Forever is a retention that keeps rows forever (the variable unset).
+const Forever time.Duration = -1
+
+// Config says what to remove and how often. A zero Interval, BatchSize,
+// Pause or FirstDelay takes its default; the retentions have none (zero
+// means remove at once).
+type Config struct {
+	// Delivered and Dead are how long DELIVERED rows (by delivered_at)
+	// and DEAD rows (by updated_at, when they died) are kept; negative
+	// (Forever) keeps them.
+	Delivered time.Duration
+	Dead      time.Duration
+	// Interval is the time between two cycles.
+	Interval time.Duration
+	// FirstDelay is the time from Run's start to the first cycle.
+	FirstDelay time.Duration
+	// BatchSize bounds the rows one DELETE removes; Pause is waited
+	// between two.
+	BatchSize int
+	Pause     time.Duration
+	// PartitionAhead is how far ahead partitions must exist on a
+	// partitioned table; zero: three days of daily partitions, twelve
+	// hours of hourly ones.
+	PartitionAhead time.Duration
+	Logger         *slog.Logger
+	// OnDeleted, when set, is told of every row removed, by status.
+	OnDeleted func(status outbox.Status, rows int64)
+	// OnPartitions, when set, is told what each partition maintenance did.
+	OnPartitions func(storage.PartitionReport)
+}
+
+// Enabled reports whether any rows are to be removed.
+func (c Config) Enabled() bool { return c.Delivered >= 0 || c.Dead >= 0 }
+
+// Validate reports settings that cannot work. Zeros take defaults.
+func (c Config) Validate() error {
+	if c.Interval < 0 || c.BatchSize < 0 || c.Pause < 0 || c.FirstDelay < 0 || c.PartitionAhead < 0 {
+		return errors.New("retention: Interval, BatchSize, Pause, FirstDelay and PartitionAhead must not be negative")
+	}
+	return nil
+}
+
+// Store is what retention needs of the table; a storage that is also a
+// storage.Retainer or storage.Partitioner is used as one.
+type Store interface {
+	Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error)
+}
+
+// Runner runs the retention cycles of one table.
+type Runner struct {
+	cfg   Config
+	store Store
+	log   *slog.Logger
+}
+
+// New returns a Runner for store.
+func New(cfg Config, store Store) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = IntervalDefault
+	}
+	if cfg.FirstDelay == 0 {
+		cfg.FirstDelay = FirstDelayDefault
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = BatchSizeDefault
+	}
+	if cfg.Pause == 0 {
+		cfg.Pause = PauseDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{cfg: cfg, store: store, log: cfg.Logger}, nil
+}
+
+// Needed reports whether a Runner has anything to do on store: rows to
+// remove, or a storage that may hold a partitioned table.
+func Needed(cfg Config, store Store) bool {
+	_, partitions := store.(storage.Partitioner)
+	return cfg.Enabled() || partitions
+}
+
+// Report is what one cycle did.
+type Report struct {
+	// Skipped: another relay held the table's retention lock.
+	Skipped bool
+	// Partitioning is the table's ("day", "hour"), or "" when it is not
+	// partitioned; Partitions is then what maintenance did.
+	Partitioning string
+	Partitions   storage.PartitionReport
+	// Deleted counts the rows removed, by status, whichever way.
+	Deleted map[outbox.Status]int64
+}
+
+// Run runs a cycle FirstDelay after it starts and then every Interval,
+// until ctx ends. A failed cycle is logged and the next one tries again.
+func (r *Runner) Run(ctx context.Context) {
+	t := time.NewTimer(r.cfg.FirstDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rep, err := r.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.Error("retention cycle failed; trying again at the next", "error", err,
+				"deleted_delivered", rep.Deleted[outbox.StatusDelivered], "deleted_dead", rep.Deleted[outbox.StatusDead],
+				"next_in", r.cfg.Interval)
+		}
+		t.Reset(r.cfg.Interval)
+	}
+}
+
+// RunOnce runs one cycle and logs what it removed.
+func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
+	rep := Report{Deleted: map[outbox.Status]int64{}}
+	p, _ := r.store.(storage.Partitioner)
+	if p != nil {
+		var err error
+		if rep.Partitioning, err = p.Partitioning(ctx); err != nil {
+			return rep, fmt.Errorf("retention: %w", err)
+		}
+	}
+	if rep.Partitioning == "" && !r.cfg.Enabled() {
+		return rep, nil
+	}
+	began := time.Now()
+	cycle := func(ctx context.Context) error {
+		if rep.Partitioning != "" {
+			return r.maintainPartitions(ctx, p, &rep)
+		}
+		return r.prune(ctx, &rep)
+	}
+	var err error
+	if lock, ok := r.store.(storage.Retainer); ok {
+		var ran bool
+		ran, err = lock.WithRetentionLock(ctx, cycle)
+		rep.Skipped = !ran && err == nil
+	} else {
+		err = cycle(ctx)
+	}
+	if rep.Skipped {
+		r.log.Debug("retention: another relay holds the table's retention lock; skipping this cycle")
+		return rep, nil
+	}
+	if err == nil {
+		r.logCycle(rep, time.Since(began))
+	}
+	return rep, err
+}
+
+// prune deletes expired DELIVERED and DEAD rows in batches.
+func (r *Runner) prune(ctx context.Context, rep *Report) error {
+	for _, c := range []struct {
+		status outbox.Status
+		keep   time.Duration
+	}{{outbox.StatusDelivered, r.cfg.Delivered}, {outbox.StatusDead, r.cfg.Dead}} {
+		if c.keep < 0 {
+			continue
+		}
+		var counted int64
+		res, err := r.store.Prune(ctx, storage.PruneParams{
+			Status: c.status, OlderThan: c.keep, BatchSize: r.cfg.BatchSize, Pause: r.cfg.Pause,
+			Progress: func(deleted int64) {
+				// Counted batch by batch, so the metric moves during a
+				// long first cycle and nothing is lost when one fails.
+				r.deleted(rep, c.status, deleted-counted)
+				counted = deleted
+			},
+		})
+		r.deleted(rep, c.status, res.Deleted-counted)
+		if err != nil {
+			return fmt.Errorf("retention of %s rows: %w", c.status, err)
+		}
+	}
+	return nil
+}
+
+func (r *Runner) deleted(rep *Report, status outbox.Status, n int64) {
+	if n <= 0 {
+		return
+	}
+	rep.Deleted[status] += n
+	if r.cfg.OnDeleted != nil {
+		r.cfg.OnDeleted(status, n)
+	}
+}
+
+// maintainPartitions has the driver create partitions ahead and drop
+// expired ones.
+func (r *Runner) maintainPartitions(ctx context.Context, p storage.Partitioner, rep *Report) error {
+	ahead := r.cfg.PartitionAhead
+	if ahead == 0 {
+		ahead = 3 * 24 * time.Hour
+		if rep.Partitioning == "hour" {
+			ahead = 12 * time.Hour
+		}
+	}
+	pr, err := p.MaintainPartitions(ctx, storage.PartitionPolicy{
+		Ahead: ahead, DeliveredRetention: r.cfg.Delivered, DeadRetention: r.cfg.Dead,
+	})
+	rep.Partitions = pr
+	for status, n := range pr.DroppedRows {
+		r.deleted(rep, outbox.Status(status), n)
+	}
+	if r.cfg.OnPartitions != nil {
+		r.cfg.OnPartitions(pr)
+	}
+	if err != nil {
+		return fmt.Errorf("retention: partition maintenance: %w", err)
+	}
+	return nil
+}
+
+// logCycle says what a cycle removed: at info when it changed something,
+// at debug when not, and a warning for every expired partition kept.
+func (r *Runner) logCycle(rep Report, took time.Duration) {
+	attrs := []any{
+		"deleted_delivered", rep.Deleted[outbox.StatusDelivered],
+		"deleted_dead", rep.Deleted[outbox.StatusDead],
+		"took", took.Round(time.Millisecond),
+	}
+	changed := rep.Deleted[outbox.StatusDelivered]+rep.Deleted[outbox.StatusDead] > 0
+	if rep.Partitioning != "" {
+		attrs = append(attrs, "partitioning", rep.Partitioning,
+			"partitions_created", rep.Partitions.Created, "partitions_dropped", rep.Partitions.Dropped)
+		changed = changed || len(rep.Partitions.Created)+len(rep.Partitions.Dropped) > 0
+		for _, k := range rep.Partitions.Kept {
+			r.log.Warn("retention: an expired partition is kept", "partition", k.Name, "reason", k.Reason)
+		}
+	}
+	if changed {
+		r.log.Info("retention cycle", attrs...)
+	} else {
+		r.log.Debug("retention cycle: nothing to remove", attrs...)
+	}
+}

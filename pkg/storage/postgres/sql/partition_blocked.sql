@@ -1,0 +1,10 @@
+-- Whether a partition ({{partition}}) holds any row that keeps it, with the
+-- rules of partition_rows.sql; run under the lock that drops it. Each part
+-- reads a partial index, so the lock is held for moments, not a scan.
+SELECT EXISTS (SELECT 1 FROM {{partition}} WHERE status = 'PENDING')
+    OR EXISTS (SELECT 1 FROM {{partition}} WHERE status = 'DELIVERING')
+    OR EXISTS (SELECT 1 FROM {{partition}} WHERE status = 'DELIVERED'
+               AND ($1::bigint IS NULL OR delivered_at IS NULL
+                    OR delivered_at >= now() - $1::bigint * interval '1 microsecond'))
+    OR EXISTS (SELECT 1 FROM {{partition}} WHERE status = 'DEAD'
+               AND ($2::bigint IS NULL OR updated_at >= now() - $2::bigint * interval '1 microsecond'))

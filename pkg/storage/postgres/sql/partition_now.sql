@@ -1,0 +1,2 @@
+-- The database's clock, which decides what "ahead" and "expired" mean.
+SELECT now()
