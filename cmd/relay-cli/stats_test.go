@@ -232,3 +232,39 @@ func TestStatsWatchRedrawsUntilInterrupted(t *testing.T) {
 		t.Fatalf("stats --watch exited %d after an interrupt, want 0; stderr:\n%s", code, stderr.String())
 	}
 }
+
+type retentionStatsJSON struct {
+	DeleteMode         bool     `json:"delete_mode"`
+	DeliveredRetention *float64 `json:"delivered_retention_seconds"`
+	DeadRetention      *float64 `json:"dead_retention_seconds"`
+}
+
+// relay-cli stats reads DELIVERED_RETENTION and DEAD_RETENTION from its
+// environment, as the relay does: with 0 it says the table runs in delete
+// mode, so that no DELIVERED rows is not alarming.
+func TestStatsSaysDeleteMode(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.InsertN(t, 2, "x")
+	r := ok(t, cmd{args: onTable(tb, "stats"), env: []string{"DELIVERED_RETENTION=0", "DEAD_RETENTION=30d"}}.run(t))
+	if !strings.Contains(r.stdout, "delete mode (DELIVERED_RETENTION=0)") || !strings.Contains(r.stdout, "removed after 30d00h (DEAD_RETENTION)") {
+		t.Errorf("stats in delete mode:\n%s", r)
+	}
+	js := decode[retentionStatsJSON](t, ok(t, cmd{args: onTable(tb, "stats", "--json"), env: []string{"DELIVERED_RETENTION=0"}}.run(t)))
+	if !js.DeleteMode || js.DeliveredRetention == nil || *js.DeliveredRetention != 0 || js.DeadRetention != nil {
+		t.Errorf("stats --json in delete mode: %+v", js)
+	}
+
+	// Unset: no word of it; a duration: how long rows stay.
+	r = ok(t, cmd{args: onTable(tb, "stats")}.run(t))
+	if strings.Contains(r.stdout, "delete mode") || strings.Contains(r.stdout, "RETENTION") {
+		t.Errorf("stats without retention:\n%s", r)
+	}
+	r = ok(t, cmd{args: onTable(tb, "stats", "--delivered-retention", "7d")}.run(t))
+	if strings.Contains(r.stdout, "delete mode") || !strings.Contains(r.stdout, "removed after 7d00h (DELIVERED_RETENTION)") {
+		t.Errorf("stats --delivered-retention 7d:\n%s", r)
+	}
+	if r := (cmd{args: onTable(tb, "stats"), env: []string{"DELIVERED_RETENTION=-1d"}}).run(t); r.code != 2 || !strings.Contains(r.stderr, "DELIVERED_RETENTION") {
+		t.Errorf("a bad DELIVERED_RETENTION: %s", r)
+	}
+}
