@@ -97,6 +97,8 @@ lint:
 # MODE=cpu: the relay binary's own CPU time per event over a 100,000-event
 # drain into NATS and null://; BENCH_RELAY_BINS=a,b adds other builds and
 # OPEN_OUTBOX_RELAY_BIN Open Outbox Relay's binary to the same run.
+# MODE=delete: draining into null:// and NATS with DELIVERED_RETENTION=0
+# (rows deleted at settle) beside the same drains marking rows DELIVERED.
 BROKER ?= nats
 MODE ?= throughput
 STORAGE ?= postgres
@@ -113,6 +115,8 @@ else ifeq ($(MODE),cpu)
 	$(GO) test -run '^$$' -bench 'DrainCPU$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),ordering)
 	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+else ifeq ($(MODE),delete)
+	$(GO) test -run '^$$' -bench 'Drain(Null|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else
 	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$|ClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 endif

@@ -117,3 +117,38 @@ func TestPruneShowsProgressOnATerminal(t *testing.T) {
 		t.Errorf("progress went to stdout:\n%s", stdout.String())
 	}
 }
+
+type prunePerStatusJSON struct {
+	pruneJSON
+	AgeSeconds map[string]float64 `json:"age_seconds"`
+}
+
+// Open Outbox's maintenance guide runs prune --delivered-age 7d --dead-age
+// 30d [--dry-run]: each status gets its own age.
+func TestPruneTakesOpenOutboxsPerStatusAges(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	f := pgtest.NewPruneRows(t, tb, 5)
+	before := tb.Snapshot(t)
+
+	r := ok(t, relayCLI(t, tb, "prune", "--delivered-age", "7d", "--dead-age", "2d", "--dry-run"))
+	if !strings.Contains(r.stdout, "would delete 5 DELIVERED rows with delivered_at older than 7d") ||
+		!strings.Contains(r.stdout, "would delete 3 DEAD rows with updated_at older than 2d") {
+		t.Errorf("prune --delivered-age --dead-age --dry-run:\n%s", r)
+	}
+	pgtest.RequireUnchanged(t, "prune --dry-run", before, tb.Snapshot(t))
+
+	js := decode[prunePerStatusJSON](t, ok(t, relayCLI(t, tb, "prune", "--delivered-age", "7d", "--dead-age", "2d", "--json")))
+	if js.Rows["delivered"] != 5 || js.Rows["dead"] != 3 || js.Total != 8 ||
+		js.AgeSeconds["delivered"] != 7*86400 || js.AgeSeconds["dead"] != 2*86400 {
+		t.Errorf("prune --json = %+v", js)
+	}
+	if got, want := ids(t, tb), sorted(f.NewDelivered, f.NewDead, f.Live); !slices.Equal(got, want) {
+		t.Fatalf("after prune rows\n%v\nremain, want\n%v", got, want)
+	}
+	// One of the two alone prunes that status alone.
+	r = ok(t, relayCLI(t, tb, "prune", "--dead-age", "0s"))
+	if !strings.Contains(r.stdout, "deleted 1 DEAD row") || strings.Contains(r.stdout, "DELIVERED") {
+		t.Errorf("prune --dead-age alone:\n%s", r)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -26,9 +27,17 @@ func statsCommand() *cli.Command {
 			jsonFlag(),
 			&cli.StringFlag{Name: "watch", Usage: "redraw every `INTERVAL` (2s, 1m) until interrupted"},
 			&cli.IntFlag{Name: "top", Value: storage.StatsTopTypesDefault, Usage: "how many event types to list by backlog"},
+			&cli.StringFlag{Name: "delivered-retention", EnvVars: []string{"DELIVERED_RETENTION"},
+				Usage: "the relays' DELIVERED_RETENTION (`DURATION`), read from the environment as the relay reads it: 0 says the table runs in delete mode"},
+			&cli.StringFlag{Name: "dead-retention", EnvVars: []string{"DEAD_RETENTION"},
+				Usage: "the relays' DEAD_RETENTION (`DURATION`), read from the environment as the relay reads it"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
+				return err
+			}
+			ret, err := readRetention(c)
+			if err != nil {
 				return err
 			}
 			top := c.Int("top")
@@ -37,7 +46,6 @@ func statsCommand() *cli.Command {
 			}
 			var interval time.Duration
 			if c.IsSet("watch") {
-				var err error
 				if interval, err = parseDuration(c.String("watch")); err != nil {
 					return usagef("--watch: %w", err)
 				}
@@ -56,9 +64,9 @@ func statsCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				return printStats(c, store, st, false)
+				return printStats(c, store, st, ret, false)
 			}
-			return watchStats(c, store, params, interval)
+			return watchStats(c, store, params, ret, interval)
 		},
 	}
 }
@@ -66,7 +74,7 @@ func statsCommand() *cli.Command {
 // watchStats redraws until interrupted, which is how it is meant to end:
 // exit code 0. A database error on the first read ends it (the URL or table
 // is probably wrong); later ones are reported and the watch goes on.
-func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, interval time.Duration) error {
+func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, ret retentionSettings, interval time.Duration) error {
 	ctx := c.Context
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -80,7 +88,7 @@ func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, in
 		case err != nil:
 			fmt.Fprintf(c.App.ErrWriter, "relay-cli: %v\n", err)
 		default:
-			if err := printStats(c, store, st, true); err != nil {
+			if err := printStats(c, store, st, ret, true); err != nil {
 				return err
 			}
 		}
@@ -106,6 +114,62 @@ type statsJSON struct {
 	TopEventTypes          []typeJSON    `json:"top_event_types"`
 	Leases                 []leaseJSON   `json:"leases"`
 	BlockedKeys            []blockedJSON `json:"blocked_keys"`
+	// DeleteMode is DELIVERED_RETENTION=0 as relay-cli's environment (or
+	// flag) says; the retentions are null when unset (kept forever).
+	DeleteMode         bool     `json:"delete_mode"`
+	DeliveredRetention *float64 `json:"delivered_retention_seconds"`
+	DeadRetention      *float64 `json:"dead_retention_seconds"`
+}
+
+// retentionSettings are the relays' DELIVERED_RETENTION and DEAD_RETENTION
+// as relay-cli's environment or flags give them; negative when unset.
+// The table does not record them: relay-cli runs with the relay's
+// environment (in its container, from its ConfigMap or env file) or is
+// told with the flags.
+type retentionSettings struct {
+	delivered, dead time.Duration
+}
+
+func readRetention(c *cli.Context) (retentionSettings, error) {
+	r := retentionSettings{delivered: -1, dead: -1}
+	for _, f := range []struct {
+		flag, env string
+		to        *time.Duration
+	}{{"delivered-retention", "DELIVERED_RETENTION", &r.delivered}, {"dead-retention", "DEAD_RETENTION", &r.dead}} {
+		v := c.String(f.flag)
+		if v == "" {
+			continue
+		}
+		d, err := parseDuration(v)
+		if err != nil {
+			return r, usagef("--%s (or %s): %w", f.flag, f.env, err)
+		}
+		*f.to = d
+	}
+	return r, nil
+}
+
+func (r retentionSettings) deleteMode() bool { return r.delivered == 0 }
+
+func (r retentionSettings) deliveredSeconds() *float64 { return seconds(r.delivered) }
+
+func (r retentionSettings) deadSeconds() *float64 { return seconds(r.dead) }
+
+func seconds(d time.Duration) *float64 {
+	if d < 0 {
+		return nil
+	}
+	s := d.Seconds()
+	return &s
+}
+
+// kept says how long the relays keep a status's rows, when they remove
+// them at all.
+func (r retentionSettings) kept(d time.Duration, name string) string {
+	if d < 0 {
+		return ""
+	}
+	return fmt.Sprintf(", removed after %s (%s)", formatAge(d), name)
 }
 
 type blockedJSON struct {
@@ -138,7 +202,7 @@ type leaseJSON struct {
 	OldestLeaseAgeSec float64    `json:"oldest_lease_age_seconds"`
 }
 
-func printStats(c *cli.Context, store storage.Storage, st storage.Stats, watching bool) error {
+func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, watching bool) error {
 	out := c.App.Writer
 	if c.Bool("json") {
 		v := statsJSON{
@@ -154,6 +218,9 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, watchin
 			TopEventTypes:       []typeJSON{},
 			Leases:              []leaseJSON{},
 			BlockedKeys:         []blockedJSON{},
+			DeleteMode:          ret.deleteMode(),
+			DeliveredRetention:  ret.deliveredSeconds(),
+			DeadRetention:       ret.deadSeconds(),
 		}
 		for _, b := range st.BlockedKeys {
 			v.BlockedKeys = append(v.BlockedKeys, blockedJSON{b.Key, b.DeadEventID.String(), b.DeadEventType, b.Waiting})
@@ -191,10 +258,10 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, watchin
 			fmt.Fprintln(out)
 		}
 	}
-	return writeStatsText(out, store.Table(), st)
+	return writeStatsText(out, store.Table(), st, ret)
 }
 
-func writeStatsText(out io.Writer, table string, st storage.Stats) error {
+func writeStatsText(out io.Writer, table string, st storage.Stats, ret retentionSettings) error {
 	fmt.Fprintf(out, "table %s at %s\n\n", table, st.ObservedAt.UTC().Format(time.RFC3339))
 	tw := newTable(out)
 	fmt.Fprintln(tw, "STATUS\tEVENTS\tDETAIL")
@@ -204,8 +271,13 @@ func writeStatsText(out io.Writer, table string, st storage.Stats) error {
 	}
 	fmt.Fprintf(tw, "PENDING\t%d\t%s\n", st.Pending(), pendingDetail)
 	fmt.Fprintf(tw, "DELIVERING\t%d\t%d relay(s) holding leases\n", st.Delivering, len(st.Leases))
-	fmt.Fprintf(tw, "DELIVERED\t%d\tlast minute %d, last hour %d\n", st.Delivered, st.DeliveredLastMinute, st.DeliveredLastHour)
-	fmt.Fprintf(tw, "DEAD\t%d\t\n", st.Dead)
+	if ret.deleteMode() {
+		fmt.Fprintf(tw, "DELIVERED\t%d\tdelete mode (DELIVERED_RETENTION=0): rows are deleted as they are delivered; relays count deliveries (openoutbox_events_total)\n", st.Delivered)
+	} else {
+		fmt.Fprintf(tw, "DELIVERED\t%d\tlast minute %d, last hour %d%s\n", st.Delivered, st.DeliveredLastMinute, st.DeliveredLastHour,
+			ret.kept(ret.delivered, "DELIVERED_RETENTION"))
+	}
+	fmt.Fprintf(tw, "DEAD\t%d\t%s\n", st.Dead, strings.TrimPrefix(ret.kept(ret.dead, "DEAD_RETENTION"), ", "))
 	if err := tw.Flush(); err != nil {
 		return err
 	}

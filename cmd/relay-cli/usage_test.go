@@ -48,6 +48,9 @@ func TestUsageErrorsExit2BeforeConnecting(t *testing.T) {
 		{"stats top zero", []string{"stats", "--top", "0"}, "--top must be at least 1"},
 
 		{"prune without --older-than", []string{"prune"}, "prune needs --older-than"},
+		{"prune with both kinds of age", []string{"prune", "--older-than", "7d", "--dead-age", "30d"}, "either --older-than"},
+		{"prune --status with per-status ages", []string{"prune", "--status", "all", "--delivered-age", "7d"}, "--status goes with --older-than"},
+		{"prune with a bad --dead-age", []string{"prune", "--dead-age", "-30d"}, "--dead-age: invalid duration"},
 		{"prune bad duration", []string{"prune", "--older-than", "7x"}, `invalid duration "7x"`},
 		{"prune number without unit", []string{"prune", "--older-than", "7"}, "missing unit"},
 		{"prune negative duration", []string{"prune", "--older-than", "-7d"}, "invalid duration"},

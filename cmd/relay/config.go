@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/telemetry"
 )
@@ -44,6 +45,10 @@ type config struct {
 	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY"`
 	RetryJitter        float64       `env:"RETRY_JITTER"`
 	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT"`
+
+	DeliveredRetention keepFor       `env:"DELIVERED_RETENTION"`
+	DeadRetention      keepFor       `env:"DEAD_RETENTION"`
+	RetentionInterval  time.Duration `env:"RETENTION_INTERVAL"`
 
 	Wakeup         string        `env:"WAKEUP"`
 	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE"`
@@ -102,6 +107,9 @@ func defaultConfig() config {
 		RetryMaxDelay:      relay.RetryMaxDelayDefault,
 		RetryJitter:        relay.RetryJitterDefault,
 		ShutdownTimeout:    relay.ShutdownTimeoutDefault,
+		DeliveredRetention: forever,
+		DeadRetention:      forever,
+		RetentionInterval:  retention.IntervalDefault,
 		NotifyDebounce:     relay.NotifyDebounceDefault,
 		Ordering:           string(relay.OrderingDefault),
 		OrderingOnDead:     string(relay.OnDeadDefault),
@@ -173,6 +181,8 @@ func kindName(t reflect.Type) string {
 		return "a boolean (true or false)"
 	case reflect.TypeOf(0.0):
 		return "a number"
+	case reflect.TypeOf(keepFor(0)):
+		return "a retention (such as 7d, 36h, 2w or 0)"
 	case reflect.TypeOf(byteSize(0)):
 		return "a size (such as 8MiB, 512KiB or 1048576)"
 	}
@@ -205,6 +215,7 @@ func (c config) validate() error {
 	}
 	add(c.engineConfig(nil).Validate())
 	add(c.reaperConfig(nil).Validate())
+	add(c.validateRetention())
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add(err)
 	}
@@ -266,8 +277,10 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		Ordering:       storage.Ordering(c.Ordering),
 		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
 		NotifyDebounce: c.NotifyDebounce,
-		Broker:         redact.URL(c.PublisherURL),
-		Logger:         log,
+		// DELIVERED_RETENTION=0: delete on delivery.
+		DeleteDelivered: c.DeliveredRetention == 0,
+		Broker:          redact.URL(c.PublisherURL),
+		Logger:          log,
 	}
 }
 

@@ -350,3 +350,23 @@ func readYAML(t *testing.T, name string, v any) {
 		t.Fatalf("%s: %v", name, err)
 	}
 }
+
+// TestImageHasOpenOutboxsPaths: Open Outbox's CronJobs and compose files
+// run /app/relay and /app/cli; the image links both to the binaries. (No
+// image is built here: this checks the Dockerfile says so.)
+func TestImageHasOpenOutboxsPaths(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"ln -s /usr/local/bin/relay /out/app/relay",
+		"ln -s /usr/local/bin/relay-cli /out/app/cli",
+		"COPY --from=build /out/app /app\n",
+		"COPY --from=build /out/relay /out/relay-cli /usr/local/bin/",
+	} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}

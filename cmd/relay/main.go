@@ -31,6 +31,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
 	_ "github.com/outbox-relay/relay/pkg/storage/mysql"
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -186,6 +187,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := store.Check(ctx); err != nil {
 		return startError(ctx, log, err)
 	}
+	if cfg.retentionConfig(nil).Enabled() {
+		if err := canDelete(ctx, store); err != nil {
+			return startError(ctx, log, err)
+		}
+	}
 
 	tel, err := telemetry.New(ctx, cfg.telemetryConfig(log))
 	if err != nil {
@@ -212,6 +218,18 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return usageError{err}
 	}
 	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
+	retentionCfg := cfg.retentionConfig(log)
+	retentionCfg.OnDeleted = tel.OnRetentionDeleted
+	retentionCfg.OnPartitions = tel.OnPartitions
+	var retainer *retention.Runner
+	if retention.Needed(retentionCfg, store) {
+		if retainer, err = retention.New(retentionCfg, store); err != nil {
+			return usageError{err}
+		}
+	}
+	for _, note := range cfg.retentionNotes() {
+		log.Warn(note)
+	}
 
 	health := &healthState{}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -243,6 +261,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"max_in_flight_batches", cfg.MaxInFlightBatches,
 		"wakeup", wakeup,
 		"ordering", cfg.Ordering,
+		"delivered_retention", cfg.DeliveredRetention.String(),
+		"dead_retention", cfg.DeadRetention.String(),
 		"metrics_exporter", cfg.MetricsExporter,
 		"traces_exporter", cfg.TracesExporter)
 
@@ -257,6 +277,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer wg.Done()
 		backlog.Run(ctx)
 	}()
+	if retainer != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			retainer.Run(ctx)
+		}()
+	}
 	if wakeup == wakeupNotify {
 		wg.Add(1)
 		go func() {

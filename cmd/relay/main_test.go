@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,6 +75,14 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 			[]string{`HTTP_ADDR "8080" is not host:port`, "use :8080"}},
 		{"HTTP_ADDR with a scheme", map[string]string{"HTTP_ADDR": "http://0.0.0.0:8080"},
 			[]string{"HTTP_ADDR", "is not host:port"}},
+		{"negative retention", map[string]string{"DELIVERED_RETENTION": "-7d"},
+			[]string{"DELIVERED_RETENTION", "retention (such as 7d"}},
+		{"unparsable retention", map[string]string{"DEAD_RETENTION": "a month"},
+			[]string{"DEAD_RETENTION", "invalid duration"}},
+		{"dead retention zero", map[string]string{"DELIVERED_RETENTION": "0", "DEAD_RETENTION": "0"},
+			[]string{"DEAD_RETENTION=0 would delete events the moment they fail"}},
+		{"zero retention interval", map[string]string{"DELIVERED_RETENTION": "7d", "RETENTION_INTERVAL": "0s"},
+			[]string{"RETENTION_INTERVAL must be positive"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -317,5 +326,30 @@ func testSIGTERMDrains(t *testing.T, bin, storageURL, table string, fresh e2eTab
 	}
 	if err := healthcheck(); err == nil {
 		t.Error("relay healthcheck succeeded with no relay running")
+	}
+}
+
+// A relay whose role may not DELETE exits at start when retention is set,
+// saying what to grant, rather than failing every delete-mode settle and
+// sending events again once the reaper took them back.
+func TestRetentionWithoutDeletePrivilegeExits1(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	role := "nodelete_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	schemaName, _, _ := strings.Cut(tb.Name, ".")
+	tb.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { tb.Exec(t, "DROP OWNED BY "+role); tb.Exec(t, "DROP ROLE "+role) })
+	tb.Exec(t, "GRANT USAGE ON SCHEMA "+schemaName+" TO "+role)
+	tb.Exec(t, "GRANT SELECT, UPDATE ON {{table}} TO "+role)
+	u, err := url.Parse(tb.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL": u.String(), "PUBLISHER_URL": "null://", "HTTP_ADDR": "127.0.0.1:0", "DELIVERED_RETENTION": "0",
+	})
+	if code != 1 || !strings.Contains(stderr, "need DELETE on the table") || !strings.Contains(stderr, "relay-cli grants") {
+		t.Errorf("exit %d; stderr:\n%s", code, stderr)
 	}
 }

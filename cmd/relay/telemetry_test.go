@@ -449,3 +449,53 @@ func TestMetricsEndpointWithoutPrometheus(t *testing.T) {
 		return code == http.StatusOK
 	}, func() string { return "/stats 200" })
 }
+
+// TestRetentionDeletesOnDeliveryAndPrunesDead runs the relay with
+// DELIVERED_RETENTION=0 and DEAD_RETENTION=30d: delivered events leave no
+// row, yet count as deliveries; a DEAD row past 30 days goes within
+// seconds of the start, and a younger one, and PENDING work, stay.
+func TestRetentionDeletesOnDeliveryAndPrunesDead(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	dead := tb.InsertN(t, 2, "ret.dead")
+	tb.Exec(t, "UPDATE {{table}} SET status = 'DEAD', updated_at = now() - interval '31 days' WHERE event_id = $1", dead[0])
+	tb.Exec(t, "UPDATE {{table}} SET status = 'DEAD', updated_at = now() - interval '29 days' WHERE event_id = $1", dead[1])
+	later := tb.InsertN(t, 1, "ret.later")
+	tb.Exec(t, "UPDATE {{table}} SET available_at = now() + interval '1 day', created_at = now() - interval '90 days' WHERE event_id = $1", later[0])
+	r := startRelay(t, map[string]string{
+		"STORAGE_URL":         tb.URL,
+		"PUBLISHER_URL":       "null://",
+		"BATCH_SIZE":          "50",
+		"POLL_INTERVAL":       "50ms",
+		"DELIVERED_RETENTION": "0",
+		"DEAD_RETENTION":      "30d",
+		"LOG_LEVEL":           "debug",
+	})
+	const n = 240
+	tb.InsertN(t, n, "ret.event")
+	var last scraped
+	eventually.True(t, 60*time.Second, func() bool {
+		last = r.scrape(t)
+		success, _ := last.value("openoutbox_events_total", "status", "success")
+		deleted, _ := last.value("openoutbox_retention_deleted_total", "status", "dead")
+		return success == n && deleted == 1
+	}, func() string {
+		return "success at N and one DEAD row removed; last scrape:" + last.describe(
+			"openoutbox_events_total", "openoutbox_retention_deleted_total") + "\nrelay log:\n" + r.log.String()
+	})
+	if got := tb.Counts(t); fmt.Sprint(got) != fmt.Sprint(map[outbox.Status]int{outbox.StatusPending: 1, outbox.StatusDead: 1}) {
+		t.Errorf("rows left: %v, want the DEAD row younger than 30 days and the PENDING one", got)
+	}
+	if v, ok := last.value("openoutbox_storage_latency_seconds", "op", "delete_delivered", "status", "success"); !ok || v < n/50 {
+		t.Errorf("delete_delivered statements: %g (present %v)", v, ok)
+	}
+	if _, ok := last.value("openoutbox_storage_latency_seconds", "op", "mark_delivered", "status", "success"); ok {
+		t.Error("a delete-mode relay marked rows DELIVERED")
+	}
+	if log := r.log.String(); !strings.Contains(log, "retention cycle") || !strings.Contains(log, "deleted_dead=1") {
+		t.Errorf("the retention cycle's log does not say what it removed:\n%s", r.log.String())
+	}
+	if code := r.stop(t); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}

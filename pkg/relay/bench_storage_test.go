@@ -34,6 +34,11 @@ type benchTable struct {
 	insertOne func(b *testing.B, eventType string)
 	settled   func(b *testing.B) bool
 	delivered func(b *testing.B) int
+	// rows counts every row, whatever its status.
+	rows func(b *testing.B) int
+	// bytes is the table's size with its indexes and TOAST, where the
+	// database reports it exactly (PostgreSQL); nil elsewhere.
+	bytes func(b *testing.B) int64
 	// loop is the ceiling: a bare SQL loop that claims up to batch rows
 	// and marks them delivered until none is left.
 	loop func(b *testing.B, batch int) int
@@ -68,6 +73,14 @@ func pgBenchTable(b *testing.B) benchTable {
 		},
 		settled:   func(b *testing.B) bool { return tb.Settled(b) },
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
+		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
+		bytes: func(b *testing.B) int64 {
+			var n int64
+			if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT pg_total_relation_size($1::regclass)", tb.Name).Scan(&n); err != nil {
+				b.Fatal(err)
+			}
+			return n
+		},
 		loop: func(b *testing.B, batch int) int {
 			ctx := context.Background()
 			claimed := 0
@@ -121,6 +134,7 @@ func mysqlBenchTable(b *testing.B) benchTable {
 		},
 		settled:   func(b *testing.B) bool { return tb.Settled(b) },
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
+		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
 		loop: func(b *testing.B, batch int) int {
 			ctx := context.Background()
 			db := tb.Store.DB() // READ COMMITTED, as the driver's sessions
@@ -164,6 +178,14 @@ func mysqlBenchTable(b *testing.B) benchTable {
 			}
 		},
 	}
+}
+
+func total(counts map[outbox.Status]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 func mustExec(b *testing.B, db *sql.DB, query string, args ...any) {

@@ -35,7 +35,16 @@ func benchDrain(b *testing.B, pub publisher.Publisher, eventType string) {
 // benchDrainWith is benchDrain with the events spread over keys partition
 // keys (0: no key) and the given ordering, on the -storage database.
 func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, keys int, ordering storage.Ordering) {
+	benchDrainMode(b, pub, eventType, keys, ordering, false)
+}
+
+// benchDrainMode is benchDrainWith, settling delivered events by deleting
+// their rows when deleteDelivered is set (DELIVERED_RETENTION=0). Where
+// the database reports it exactly (PostgreSQL) it also reports what the
+// drain added to the table's size, indexes included, before any vacuum.
+func benchDrainMode(b *testing.B, pub publisher.Publisher, eventType string, keys int, ordering storage.Ordering, deleteDelivered bool) {
 	tb := newBenchTable(b)
+	var grown int64
 	var total time.Duration
 	for i := range b.N {
 		b.StopTimer()
@@ -46,6 +55,7 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 			MaxInFlightBatches: *benchInFlight,
 			PollInterval:       10 * time.Millisecond,
 			Ordering:           ordering,
+			DeleteDelivered:    deleteDelivered,
 		}, tb.store, pub)
 		if err != nil {
 			b.Fatal(err)
@@ -55,6 +65,10 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 		stopProfile := func() {}
 		if *drainProfile != "" && i == b.N-1 {
 			stopProfile = startCPUProfile(b, *drainProfile)
+		}
+		var size0 int64
+		if tb.bytes != nil {
+			size0 = tb.bytes(b)
 		}
 		b.StartTimer()
 		began := time.Now()
@@ -71,11 +85,24 @@ func benchDrainWith(b *testing.B, pub publisher.Publisher, eventType string, key
 		stopProfile()
 		cancel()
 		<-done
-		if got := tb.delivered(b); got != *benchEvents {
-			b.Fatalf("%d events delivered, want %d", got, *benchEvents)
+		if tb.bytes != nil {
+			grown += tb.bytes(b) - size0
+		}
+		switch {
+		case deleteDelivered:
+			if left := tb.rows(b); left != 0 {
+				b.Fatalf("%d rows left in delete mode, want none", left)
+			}
+		default:
+			if got := tb.delivered(b); got != *benchEvents {
+				b.Fatalf("%d events delivered, want %d", got, *benchEvents)
+			}
 		}
 	}
 	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "events/s")
+	if tb.bytes != nil {
+		b.ReportMetric(float64(grown)/float64(*benchEvents)/float64(b.N), "table-B-grown/event")
+	}
 }
 
 func startCPUProfile(b *testing.B, path string) (stop func()) {
@@ -132,6 +159,23 @@ func BenchmarkDrainNATSPartition(b *testing.B) {
 // ORDERING=none.
 func BenchmarkDrainNATSKeyed(b *testing.B) {
 	benchDrainWith(b, benchNATS(b), "bench.event", 100, storage.OrderingNone)
+}
+
+// BenchmarkDrainNullDelete is BenchmarkDrainNull with
+// DELIVERED_RETENTION=0: delivered rows are deleted in the settle
+// statement instead of marked DELIVERED.
+func BenchmarkDrainNullDelete(b *testing.B) {
+	pub, err := publisher.Open(context.Background(), "null://")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDrainMode(b, pub, "bench.event", 0, storage.OrderingNone, true)
+}
+
+// BenchmarkDrainNATSDelete is BenchmarkDrainNATS with
+// DELIVERED_RETENTION=0.
+func BenchmarkDrainNATSDelete(b *testing.B) {
+	benchDrainMode(b, benchNATS(b), "bench.event", 0, storage.OrderingNone, true)
 }
 
 // BenchmarkDrainNull measures the storage side alone.
