@@ -297,3 +297,43 @@ func TestPartitionedTablesAreMaintainedNotPruned(t *testing.T) {
 		t.Error("a storage that cannot be partitioned, with no retention, needs a loop")
 	}
 }
+
+// On a real partitioned table (PostgreSQL, by day) the loop has the driver
+// create the partitions rows wait for and drop an expired one, counts the rows it
+// held, and keeps the partition of a PENDING row; it prunes no row itself.
+func TestMaintainsARealPartitionedTable(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "day")
+	ids := tb.InsertN(t, 4, "e")
+	tb.Set(t, ids[0], "created_at = now() - interval '10 days', status = 'DELIVERED', delivered_at = now() - interval '9 days'")
+	tb.Set(t, ids[1], "created_at = now() - interval '10 days', status = 'DEAD', updated_at = now() - interval '9 days'")
+	tb.Set(t, ids[2], "created_at = now() - interval '12 days'") // PENDING
+	// ids[3]: PENDING, now.
+	var c counts
+	var reports []storage.PartitionReport
+	r, err := retention.New(retention.Config{Delivered: 7 * day, Dead: 7 * day, OnDeleted: c.add,
+		OnPartitions: func(p storage.PartitionReport) { reports = append(reports, p) }}, tb.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Partitioning != "day" || len(rep.Partitions.Created) != 2 || len(rep.Partitions.Dropped) != 1 || len(reports) != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	if got := c.get(); got[outbox.StatusDelivered] != 1 || got[outbox.StatusDead] != 1 {
+		t.Errorf("counted %v, want the dropped partition's 1 DELIVERED and 1 DEAD", got)
+	}
+	if got := tb.Counts(t); fmt.Sprint(got) != fmt.Sprint(map[outbox.Status]int{outbox.StatusPending: 2}) {
+		t.Errorf("rows left %v, want the 2 PENDING", got)
+	}
+	kept := false
+	for _, k := range rep.Partitions.Kept {
+		kept = kept || k.Reason != ""
+	}
+	if !kept {
+		t.Errorf("the partition of the old PENDING row is not reported kept: %+v", rep.Partitions.Kept)
+	}
+}
