@@ -3,6 +3,7 @@ package retention_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"testing"
@@ -336,4 +337,52 @@ func TestMaintainsARealPartitionedTable(t *testing.T) {
 	if !kept {
 		t.Errorf("the partition of the old PENDING row is not reported kept: %+v", rep.Partitions.Kept)
 	}
+}
+
+// A cycle that fails the same way again and again is logged as an error
+// once, then at debug, not every RETENTION_INTERVAL.
+func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.Exec(t, "DROP TABLE {{table}}")
+	logs := &levelCounter{}
+	r, _ := retention.New(retention.Config{Delivered: day, Dead: retention.Forever, FirstDelay: time.Millisecond,
+		Interval: 5 * time.Millisecond, Logger: slog.New(logs)}, tb.Store)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.Run(rctx); close(done) }()
+	eventually.True(t, 10*time.Second, func() bool { return logs.count(slog.LevelDebug) >= 3 },
+		func() string { return fmt.Sprintf("%d debug records", logs.count(slog.LevelDebug)) })
+	cancel()
+	<-done
+	if n := logs.count(slog.LevelError); n != 1 {
+		t.Errorf("%d error records for one failure repeated, want 1", n)
+	}
+}
+
+// levelCounter is a slog.Handler that counts records by level.
+type levelCounter struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (h *levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *levelCounter) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[slog.Level]int{}
+	}
+	h.n[r.Level]++
+	return nil
+}
+
+func (h *levelCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelCounter) WithGroup(string) slog.Handler      { return h }
+
+func (h *levelCounter) count(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[l]
 }
