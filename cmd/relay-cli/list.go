@@ -18,13 +18,16 @@ const lastErrorWidth = 60
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
-		Usage: "list events, newest first",
+		Usage: "list events, newest first (or oldest)",
 		Description: "Lists events newest first (by created_at, then insertion order): id, type, partition\n" +
 			"key, status, attempts, age and last_error, cut to 60 characters in the table and\n" +
 			"whole with --json. Payloads are not read; show prints one event whole.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "status", Usage: "only events in this `STATUS`: pending, delivering, delivered or dead"},
 			&cli.StringFlag{Name: "event-type", Usage: "only events of this `TYPE`"},
+			&cli.StringFlag{Name: "key", Usage: "only events with this partition `KEY`"},
+			&cli.StringFlag{Name: "error-contains", Usage: "only events whose last_error contains `TEXT` (any case)"},
+			&cli.BoolFlag{Name: "oldest", Usage: "oldest first"},
 			&cli.IntFlag{Name: "limit", Value: storage.ListLimitDefault, Usage: "show at most `N` events"},
 			jsonFlag(),
 		},
@@ -32,7 +35,13 @@ func listCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			p := storage.ListParams{EventType: c.String("event-type"), Limit: c.Int("limit")}
+			p := storage.ListParams{EventType: c.String("event-type"), Limit: c.Int("limit"),
+				PartitionKey: c.String("key"), ErrorContains: c.String("error-contains"), OldestFirst: c.Bool("oldest")}
+			for _, f := range []string{"key", "error-contains"} {
+				if c.IsSet(f) && c.String(f) == "" {
+					return usagef("--%s must not be empty", f)
+				}
+			}
 			if c.IsSet("status") {
 				st, ok := parseStatus(c.String("status"))
 				if !ok {

@@ -47,6 +47,11 @@ func TestListNewestFirstWithFilters(t *testing.T) {
 		{[]string{"--event-type", "a"}, []uuid.UUID{newer[1], newer[0], older[0]}},
 		{[]string{"--event-type", "a", "--status", "pending", "--limit", "1"}, []uuid.UUID{newer[1]}},
 		{[]string{"--status", "delivered"}, []uuid.UUID{}},
+		{[]string{"--oldest"}, []uuid.UUID{older[0], older[1], newer[0], newer[1]}},
+		{[]string{"--oldest", "--limit", "1", "--event-type", "a"}, []uuid.UUID{older[0]}},
+		{[]string{"--error-contains", "the end"}, []uuid.UUID{older[0]}},
+		{[]string{"--key", "customer-7"}, []uuid.UUID{newer[0]}},
+		{[]string{"--key", "no-such-key"}, []uuid.UUID{}},
 	}
 	for _, c := range cases {
 		if got := listed(c.args...); !slices.Equal(got, c.want) {

@@ -132,7 +132,7 @@ func TestPartitionsMaintain(t *testing.T) {
 			Reason string `json:"reason"`
 		} `json:"kept"`
 	}
-	js := decode[report](t, ok(t, relayCLI(t, tb, "partitions", "--maintain", "--ahead", "1d", "--delivered-retention", "1d", "--json")))
+	js := decode[report](t, ok(t, relayCLI(t, tb, "partitions", "--maintain", "--ahead", "1d", "--delivered-retention", "1h", "--json")))
 	if len(js.Created) < 2 || len(js.Dropped) != 1 || js.DroppedRows["DELIVERED"] != 1 || len(js.Kept) != 1 ||
 		!strings.Contains(js.Kept[0].Reason, "1 PENDING") {
 		t.Fatalf("partitions --maintain --json = %+v; want partitions created, the delivered hour dropped, the pending one kept", js)
@@ -143,13 +143,13 @@ func TestPartitionsMaintain(t *testing.T) {
 	}
 	// Without retentions DELIVERED and DEAD rows are kept forever.
 	tb.Set(t, ids[1], "status = 'DEAD', updated_at = now() - interval '30 days'")
-	text := ok(t, relayCLI(t, tb, "partitions", "--maintain", "--ahead", "1d", "--delivered-retention", "1d"))
+	text := ok(t, relayCLI(t, tb, "partitions", "--maintain", "--ahead", "1d", "--delivered-retention", "1h"))
 	if !strings.Contains(text.stdout, "kept     partition") || !strings.Contains(text.stdout, "0 created, 0 dropped (0 rows), 1 kept") {
 		t.Errorf("partitions --maintain without --dead-retention:\n%s", text)
 	}
-	text = ok(t, relayCLI(t, tb, "partitions", "--maintain", "--dead-retention", "7d"))
+	text = ok(t, relayCLI(t, tb, "partitions", "--maintain", "--dead-retention", "1h"))
 	if !strings.Contains(text.stdout, "dropped  partition") || !strings.Contains(text.stdout, "1 dropped (1 row), 0 kept") {
-		t.Errorf("partitions --maintain --dead-retention 7d:\n%s", text)
+		t.Errorf("partitions --maintain --dead-retention 1h:\n%s", text)
 	}
 
 	plain := pgtest.New(t)

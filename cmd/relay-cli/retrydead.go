@@ -27,6 +27,7 @@ func retryDeadCommand() *cli.Command {
 			&cli.StringFlag{Name: "event-type", Usage: "only events of this `TYPE`"},
 			&cli.StringFlag{Name: "since", Usage: "only events that died within `DURATION` (36h, 7d) or at or after an RFC3339 time"},
 			&cli.StringFlag{Name: "error-contains", Usage: "only events whose last_error contains `TEXT` (any case)"},
+			&cli.StringFlag{Name: "key", Usage: "only events with this partition `KEY`"},
 			&cli.IntFlag{Name: "limit", Usage: "move at most `N` events, oldest deaths first (0: no limit)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "only count the events that would be moved"},
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation when no filter is given"},
@@ -97,13 +98,14 @@ func deadFilter(c *cli.Context) (storage.DeadFilter, error) {
 		}
 		f.IDs = append(f.IDs, id)
 	}
-	for _, name := range []string{"event-type", "since", "error-contains"} {
+	for _, name := range []string{"event-type", "since", "error-contains", "key"} {
 		if c.IsSet(name) && strings.TrimSpace(c.String(name)) == "" {
 			return f, usagef("--%s must not be empty", name)
 		}
 	}
 	f.EventType = c.String("event-type")
 	f.ErrorContains = c.String("error-contains")
+	f.PartitionKey = c.String("key")
 	if c.IsSet("since") {
 		since, err := parseSince(c.String("since"), time.Now())
 		if err != nil {

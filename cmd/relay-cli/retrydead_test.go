@@ -43,6 +43,7 @@ func TestRetryDeadFiltersSelectExactlyWhatTheySay(t *testing.T) {
 		{"no filter with --yes", func(pgtest.DeadRows) []string { return []string{"--yes"} }, pgtest.AllDead},
 		{"alias replay-dead", func(pgtest.DeadRows) []string { return []string{"--error-contains", "large"} },
 			[]string{"users-toolarge-recent"}},
+		{"a key no event has", func(pgtest.DeadRows) []string { return []string{"--key", "customer-0"} }, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -37,7 +37,7 @@ const benchSeed = `
 INSERT INTO {{table}} (event_id, event_type, partition_key, payload, status, attempts, last_error,
                        available_at, delivered_at, created_at, updated_at)
 SELECT gen_random_uuid(), 'type-' || lpad((g % 20)::text, 2, '0'),
-       CASE WHEN g % 10 = 0 THEN NULL ELSE 'customer-' || (g % 100000) END,
+       CASE WHEN g % 10 = 5 THEN NULL ELSE 'customer-' || (g % 100000) END,
        convert_to('{"order":' || g || ',"lines":[{"sku":"A-1","qty":2}]}', 'UTF8'),
        s.status, CASE s.status WHEN 'DEAD' THEN 10 ELSE 0 END,
        CASE s.status WHEN 'DEAD' THEN CASE WHEN g % 200 = 0 THEN 'timeout after 30s' ELSE 'broker refused: 422' END END,

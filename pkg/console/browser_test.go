@@ -190,7 +190,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#retry`)),
 		chromedp.WaitVisible(chromedp.CSS(`.flash`)),
 		text(`.flash`, &flash))
-	if !strings.Contains(flash, "PENDING again") {
+	if !strings.Contains(flash, "went back to PENDING") {
 		t.Errorf("after retry the page says %q", flash)
 	}
 	select {

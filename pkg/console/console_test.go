@@ -364,7 +364,7 @@ func testRetryOne(t *testing.T, h storagetest.Harness) {
 		t.Errorf("the other DEAD event is %s, want it left DEAD", s)
 	}
 	_, body := f.get(t, path+"?done=retried")
-	mustContain(t, "event after retry", body, "PENDING again")
+	mustContain(t, "event after retry", body, "went back to PENDING")
 	mustContain(t, "log", f.logs.String(), `"msg":"console: retry dead event"`, ids[0].String(), `"user":"anonymous"`, `"moved":1`)
 
 	// Again: the event is no longer DEAD, so nothing changes.

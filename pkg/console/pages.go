@@ -77,7 +77,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 }
 
 var flashes = map[string]string{
-	"retried":   "The event is PENDING again: a relay will deliver it.",
+	"retried":   "Retried: the event went back to PENDING, due now, for a relay to deliver.",
 	"notdead":   "Nothing changed: the event is not DEAD (any more).",
 	"retrymany": "The selected DEAD events are PENDING again.",
 }
@@ -392,9 +392,10 @@ type confirmData struct {
 }
 
 // retryMatching retries the DEAD events the posted filter selects: without
-// confirm=yes it only counts them and asks; with it, it moves them. The
-// events are found with List (so every filter of the list applies) and
-// moved by id with RetryDead, which moves only rows still DEAD.
+// confirm=yes it only counts them and asks; with it, it moves them. Both go
+// through RetryDead with the filter, as `relay-cli retry-dead` does, so the
+// count and the move read the same rows (the DEAD index) and move only rows
+// still DEAD, at most RetryMatchingMax at once.
 func (c *Console) retryMatching(w http.ResponseWriter, r *http.Request) {
 	if !c.action(w, r) {
 		return
@@ -406,50 +407,34 @@ func (c *Console) retryMatching(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	ids, err := c.deadIDs(r, p)
-	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "list dead events: "+err.Error())
-		return
+	retry := storage.RetryDeadParams{Limit: RetryMatchingMax, DeadFilter: storage.DeadFilter{
+		EventType: p.EventType, PartitionKey: p.PartitionKey, ErrorContains: p.ErrorContains,
+		CreatedFrom: p.CreatedFrom, CreatedBefore: p.CreatedBefore}}
+	if p.EventID != uuid.Nil {
+		retry.IDs = []uuid.UUID{p.EventID}
 	}
-	if r.PostFormValue("confirm") != "yes" || len(ids) == 0 {
+	if r.PostFormValue("confirm") != "yes" {
+		dry := retry
+		dry.DryRun = true
+		n, err := c.admin.RetryDead(r.Context(), dry)
+		if err != nil {
+			c.fail(w, r, http.StatusInternalServerError, "count dead events: "+err.Error())
+			return
+		}
 		c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry DEAD events", Nav: "events",
-			Data: confirmData{Filter: f, Count: len(ids), Capped: len(ids) == RetryMatchingMax, Max: RetryMatchingMax}})
+			Data: confirmData{Filter: f, Count: int(n), Capped: n == RetryMatchingMax, Max: RetryMatchingMax}})
 		return
 	}
-	n, err := c.admin.RetryDead(r.Context(), storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: ids}})
+	n, err := c.admin.RetryDead(r.Context(), retry)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, "retry events: "+err.Error())
 		return
 	}
 	user, addr := actor(r)
-	c.log.Info("console: retry dead events", "filter", f.values().Encode(), "selected", len(ids), "moved", n, "user", user, "remote", addr)
+	c.log.Info("console: retry dead events", "filter", f.values().Encode(), "moved", n, "user", user, "remote", addr)
 	v := f.values()
 	v.Set("done", "retrymany")
 	http.Redirect(w, r, "/events?"+v.Encode(), http.StatusSeeOther)
-}
-
-// deadIDs reads the ids of the DEAD rows p selects, page by page, at most
-// RetryMatchingMax.
-func (c *Console) deadIDs(r *http.Request, p storage.ListParams) ([]uuid.UUID, error) {
-	var ids []uuid.UUID
-	p.Limit = 1000
-	for len(ids) < RetryMatchingMax {
-		rows, err := c.admin.List(r.Context(), p)
-		if err != nil {
-			return nil, err
-		}
-		for _, row := range rows {
-			if len(ids) < RetryMatchingMax {
-				ids = append(ids, row.ID)
-			}
-		}
-		if len(rows) < p.Limit {
-			break
-		}
-		cur := storage.CursorOf(rows[len(rows)-1])
-		p.After = &cur
-	}
-	return ids, nil
 }
 
 // ---- Prune preview ----------------------------------------------------------

@@ -185,11 +185,17 @@ type DeadFilter struct {
 	Since time.Time
 	// ErrorContains selects rows whose last_error contains it, ignoring case.
 	ErrorContains string
+	// PartitionKey selects rows with that key.
+	PartitionKey string
+	// CreatedFrom and CreatedBefore select rows created at or after From
+	// and before Before.
+	CreatedFrom, CreatedBefore time.Time
 }
 
 // Empty reports whether the filter selects every DEAD row.
 func (f DeadFilter) Empty() bool {
-	return len(f.IDs) == 0 && f.EventType == "" && f.Since.IsZero() && f.ErrorContains == ""
+	return len(f.IDs) == 0 && f.EventType == "" && f.Since.IsZero() && f.ErrorContains == "" &&
+		f.PartitionKey == "" && f.CreatedFrom.IsZero() && f.CreatedBefore.IsZero()
 }
 
 // RetryDeadParams selects DEAD rows to send back to PENDING.

@@ -21,8 +21,11 @@ type Partitioner interface {
 	// older than p.DeliveredRetention, DEAD older than p.DeadRetention.
 	// It never drops a partition that holds a PENDING or DELIVERING row
 	// or a row not yet past its retention; those are reported in
-	// PartitionReport.Kept with the reason. On an unpartitioned table it
-	// does nothing and returns an empty report.
+	// PartitionReport.Kept with the reason, as is one whose lock was not
+	// granted in time. A driver with a default partition also creates the
+	// partitions of past periods whose rows wait there, moving them in.
+	// On an unpartitioned table it does nothing and returns an empty
+	// report.
 	MaintainPartitions(ctx context.Context, p PartitionPolicy) (PartitionReport, error)
 	// Partitions lists the table's partitions, oldest first, with row
 	// counts by status.
@@ -47,8 +50,9 @@ type PartitionReport struct {
 	Dropped []string
 	// DroppedRows counts the rows the dropped partitions held, by status.
 	DroppedRows map[string]int64
-	// Kept lists expired partitions (their time range has passed) that
-	// could not be dropped yet, with why.
+	// Kept lists expired partitions (their time range ended longer ago
+	// than the shorter retention, so that their rows could all have
+	// expired) that could not be dropped yet, with why.
 	Kept []KeptPartition
 }
 
@@ -61,7 +65,7 @@ type KeptPartition struct {
 // PartitionInfo describes one partition.
 type PartitionInfo struct {
 	Name     string
-	From, To time.Time // the created_at range [From, To)
+	From, To time.Time // the created_at range [From, To); zero for a default partition
 	// Rows counts the partition's rows by status.
 	Rows map[string]int64
 	// Bytes is the partition's size on disk, indexes included.

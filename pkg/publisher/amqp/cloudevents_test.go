@@ -54,7 +54,7 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: typ, PartitionKey: "customer 7 α", Payload: []byte(`{"n":1}`),
-		Headers:   []byte(`{"Content-Type":"application/json","traceparent":"` + tp + `","cloudEvents:id":"forged","cloudEvents:subject":"order-9","tenant":"t1"}`),
+		Headers:   []byte(`{"Content-Type":"application/json","traceparent":"` + tp + `","cloudEvents:id":"forged","CLOUDEVENTS:TYPE":"forged","cloudEvents:subject":"order-9","tenant":"t1"}`),
 		CreatedAt: time.Date(2026, 11, 23, 4, 5, 6, 250000000, time.UTC)}
 	plain := outbox.Event{ID: uuid.Must(uuid.NewV7()), Type: typ, Payload: []byte("raw"), CreatedAt: time.Now()}
 	publishertest.RequireDelivered(t, publishertest.Publish(t, p, e, plain))
@@ -81,6 +81,11 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 	for _, k := range []string{outbox.HeaderEventID, outbox.HeaderEventType, outbox.HeaderPartitionKey, "cloudEvents:datacontenttype"} {
 		if v, ok := got[0].Headers[k]; ok {
 			t.Errorf("header %s = %v sent with format=cloudevents", k, v)
+		}
+	}
+	for k, v := range got[0].Headers {
+		if v == "forged" {
+			t.Errorf("the row's %s header travelled next to the relay's attribute", k)
 		}
 	}
 	if got[0].MessageId != e.ID.String() || got[0].Headers["tenant"] != "t1" {

@@ -42,7 +42,7 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	e := event("orders.created", ` customer "7" α `, `{"n":1}`,
-		`{"content-type":"application/json","traceparent":"`+tp+`","ce-id":"forged","ce-subject":"order 9","x-tenant":"t1"}`)
+		`{"content-type":"application/json","traceparent":"`+tp+`","ce-id":"forged","CE-SOURCE":"forged","ce-subject":"order 9","x-tenant":"t1"}`)
 	e.CreatedAt = time.Date(2026, 11, 23, 4, 5, 6, 1000, time.UTC)
 	plain := event("orders.paid", "", "", "")
 	plain.CreatedAt = time.Now()
@@ -72,6 +72,11 @@ func TestCloudEventsDecodeWithTheSDK(t *testing.T) {
 	for _, k := range []string{outbox.HeaderEventID, outbox.HeaderEventType, outbox.HeaderPartitionKey} {
 		if v, ok := h[k]; ok {
 			t.Errorf("header %s = %q sent with format=cloudevents", k, v)
+		}
+	}
+	for k, v := range h {
+		if v == "forged" {
+			t.Errorf("the row's %s header travelled next to the relay's attribute", k)
 		}
 	}
 	if h["x-tenant"] != "t1" {

@@ -299,7 +299,17 @@ func (s *Store) deadFilter(f storage.DeadFilter) (string, []any) {
 	if f.ErrorContains != "" {
 		contains = f.ErrorContains
 	}
-	return filter, append(args, eventType, eventType, since, since, contains, contains)
+	var key, from, before any
+	if f.PartitionKey != "" {
+		key = []byte(f.PartitionKey)
+	}
+	if !f.CreatedFrom.IsZero() {
+		from = stamp(f.CreatedFrom)
+	}
+	if !f.CreatedBefore.IsZero() {
+		before = stamp(f.CreatedBefore)
+	}
+	return filter, append(args, eventType, eventType, since, since, contains, contains, key, key, from, from, before, before)
 }
 
 // adminListFilters are admin_list.sql's conditions, one per ListParams

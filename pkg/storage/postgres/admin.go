@@ -232,7 +232,7 @@ func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64
 // deadFilterArgs turns a filter into the parameters of the retry-dead
 // queries, where NULL matches everything.
 func deadFilterArgs(f storage.DeadFilter, limit int) []any {
-	args := make([]any, 5)
+	args := make([]any, 8)
 	if len(f.IDs) > 0 {
 		args[0] = f.IDs
 	}
@@ -247,6 +247,15 @@ func deadFilterArgs(f storage.DeadFilter, limit int) []any {
 	}
 	if limit > 0 {
 		args[4] = limit
+	}
+	if f.PartitionKey != "" {
+		args[5] = f.PartitionKey
+	}
+	if !f.CreatedFrom.IsZero() {
+		args[6] = f.CreatedFrom
+	}
+	if !f.CreatedBefore.IsZero() {
+		args[7] = f.CreatedBefore
 	}
 	return args
 }

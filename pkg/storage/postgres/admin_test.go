@@ -66,8 +66,8 @@ func TestAdminQueriesCanUseThePartialIndexes(t *testing.T) {
 		{"admin_prune_delivered_count.sql", []any{int64(1)}, []string{"_delivered_idx"}},
 		{"admin_prune_dead.sql", []any{int64(1), 10}, []string{"_dead_idx"}},
 		{"admin_prune_dead_count.sql", []any{int64(1)}, []string{"_dead_idx"}},
-		{"admin_retry_dead.sql", []any{nil, "e", nil, nil, nil}, []string{"_dead_idx"}},
-		{"admin_retry_dead_count.sql", []any{nil, nil, time.Now(), nil, nil}, []string{"_dead_idx"}},
+		{"admin_retry_dead.sql", []any{nil, "e", nil, nil, nil, nil, nil, nil}, []string{"_dead_idx"}},
+		{"admin_retry_dead_count.sql", []any{nil, nil, time.Now(), nil, nil, nil, nil, nil}, []string{"_dead_idx"}},
 		{"admin_delivery_rate.sql", nil, []string{"_delivered_idx"}},
 	}
 	for _, c := range cases {

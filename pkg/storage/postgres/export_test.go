@@ -17,5 +17,9 @@ func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr erro
 // for a lock.
 func SetPartitionLockTimeout(s *Store, d time.Duration) { s.partitionLockTimeout = d }
 
+// SetPartitionMoveLimit sets how many rows s's partition maintenance moves
+// out of the default partition for one new partition.
+func SetPartitionMoveLimit(s *Store, n int64) { s.partitionMoveLimit = n }
+
 // ListQuery exposes the statement List runs, for EXPLAIN.
 func (s *Store) ListQuery(p storage.ListParams) (string, []any) { return s.listQuery(p) }

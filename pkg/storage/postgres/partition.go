@@ -36,6 +36,10 @@ var (
 // lock, and so how long claims and inserts queued behind it wait.
 const PartitionLockTimeout = time.Second
 
+// maxAhead bounds the partitions created ahead: every query visits each
+// partition, so a horizon of years by the hour would slow every claim.
+const maxAhead = 1000
+
 // partitionLockClass is the high half of the maintenance advisory lock key.
 const partitionLockClass = 0x7061 // "pa"
 
@@ -195,7 +199,8 @@ func (s *Store) Partitions(ctx context.Context) ([]storage.PartitionInfo, error)
 // MaintainPartitions creates the partitions from the current period to
 // now+p.Ahead where missing, and one for every earlier period whose rows
 // wait in the default partition (moving them in), then drops the expired
-// partitions that hold nothing to keep. One relay at a time: while another
+// partitions that hold nothing to keep. A partition counts as expired once
+// its range ended longer ago than the shorter retention (see dropGrace). One relay at a time: while another
 // is at it, it returns an empty report. Errors creating a partition do not
 // stop the drops; they are returned together at the end.
 func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolicy) (storage.PartitionReport, error) {
@@ -246,6 +251,9 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		}
 	}
 
+	if n := int(p.Ahead / part.Step); n > maxAhead {
+		return rep, fmt.Errorf("maintain the partitions of %s: %s ahead is %d partitions by %s; at most %d are created ahead", s.table, p.Ahead, n, by, maxAhead)
+	}
 	var errs []error
 	var starts []time.Time
 	for start := part.Start(now); start.Before(now.Add(p.Ahead)) || start.Equal(part.Start(now)); start = start.Add(part.Step) {
@@ -263,7 +271,13 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		if have[name] {
 			continue
 		}
-		if err := s.createPartition(ctx, def, ownerRole, name, start, start.Add(part.Step)); err != nil {
+		err := s.createPartition(ctx, def, ownerRole, name, start, start.Add(part.Step))
+		if errors.Is(err, errTooManyToMove) {
+			rep.Kept = append(rep.Kept, storage.KeptPartition{Name: def.name,
+				Reason: fmt.Sprintf("%v; %s is not created and they stay there, claimed as usual (relay-cli prune removes them once finished)", err, name)})
+			continue
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s of %s: %w", name, s.table, err))
 			continue
 		}
@@ -277,8 +291,9 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 			return rep, errors.Join(append(errs, err)...)
 		}
 	}
+	grace, drops := dropGrace(p)
 	for _, pt := range parts {
-		if pt.isDefault || pt.to.IsZero() || pt.to.After(now) {
+		if !drops || pt.isDefault || pt.to.IsZero() || pt.to.Add(grace).After(now) {
 			continue
 		}
 		rows, reason, err := s.dropPartition(ctx, pt, p)
@@ -295,6 +310,24 @@ func (s *Store) MaintainPartitions(ctx context.Context, p storage.PartitionPolic
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// dropGrace is how long after its range ends a partition is first
+// considered for dropping: the shorter retention, since none of its rows
+// can have expired before. A partition whose rows cannot have expired yet
+// is neither read nor reported as kept, so Kept names only partitions held
+// by something unusual (an unfinished row, a late death). With both
+// retentions negative nothing is ever dropped.
+func dropGrace(p storage.PartitionPolicy) (time.Duration, bool) {
+	switch {
+	case p.DeliveredRetention < 0 && p.DeadRetention < 0:
+		return 0, false
+	case p.DeliveredRetention < 0:
+		return p.DeadRetention, true
+	case p.DeadRetention < 0:
+		return p.DeliveredRetention, true
+	}
+	return min(p.DeliveredRetention, p.DeadRetention), true
 }
 
 // defaultPeriods lists the starts of the periods before until whose rows
@@ -327,16 +360,41 @@ func (s *Store) defaultPeriods(ctx context.Context, def *partition, by string, u
 func (s *Store) createPartition(ctx context.Context, def *partition, owner, name string, from, to time.Time) error {
 	moving := false
 	if def != nil {
+		limit := s.moveLimit()
+		var waiting int64
 		q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
-		if err := s.pool.QueryRow(ctx, q, from, to).Scan(&moving); err != nil {
+		if err := s.pool.QueryRow(ctx, q, from, to, limit+1).Scan(&waiting); err != nil {
 			return err
 		}
+		if waiting > limit {
+			return fmt.Errorf("%w: more than %d rows of %s to %s wait in %s", errTooManyToMove, limit,
+				from.UTC().Format("2006-01-02 15:04"), to.UTC().Format("2006-01-02 15:04"), def.name)
+		}
+		moving = waiting > 0
 	}
 	err := s.attachPartition(ctx, def, owner, name, from, to, moving)
 	if errors.Is(err, errRowsArrived) {
 		err = s.attachPartition(ctx, def, owner, name, from, to, true)
 	}
 	return err
+}
+
+// PartitionMoveLimit is the most rows maintenance moves out of the default
+// partition into a new partition: the move holds the table's ACCESS
+// EXCLUSIVE lock, and every claim and insert waits for it. A period with
+// more rows waiting keeps them in the default partition, where they are
+// claimed as usual and prune removes them once finished.
+const PartitionMoveLimit = 50000
+
+// errTooManyToMove: a period has more than the move limit of rows waiting
+// in the default partition.
+var errTooManyToMove = errors.New("too many rows to move under the table's lock")
+
+func (s *Store) moveLimit() int64 {
+	if s.partitionMoveLimit > 0 {
+		return s.partitionMoveLimit
+	}
+	return PartitionMoveLimit
 }
 
 // errRowsArrived: rows to move arrived in the default partition after it
@@ -361,12 +419,12 @@ func (s *Store) attachPartition(ctx context.Context, def *partition, owner, name
 				return lockErr(err)
 			}
 			if !moving {
-				var waiting bool
+				var waiting int64
 				q := strings.ReplaceAll(s.queries["partition_waiting"], "{{default}}", def.qualified)
-				if err := tx.QueryRow(ctx, q, from, to).Scan(&waiting); err != nil {
+				if err := tx.QueryRow(ctx, q, from, to, 1).Scan(&waiting); err != nil {
 					return err
 				}
-				if waiting {
+				if waiting > 0 {
 					return errRowsArrived
 				}
 			}
@@ -418,29 +476,29 @@ func lockErr(err error) error {
 
 // dropPartition drops pt unless it holds a row to keep; then it returns why
 // it kept it. rows counts what it held, by status, as read just before the
-// lock.
+// lock. A kept partition costs a few partial-index reads, not a scan.
 func (s *Store) dropPartition(ctx context.Context, pt partition, p storage.PartitionPolicy) (rows map[string]int64, reason string, err error) {
 	delivered, dead := retentionArg(p.DeliveredRetention), retentionArg(p.DeadRetention)
-	q := strings.ReplaceAll(s.queries["partition_rows"], "{{partition}}", pt.qualified)
-	res, err := s.pool.Query(ctx, q, delivered, dead)
+	var keeps [4]int64
+	q := strings.ReplaceAll(s.queries["partition_keeps"], "{{partition}}", pt.qualified)
+	if err := s.pool.QueryRow(ctx, q, delivered, dead, keepCountCap).Scan(&keeps[0], &keeps[1], &keeps[2], &keeps[3]); err != nil {
+		return nil, "", err
+	}
+	if keeps != [4]int64{} {
+		return nil, keptReason(keeps), nil
+	}
+	res, err := s.pool.Query(ctx, strings.ReplaceAll(s.queries["partition_rows"], "{{partition}}", pt.qualified))
 	if err != nil {
 		return nil, "", err
 	}
 	rows = map[string]int64{}
-	keeps := map[string]int64{}
 	var status string
-	var n, keep int64
-	if _, err := pgx.ForEachRow(res, []any{&status, &n, &keep}, func() error {
+	var n int64
+	if _, err := pgx.ForEachRow(res, []any{&status, &n}, func() error {
 		rows[status] = n
-		if keep > 0 {
-			keeps[status] = keep
-		}
 		return nil
 	}); err != nil {
 		return nil, "", err
-	}
-	if len(keeps) > 0 {
-		return nil, keptReason(keeps), nil
 	}
 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -483,12 +541,19 @@ func retentionArg(d time.Duration) *int64 {
 	return &us
 }
 
-// keptReason says which rows keep a partition, e.g. "holds 3 PENDING, 1
-// DEAD rows not past retention".
-func keptReason(keeps map[string]int64) string {
+// keepCountCap bounds the counts in a kept partition's reason.
+const keepCountCap = 10000
+
+// keptReason says which rows keep a partition, from their counts by
+// status (PENDING, DELIVERING, DELIVERED, DEAD), e.g. "holds 3 PENDING,
+// 10000+ DELIVERED row(s) unfinished or not past retention".
+func keptReason(keeps [4]int64) string {
 	var parts []string
-	for _, status := range []string{"PENDING", "DELIVERING", "DELIVERED", "DEAD"} {
-		if n := keeps[status]; n > 0 {
+	for i, status := range []string{"PENDING", "DELIVERING", "DELIVERED", "DEAD"} {
+		switch n := keeps[i]; {
+		case n >= keepCountCap:
+			parts = append(parts, fmt.Sprintf("%d+ %s", n, status))
+		case n > 0:
 			parts = append(parts, fmt.Sprintf("%d %s", n, status))
 		}
 	}

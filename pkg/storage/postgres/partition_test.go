@@ -71,6 +71,16 @@ func tableOf(t *testing.T, tb *pgtest.Table, id uuid.UUID) string {
 	return name
 }
 
+// createdAt reads id's created_at.
+func createdAt(t *testing.T, tb *pgtest.Table, id uuid.UUID) time.Time {
+	t.Helper()
+	var at time.Time
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT created_at FROM "+tb.Name+" WHERE event_id = $1", id).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	return at
+}
+
 func maintain(t *testing.T, tb *pgtest.Table, p storage.PartitionPolicy) storage.PartitionReport {
 	t.Helper()
 	rep, err := tb.Store.MaintainPartitions(ctx, p)
@@ -109,8 +119,10 @@ func TestMigratePartitioned(t *testing.T) {
 				t.Errorf("last partition = %+v, want the default partition", last)
 			}
 			timed := parts[:len(parts)-1]
-			if timed[0].Name != partitionOf(t, tb, by, now) || !timed[0].From.Equal(p.Start(now)) {
-				t.Errorf("first partition = %s from %s, want the current one, %s", timed[0].Name, timed[0].From, partitionOf(t, tb, by, now))
+			// The current one (or the one before, if a period began since
+			// the migration).
+			if first := timed[0].From; !first.Equal(p.Start(now)) && !first.Equal(p.Start(now).Add(-p.Step)) {
+				t.Errorf("first partition = %s from %s, want the current one, %s", timed[0].Name, first, partitionOf(t, tb, by, now))
 			}
 			for i, pt := range timed {
 				if pt.To.Sub(pt.From) != p.Step || (i > 0 && !pt.From.Equal(timed[i-1].To)) {
@@ -120,7 +132,7 @@ func TestMigratePartitioned(t *testing.T) {
 					t.Errorf("partition %s starts at %s: misnamed", pt.Name, pt.From)
 				}
 			}
-			if end := timed[len(timed)-1].To; end.Before(now.Add(p.Ahead)) {
+			if end := timed[len(timed)-1].To; end.Before(now.Add(p.Ahead - p.Step)) {
 				t.Errorf("partitions end at %s, want at least %s ahead of %s", end, p.Ahead, now)
 			}
 
@@ -246,6 +258,9 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 	if again := maintain(t, tb, storage.PartitionPolicy{Ahead: 30 * time.Hour}); len(again.Created)+len(again.Dropped) != 0 {
 		t.Errorf("again = %+v, want nothing to do", again)
 	}
+	if _, err := tb.Store.MaintainPartitions(ctx, storage.PartitionPolicy{Ahead: 2000 * time.Hour}); err == nil || !strings.Contains(err.Error(), "at most 1000") {
+		t.Errorf("2000 hours ahead by the hour = %v, want it refused", err)
+	}
 }
 
 // TestMaintainPartitionsDropsOnlyWhatIsDone: an expired partition goes
@@ -255,9 +270,12 @@ func TestMaintainPartitionsCreatesAhead(t *testing.T) {
 func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.NewPartitioned(t, "hour")
-	now := dbNow(t, tb)
-	hoursAgo := func(h int) string { return partitionOf(t, tb, "hour", now.Add(-time.Duration(h)*time.Hour)) }
 	at := func(h int) string { return fmt.Sprintf("created_at = now() - interval '%d hours'", h) }
+	// hoursAgo names the partition of the rows set h hours back, from a
+	// row's own created_at, so that an hour beginning meanwhile changes
+	// nothing.
+	sample := map[int]uuid.UUID{}
+	hoursAgo := func(h int) string { return partitionOf(t, tb, "hour", createdAt(t, tb, sample[h])) }
 
 	ids := tb.InsertN(t, 11, "e")
 	pending, delivering, freshDelivered, freshDead, oldDelivered, oldDead, undated, infinite, current, laterPending, laterDead :=
@@ -273,8 +291,19 @@ func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 	tb.Set(t, current, "status = 'DELIVERED', delivered_at = now() - interval '30 hours'")
 	tb.Set(t, laterPending, at(9))
 	tb.Set(t, laterDead, at(9)+", status = 'DEAD', updated_at = now() - interval '72 hours'")
+	for h, id := range map[int]uuid.UUID{3: pending, 4: delivering, 5: freshDelivered, 6: freshDead, 7: oldDelivered, 8: undated, 9: laterPending} {
+		sample[h] = id
+	}
+	hourNames := map[int]string{}
+	for h := range sample {
+		hourNames[h] = hoursAgo(h)
+	}
+	hoursAgo = func(h int) string { return hourNames[h] } // the rows of 7 hours ago go
+	currentPartition := tableOf(t, tb, current)
 
-	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: 24 * time.Hour, DeadRetention: 48 * time.Hour}
+	// Partitions are looked at once their range ended two hours (the
+	// shorter retention) ago: all but the current one here.
+	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: 2 * time.Hour, DeadRetention: 150 * time.Minute}
 	rep := maintain(t, tb, policy)
 	// The past hours' rows waited in the default partition; their
 	// partitions are created and the rows moved in.
@@ -313,7 +342,7 @@ func TestMaintainPartitionsDropsOnlyWhatIsDone(t *testing.T) {
 		}
 	}
 	names := partitionNames(t, tb)
-	if !slices.Contains(names, "openoutbox_events_default") || !slices.Contains(names, partitionOf(t, tb, "hour", now)) {
+	if !slices.Contains(names, "openoutbox_events_default") || !slices.Contains(names, currentPartition) {
 		t.Errorf("partitions %v: want the default and the current one kept", names)
 	}
 	if got := tableOf(t, tb, infinite); got != "openoutbox_events_default" {
@@ -365,7 +394,7 @@ func TestMaintainPartitionsKeepsARowThatArrivesDuringTheDrop(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	late := uuid.New()
-	if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" (event_id, event_type, payload, created_at) VALUES ($1, 'late', '\\x00', now() - interval '3 hours')", late); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" (event_id, event_type, payload, created_at) VALUES ($1, 'late', '\\x00', $2)", late, createdAt(t, tb, done)); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -585,7 +614,6 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	tb.Set(t, ids[1], "created_at = now() - interval '2 hours'")
 	tb.Set(t, ids[2], "status = 'DELIVERED', delivered_at = now()")
 	tb.Set(t, ids[3], "created_at = 'infinity'")
-	now := dbNow(t, tb)
 	parts, err := tb.Store.Partitions(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +629,7 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	if parts[len(parts)-1].Name != def.Name || def.Rows["PENDING"] != 2 || def.Rows["DEAD"] != 1 {
 		t.Errorf("default partition %+v, want it last with 2 PENDING, 1 DEAD", def)
 	}
-	if cur := byName[partitionOf(t, tb, "hour", now)]; cur.Rows["DELIVERED"] != 1 || len(cur.Rows) != 1 {
+	if cur := byName[tableOf(t, tb, ids[2])]; cur.Rows["DELIVERED"] != 1 || len(cur.Rows) != 1 {
 		t.Errorf("current partition %+v, want 1 DELIVERED", cur)
 	}
 	maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour})
@@ -609,7 +637,7 @@ func TestPartitionsListsRowsByStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := parts[0]; p.Name != partitionOf(t, tb, "hour", now.Add(-2*time.Hour)) || p.Rows["PENDING"] != 1 || p.Rows["DEAD"] != 1 {
+	if p := parts[0]; p.Name != tableOf(t, tb, ids[0]) || p.Rows["PENDING"] != 1 || p.Rows["DEAD"] != 1 {
 		t.Errorf("oldest partition %+v, want two hours ago's with 1 PENDING and 1 DEAD moved in", p)
 	}
 }
@@ -699,6 +727,18 @@ func TestMovingATableOverAsDocumented(t *testing.T) {
 	if want := append(slices.Clone(ids[3:]), next); !slices.Equal(eventIDs(b.Events), want) {
 		t.Errorf("claimed %v after the move, want %v", eventIDs(b.Events), want)
 	}
+	// The new table has every index the schema creates, under its own names.
+	indexes := regexp.MustCompile(`\('\{\{name\}\}(_[a-z_]+_idx)'`).FindAllStringSubmatch(schemaSQLText(t), -1)
+	if len(indexes) < 10 {
+		t.Fatalf("found %d indexes in schema.sql, want at least 10: teach this test to read them", len(indexes))
+	}
+	for _, m := range indexes {
+		var ok bool
+		if err := tb.Store.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = $1::regclass AND c.relname = $2)`, tb.Name, schema.DefaultTable+m[1]).Scan(&ok); err != nil || !ok {
+			t.Errorf("after the move the table lacks index %s%s (%v)", schema.DefaultTable, m[1], err)
+		}
+	}
 	// Inserts wake the relays on the new table.
 	var triggers int
 	if err := tb.Store.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'openoutbox_events_notify'",
@@ -777,4 +817,75 @@ func pgOwner(t *testing.T, tb *pgtest.Table) string {
 		t.Fatal(err)
 	}
 	return owner
+}
+
+// TestMaintainPartitionsMovesNoMoreThanItsLimit: a period with more rows
+// waiting in the default partition than the move limit gets no partition
+// (the move would hold the table's lock too long); its rows stay in the
+// default partition, claimable, and the report says so. Within the limit
+// they move.
+func TestMaintainPartitionsMovesNoMoreThanItsLimit(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "hour")
+	postgres.SetPartitionMoveLimit(tb.Store, 2)
+	ids := tb.InsertN(t, 3, "e")
+	tb.Exec(t, "UPDATE {{table}} SET created_at = now() - interval '5 hours' WHERE event_id = ANY($1)", ids)
+	part := partitionOf(t, tb, "hour", createdAt(t, tb, ids[0]))
+	policy := storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: time.Hour}
+
+	rep := maintain(t, tb, policy)
+	if slices.Contains(rep.Created, part) || len(rep.Kept) != 1 || rep.Kept[0].Name != "openoutbox_events_default" ||
+		!strings.Contains(rep.Kept[0].Reason, "more than 2 rows") || !strings.Contains(rep.Kept[0].Reason, part) {
+		t.Fatalf("report = %+v; want %s not created and the default partition reported", rep, part)
+	}
+	for _, id := range ids {
+		if got := tableOf(t, tb, id); got != "openoutbox_events_default" {
+			t.Errorf("row %s moved to %s", id, got)
+		}
+	}
+	postgres.SetPartitionMoveLimit(tb.Store, 3)
+	if rep := maintain(t, tb, policy); !slices.Contains(rep.Created, part) || len(rep.Kept) != 1 || rep.Kept[0].Name != part {
+		t.Fatalf("with room to move: %+v; want %s created, and kept for its PENDING rows", rep, part)
+	}
+	if b := claim(t, tb.Store, "r", 10); !slices.Equal(eventIDs(b.Events), ids) {
+		t.Errorf("claimed %v, want %v", eventIDs(b.Events), ids)
+	}
+}
+
+// schemaSQLText is the unrendered schema, for the names of its indexes.
+func schemaSQLText(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../schema/postgres/schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestMaintainPartitionsWaitsOutTheShorterRetention: a partition is looked
+// at only once its range ended longer ago than the shorter retention, so
+// partitions whose rows cannot all have expired are neither read nor
+// reported; with no retention at all nothing is dropped.
+func TestMaintainPartitionsWaitsOutTheShorterRetention(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "hour")
+	id := tb.InsertN(t, 1, "e")[0]
+	tb.Set(t, id, "created_at = now() - interval '3 hours'")
+	maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: -1, DeadRetention: -1}) // moves it into its partition
+	part := tableOf(t, tb, id)
+	tb.Set(t, id, "status = 'DELIVERED', delivered_at = now() - interval '2 days'")
+
+	for _, p := range []storage.PartitionPolicy{
+		{Ahead: time.Hour, DeliveredRetention: 10 * time.Hour, DeadRetention: 10 * time.Hour},
+		{Ahead: time.Hour, DeliveredRetention: -1, DeadRetention: -1},
+		{Ahead: time.Hour, DeliveredRetention: -1, DeadRetention: 10 * time.Hour},
+	} {
+		if rep := maintain(t, tb, p); len(rep.Dropped)+len(rep.Kept) != 0 {
+			t.Errorf("with %+v: %+v, want %s neither dropped nor reported", p, rep, part)
+		}
+	}
+	rep := maintain(t, tb, storage.PartitionPolicy{Ahead: time.Hour, DeliveredRetention: time.Hour, DeadRetention: -1})
+	if !slices.Equal(rep.Dropped, []string{part}) {
+		t.Errorf("with an hour's retention: %+v, want %s dropped", rep, part)
+	}
 }

@@ -66,8 +66,10 @@ type Store struct {
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
 
-	// partitionLockTimeout replaces PartitionLockTimeout in tests.
+	// partitionLockTimeout and partitionMoveLimit replace
+	// PartitionLockTimeout and PartitionMoveLimit in tests.
 	partitionLockTimeout time.Duration
+	partitionMoveLimit   int64
 }
 
 var (

@@ -339,27 +339,28 @@ type deadRows map[string]uuid.UUID
 
 type deadRow struct {
 	name, typ string
+	key       string
 	status    outbox.Status
 	lastError string
 	diedAgo   time.Duration
 }
 
 var deadRowSpecs = []deadRow{
-	{"orders-timeout-recent", "orders", outbox.StatusDead, "publish: Timeout waiting for ack", time.Hour},
-	{"orders-nostream-old", "orders", outbox.StatusDead, "no stream for subject orders", 3 * day},
-	{"users-timeout-old", "users", outbox.StatusDead, "TIMEOUT", 5 * day},
-	{"users-toolarge-recent", "users", outbox.StatusDead, "message too large: 100% over", 10 * time.Minute},
-	{"users-no-error", "users", outbox.StatusDead, "", 2 * day},
-	{"orders-pending", "orders", outbox.StatusPending, "timeout", 5 * time.Minute},
-	{"orders-delivered", "orders", outbox.StatusDelivered, "timeout", 5 * time.Minute},
-	{"orders-delivering", "orders", outbox.StatusDelivering, "timeout", 5 * time.Minute},
+	{"orders-timeout-recent", "orders", "", outbox.StatusDead, "publish: Timeout waiting for ack", time.Hour},
+	{"orders-nostream-old", "orders", "k", outbox.StatusDead, "no stream for subject orders", 3 * day},
+	{"users-timeout-old", "users", "", outbox.StatusDead, "TIMEOUT", 5 * day},
+	{"users-toolarge-recent", "users", "", outbox.StatusDead, "message too large: 100% over", 10 * time.Minute},
+	{"users-no-error", "users", "", outbox.StatusDead, "", 2 * day},
+	{"orders-pending", "orders", "k", outbox.StatusPending, "timeout", 5 * time.Minute},
+	{"orders-delivered", "orders", "", outbox.StatusDelivered, "timeout", 5 * time.Minute},
+	{"orders-delivering", "orders", "", outbox.StatusDelivering, "timeout", 5 * time.Minute},
 }
 
 func newDeadRows(t *testing.T, tb Table) deadRows {
 	t.Helper()
 	f := deadRows{}
 	for _, r := range deadRowSpecs {
-		f[r.name] = insert(t, tb, event{Type: r.typ})[0]
+		f[r.name] = insert(t, tb, event{Type: r.typ, PartitionKey: r.key})[0]
 	}
 	f.reset(t, tb)
 	return f
@@ -416,6 +417,15 @@ func testRetryDead(t *testing.T, h Harness) {
 		{"every filter at once", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{
 			EventType: "users", ErrorContains: "Timeout", Since: time.Now().Add(-6 * day)}},
 			[]string{"users-timeout-old"}},
+		{"partition key", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{PartitionKey: "k"}},
+			[]string{"orders-nostream-old"}},
+		{"created before", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{CreatedBefore: time.Now().Add(time.Hour)}},
+			[]string{"orders-timeout-recent", "orders-nostream-old", "users-timeout-old", "users-toolarge-recent", "users-no-error"}},
+		{"created from", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{CreatedFrom: time.Now().Add(time.Hour)}},
+			nil},
+		{"created in a range", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{EventType: "users",
+			CreatedFrom: time.Now().Add(-time.Hour), CreatedBefore: time.Now().Add(time.Hour)}},
+			[]string{"users-timeout-old", "users-toolarge-recent", "users-no-error"}},
 		{"limit takes the oldest deaths", storage.RetryDeadParams{Limit: 2},
 			[]string{"users-timeout-old", "orders-nostream-old"}},
 		{"nothing matches", storage.RetryDeadParams{DeadFilter: storage.DeadFilter{EventType: "none"}},

@@ -2,7 +2,8 @@
 -- last_error stays until the next attempt overwrites it, so the reason is
 -- not lost if the retry succeeds. NULL parameters match everything:
 -- $1 ids, $2 event type, $3 died (updated_at) at or after, $4 text last_error
--- contains (any case), $5 limit, oldest deaths first. Keep the conditions in
+-- contains (any case), $5 limit, oldest deaths first, $6 partition key,
+-- $7 and $8 created at or after and before. Keep the conditions in
 -- step with admin_retry_dead_count.sql.
 WITH picked AS MATERIALIZED (
     SELECT event_id
@@ -12,6 +13,9 @@ WITH picked AS MATERIALIZED (
       AND ($2::text IS NULL OR event_type = $2::text)
       AND ($3::timestamptz IS NULL OR updated_at >= $3::timestamptz)
       AND ($4::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($4::text)) > 0)
+      AND ($6::text IS NULL OR partition_key = $6::text)
+      AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
+      AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
     ORDER BY updated_at
     LIMIT $5::bigint
     FOR UPDATE SKIP LOCKED

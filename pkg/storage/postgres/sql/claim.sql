@@ -17,8 +17,8 @@ WITH locked AS (
     -- FOR UPDATE does not mix with window functions: the running total is
     -- taken over the locked rows. Rows locked and not picked are free again
     -- when the statement commits.
-    SELECT event_id
-    FROM (SELECT event_id,
+    SELECT event_id, created_at
+    FROM (SELECT event_id, created_at,
                  sum(size) OVER w AS running,
                  row_number() OVER w AS n
           FROM locked
@@ -28,7 +28,9 @@ WITH locked AS (
     UPDATE {{table}} AS t
     SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
     FROM picked
-    WHERE t.event_id = picked.event_id
+    -- created_at too: on a table partitioned by it, so that the row can be
+    -- found in its partition alone.
+    WHERE t.event_id = picked.event_id AND t.created_at = picked.created_at
     RETURNING t.*
 )
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such

@@ -1,5 +1,5 @@
 -- Whether a partition ({{partition}}) holds any row that keeps it, with the
--- rules of partition_rows.sql; run under the lock that drops it. Each part
+-- rules of partition_keeps.sql; run under the lock that drops it. Each part
 -- reads a partial index, so the lock is held for moments, not a scan.
 SELECT EXISTS (SELECT 1 FROM {{partition}} WHERE status = 'PENDING')
     OR EXISTS (SELECT 1 FROM {{partition}} WHERE status = 'DELIVERING')
