@@ -192,3 +192,19 @@ func TestMySQLPartitionOrderSurvivesFailuresAndACrash(t *testing.T) {
 	waitCounts(t, tb, 2*time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
 	requireKeyOrder(t, st, n)
 }
+
+// TestMySQLDeleteModeLeavesNoRows: DELIVERED_RETENTION=0 on MariaDB; every
+// event reaches the stream once and its row is gone.
+func TestMySQLDeleteModeLeavesNoRows(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	const n = 600
+	tb.InsertN(t, n, "orders.created")
+	start(t, relay.Config{BatchSize: 100, DeleteDelivered: true}, tb.Store, openNATS(t, srv, ""))
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{})
+	if got := natstest.Count(t, st); got != n {
+		t.Errorf("stream holds %d messages, want %d", got, n)
+	}
+}

@@ -353,3 +353,23 @@ func TestPartitionDeadEventSkipsOrBlocksItsKey(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionOrderHoldsInDeleteMode: with DELIVERED_RETENTION=0 a
+// delivered event leaves no row behind, and ordered claims, which look only
+// at unfinished rows, still keep every key in order across relays and
+// failures.
+func TestPartitionOrderHoldsInDeleteMode(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "ORDERED", Subjects: []string{"ordered.>"}, Duplicates: 10 * time.Minute})
+	n := insertKeyed(t, tb, "ordered.event", 20, 30, 10)
+	runReaper(t, tb, 2*time.Second)
+	for i := range 2 {
+		cfg := partitionConfig(fmt.Sprintf("relay-%d", i))
+		cfg.DeleteDelivered = true
+		start(t, cfg, tb.Store, newFlaky(openNATS(t, srv, ""), uint64(i)))
+	}
+	waitCounts(t, tb, 2*time.Minute, map[outbox.Status]int{})
+	requireKeyOrder(t, st, n)
+}

@@ -36,6 +36,10 @@ const (
 	FirstDelayDefault = 2 * time.Second
 )
 
+// repeatLogEvery bounds how often one failure repeated cycle after cycle
+// is logged as an error.
+const repeatLogEvery = time.Hour
+
 // Forever is a retention that keeps rows forever (the variable unset).
 const Forever time.Duration = -1
 
@@ -138,6 +142,11 @@ type Report struct {
 func (r *Runner) Run(ctx context.Context) {
 	t := time.NewTimer(r.cfg.FirstDelay)
 	defer t.Stop()
+	// The same failure every cycle (a role that may not maintain
+	// partitions, say) is logged as an error once an hour, at debug in
+	// between.
+	var lastErr string
+	var lastLogged time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,9 +158,17 @@ func (r *Runner) Run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			r.log.Error("retention cycle failed; trying again at the next", "error", err,
-				"deleted_delivered", rep.Deleted[outbox.StatusDelivered], "deleted_dead", rep.Deleted[outbox.StatusDead],
-				"next_in", r.cfg.Interval)
+			level := slog.LevelError
+			if err.Error() == lastErr && time.Since(lastLogged) < repeatLogEvery {
+				level = slog.LevelDebug
+			} else {
+				lastErr, lastLogged = err.Error(), time.Now()
+			}
+			r.log.Log(ctx, level, "retention cycle failed; trying again at the next (the same error is logged again at most hourly)",
+				"error", err, "deleted_delivered", rep.Deleted[outbox.StatusDelivered],
+				"deleted_dead", rep.Deleted[outbox.StatusDead], "next_in", r.cfg.Interval)
+		default:
+			lastErr = ""
 		}
 		t.Reset(r.cfg.Interval)
 	}

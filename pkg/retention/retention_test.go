@@ -3,6 +3,7 @@ package retention_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"testing"
@@ -296,4 +297,92 @@ func TestPartitionedTablesAreMaintainedNotPruned(t *testing.T) {
 	if retention.Needed(retention.Config{Delivered: retention.Forever, Dead: retention.Forever}, struct{ retention.Store }{tb.Storage()}) {
 		t.Error("a storage that cannot be partitioned, with no retention, needs a loop")
 	}
+}
+
+// On a real partitioned table (PostgreSQL, by day) the loop has the driver
+// create the partitions rows wait for and drop an expired one, counts the rows it
+// held, and keeps the partition of a PENDING row; it prunes no row itself.
+func TestMaintainsARealPartitionedTable(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.NewPartitioned(t, "day")
+	ids := tb.InsertN(t, 4, "e")
+	tb.Set(t, ids[0], "created_at = now() - interval '10 days', status = 'DELIVERED', delivered_at = now() - interval '9 days'")
+	tb.Set(t, ids[1], "created_at = now() - interval '10 days', status = 'DEAD', updated_at = now() - interval '9 days'")
+	tb.Set(t, ids[2], "created_at = now() - interval '12 days'") // PENDING
+	// ids[3]: PENDING, now.
+	var c counts
+	var reports []storage.PartitionReport
+	r, err := retention.New(retention.Config{Delivered: 7 * day, Dead: 7 * day, OnDeleted: c.add,
+		OnPartitions: func(p storage.PartitionReport) { reports = append(reports, p) }}, tb.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Partitioning != "day" || len(rep.Partitions.Created) != 2 || len(rep.Partitions.Dropped) != 1 || len(reports) != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	if got := c.get(); got[outbox.StatusDelivered] != 1 || got[outbox.StatusDead] != 1 {
+		t.Errorf("counted %v, want the dropped partition's 1 DELIVERED and 1 DEAD", got)
+	}
+	if got := tb.Counts(t); fmt.Sprint(got) != fmt.Sprint(map[outbox.Status]int{outbox.StatusPending: 2}) {
+		t.Errorf("rows left %v, want the 2 PENDING", got)
+	}
+	kept := false
+	for _, k := range rep.Partitions.Kept {
+		kept = kept || k.Reason != ""
+	}
+	if !kept {
+		t.Errorf("the partition of the old PENDING row is not reported kept: %+v", rep.Partitions.Kept)
+	}
+}
+
+// A cycle that fails the same way again and again is logged as an error
+// once, then at debug, not every RETENTION_INTERVAL.
+func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.Exec(t, "DROP TABLE {{table}}")
+	logs := &levelCounter{}
+	r, _ := retention.New(retention.Config{Delivered: day, Dead: retention.Forever, FirstDelay: time.Millisecond,
+		Interval: 5 * time.Millisecond, Logger: slog.New(logs)}, tb.Store)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.Run(rctx); close(done) }()
+	eventually.True(t, 10*time.Second, func() bool { return logs.count(slog.LevelDebug) >= 3 },
+		func() string { return fmt.Sprintf("%d debug records", logs.count(slog.LevelDebug)) })
+	cancel()
+	<-done
+	if n := logs.count(slog.LevelError); n != 1 {
+		t.Errorf("%d error records for one failure repeated, want 1", n)
+	}
+}
+
+// levelCounter is a slog.Handler that counts records by level.
+type levelCounter struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (h *levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *levelCounter) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[slog.Level]int{}
+	}
+	h.n[r.Level]++
+	return nil
+}
+
+func (h *levelCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelCounter) WithGroup(string) slog.Handler      { return h }
+
+func (h *levelCounter) count(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[l]
 }
