@@ -130,6 +130,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if c.cfg.Password == "" && !Loopback(hostPort(r.Host)) {
+		// Without a password the console listens on loopback only, and
+		// answers only requests addressed to a loopback name: a web page
+		// whose own domain an attacker points at 127.0.0.1 (DNS
+		// rebinding) would otherwise be same-origin with it.
+		http.Error(w, "this console answers requests for localhost or a loopback address only; set a password to reach it by another name", http.StatusMisdirectedRequest)
+		return
+	}
 	if !c.authorized(r) {
 		h.Set("WWW-Authenticate", `Basic realm="relay console", charset="UTF-8"`)
 		http.Error(w, "a password is required: log in with the console's password", http.StatusUnauthorized)

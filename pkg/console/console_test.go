@@ -46,6 +46,7 @@ func runHandlerTests(t *testing.T, h storagetest.Harness) {
 		{"RetryMatching", testRetryMatching},
 		{"ReadOnly", testReadOnly},
 		{"Password", testPassword},
+		{"ForeignHost", testForeignHost},
 		{"PrunePreview", testPrunePreview},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -507,6 +508,33 @@ func testPrunePreview(t *testing.T, h storagetest.Harness) {
 	}
 	if code, _ := f.get(t, "/prune?older_than=soon"); code != http.StatusBadRequest {
 		t.Errorf("prune preview with a bad age = %d, want 400", code)
+	}
+}
+
+// A console without a password answers requests addressed to loopback
+// names only, so a page whose domain an attacker points at 127.0.0.1 (DNS
+// rebinding) cannot read it; with a password, any name is fine.
+func testForeignHost(t *testing.T, h storagetest.Harness) {
+	open := newFixture(t, h, console.Config{})
+	for host, want := range map[string]int{
+		"attacker.example":      http.StatusMisdirectedRequest,
+		"attacker.example:8090": http.StatusMisdirectedRequest,
+		"localhost:8090":        http.StatusOK,
+		"127.0.0.1":             http.StatusOK,
+		"[::1]:8090":            http.StatusOK,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, open.srv.URL+"/", nil)
+		req.Host = host
+		if code, _, _ := open.do(t, req); code != want {
+			t.Errorf("GET / for host %s without a password = %d, want %d", host, code, want)
+		}
+	}
+	locked := newFixture(t, h, console.Config{Password: "s3cret"})
+	req, _ := http.NewRequest(http.MethodGet, locked.srv.URL+"/", nil)
+	req.Host = "console.example:8090"
+	req.SetBasicAuth("ops", "s3cret")
+	if code, _, _ := locked.do(t, req); code != http.StatusOK {
+		t.Errorf("GET / for another host with the password = %d, want 200", code)
 	}
 }
 
