@@ -281,7 +281,7 @@ func (r *Runner) logCycle(rep Report, took time.Duration) {
 	attrs := []any{
 		"deleted_delivered", rep.Deleted[outbox.StatusDelivered],
 		"deleted_dead", rep.Deleted[outbox.StatusDead],
-		"took", took.Round(time.Millisecond),
+		"took", took.Round(time.Millisecond).String(),
 	}
 	changed := rep.Deleted[outbox.StatusDelivered]+rep.Deleted[outbox.StatusDead] > 0
 	if rep.Partitioning != "" {
