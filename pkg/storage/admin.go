@@ -361,14 +361,58 @@ type EmitParams struct {
 	AvailableIn  time.Duration
 }
 
-// PauseBetweenBatches waits p.Pause, the pause between two prune batches,
-// and returns ctx's error when ctx ends first. Drivers' Prune call it after
-// each full batch.
-func (p PruneParams) PauseBetweenBatches(ctx context.Context) error {
-	if p.Pause <= 0 {
+// RunPrune is the part of Prune every driver shares. It checks p (DELIVERED
+// or DEAD only, nothing negative) and fills BatchSize's default; then, in a
+// dry run, it returns count(); otherwise it calls deleteBatch(BatchSize)
+// until a batch deletes fewer rows than that, reporting progress after each
+// and waiting p.Pause between two. When ctx ends during a pause, the result
+// counts what was deleted before. Each callback runs one statement.
+func RunPrune(ctx context.Context, p PruneParams, count func() (int64, error),
+	deleteBatch func(batchSize int) (int64, error)) (PruneResult, error) {
+	var res PruneResult
+	switch {
+	case p.Status != outbox.StatusDelivered && p.Status != outbox.StatusDead:
+		return res, fmt.Errorf("prune: only DELIVERED and DEAD rows can be pruned, not %q", p.Status)
+	case p.OlderThan < 0:
+		return res, fmt.Errorf("prune: OlderThan must not be negative, got %s", p.OlderThan)
+	case p.BatchSize < 0:
+		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
+	case p.Pause < 0:
+		return res, fmt.Errorf("prune: Pause must not be negative, got %s", p.Pause)
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = PruneBatchSizeDefault
+	}
+	if p.DryRun {
+		n, err := count()
+		res.Deleted = n
+		return res, err
+	}
+	for {
+		n, err := deleteBatch(p.BatchSize)
+		if err != nil {
+			return res, err
+		}
+		res.Batches++
+		res.Deleted += n
+		if p.Progress != nil {
+			p.Progress(res.Deleted)
+		}
+		if n < int64(p.BatchSize) {
+			return res, nil
+		}
+		if err := pause(ctx, p.Pause); err != nil {
+			return res, err
+		}
+	}
+}
+
+// pause waits d, or returns ctx's error when ctx ends first.
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(p.Pause)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

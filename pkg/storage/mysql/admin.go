@@ -189,60 +189,31 @@ func eachRow(ctx context.Context, q querier, query string, args []any, fn func(*
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	var res storage.PruneResult
-	var query string
-	switch p.Status {
-	case outbox.StatusDelivered:
-		query = "admin_prune_delivered"
-	case outbox.StatusDead:
-		query = "admin_prune_dead"
-	default:
-		return res, fmt.Errorf("prune: only DELIVERED and DEAD rows can be pruned, not %q", p.Status)
-	}
-	if p.OlderThan < 0 {
-		return res, fmt.Errorf("prune: OlderThan must not be negative, got %s", p.OlderThan)
-	}
-	if p.BatchSize < 0 {
-		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
-	}
-	if p.Pause < 0 {
-		return res, fmt.Errorf("prune: Pause must not be negative, got %s", p.Pause)
-	}
-	if p.BatchSize == 0 {
-		p.BatchSize = storage.PruneBatchSizeDefault
-	}
+	// admin_prune_delivered or admin_prune_dead; RunPrune refuses other
+	// statuses before either callback runs.
+	query := "admin_prune_" + strings.ToLower(string(p.Status))
 	what := "prune " + string(p.Status) + " rows"
 	age := p.OlderThan.Microseconds()
-	if p.DryRun {
-		if err := s.db.QueryRowContext(ctx, s.queries[query+"_count"], age).Scan(&res.Deleted); err != nil {
-			return res, s.adminError(ctx, what, err)
+	return storage.RunPrune(ctx, p, func() (int64, error) {
+		var n int64
+		if err := s.db.QueryRowContext(ctx, s.queries[query+"_count"], age).Scan(&n); err != nil {
+			return 0, s.adminError(ctx, what, err)
 		}
-		return res, nil
-	}
-	for {
+		return n, nil
+	}, func(batchSize int) (int64, error) {
 		var n int64
 		err := withLockRetry(ctx, func() error {
-			r, err := s.db.ExecContext(ctx, s.queries[query], age, p.BatchSize)
+			r, err := s.db.ExecContext(ctx, s.queries[query], age, batchSize)
 			if err == nil {
 				n, err = r.RowsAffected()
 			}
 			return err
 		})
 		if err != nil {
-			return res, s.adminError(ctx, what, err)
+			return 0, s.adminError(ctx, what, err)
 		}
-		res.Batches++
-		res.Deleted += n
-		if p.Progress != nil {
-			p.Progress(res.Deleted)
-		}
-		if n < int64(p.BatchSize) {
-			return res, nil
-		}
-		if err := p.PauseBetweenBatches(ctx); err != nil {
-			return res, err
-		}
-	}
+		return n, nil
+	})
 }
 
 // RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -143,54 +142,24 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	var res storage.PruneResult
-	var query string
-	switch p.Status {
-	case outbox.StatusDelivered:
-		query = "admin_prune_delivered"
-	case outbox.StatusDead:
-		query = "admin_prune_dead"
-	default:
-		return res, fmt.Errorf("prune: only DELIVERED and DEAD rows can be pruned, not %q", p.Status)
-	}
-	if p.OlderThan < 0 {
-		return res, fmt.Errorf("prune: OlderThan must not be negative, got %s", p.OlderThan)
-	}
-	if p.BatchSize < 0 {
-		return res, fmt.Errorf("prune: BatchSize must not be negative, got %d", p.BatchSize)
-	}
-	if p.Pause < 0 {
-		return res, fmt.Errorf("prune: Pause must not be negative, got %s", p.Pause)
-	}
-	if p.BatchSize == 0 {
-		p.BatchSize = storage.PruneBatchSizeDefault
-	}
+	// admin_prune_delivered or admin_prune_dead; RunPrune refuses other
+	// statuses before either callback runs.
+	query := "admin_prune_" + strings.ToLower(string(p.Status))
 	what := "prune " + string(p.Status) + " rows"
 	age := p.OlderThan.Microseconds()
-	if p.DryRun {
-		err := s.pool.QueryRow(ctx, s.queries[query+"_count"], age).Scan(&res.Deleted)
+	return storage.RunPrune(ctx, p, func() (int64, error) {
+		var n int64
+		if err := s.pool.QueryRow(ctx, s.queries[query+"_count"], age).Scan(&n); err != nil {
+			return 0, s.adminError(ctx, what, err)
+		}
+		return n, nil
+	}, func(batchSize int) (int64, error) {
+		tag, err := s.pool.Exec(ctx, s.queries[query], age, batchSize)
 		if err != nil {
-			return res, s.adminError(ctx, what, err)
+			return 0, s.adminError(ctx, what, err)
 		}
-		return res, nil
-	}
-	for {
-		tag, err := s.pool.Exec(ctx, s.queries[query], age, p.BatchSize)
-		if err != nil {
-			return res, s.adminError(ctx, what, err)
-		}
-		res.Batches++
-		res.Deleted += tag.RowsAffected()
-		if p.Progress != nil {
-			p.Progress(res.Deleted)
-		}
-		if tag.RowsAffected() < int64(p.BatchSize) {
-			return res, nil
-		}
-		if err := p.PauseBetweenBatches(ctx); err != nil {
-			return res, err
-		}
-	}
+		return tag.RowsAffected(), nil
+	})
 }
 
 // RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
