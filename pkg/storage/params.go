@@ -54,7 +54,17 @@ type ClaimParams struct {
 	// After is the last key the previous ordered claim took; the next one
 	// starts after it so that every key gets its turn.
 	After string
+	// SweepInterval bounds how long a row whose transaction committed
+	// behind the relay's claim position (a producer's long transaction)
+	// may wait: at least this often a claim also looks behind it, at a
+	// cost that grows with the dead row versions a held-back vacuum
+	// leaves there. 0 means SweepIntervalDefault.
+	SweepInterval time.Duration
 }
+
+// SweepIntervalDefault is ClaimParams.SweepInterval's default: events of
+// transactions that commit late wait at most this long (plus one claim).
+const SweepIntervalDefault = 10 * time.Second
 
 // Ordering is the ORDERING setting.
 type Ordering string

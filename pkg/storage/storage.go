@@ -34,11 +34,22 @@ import (
 // changes nothing.
 type Queue interface {
 	// Claim moves up to Limit due PENDING rows to DELIVERING under a new
-	// lease and returns them oldest first (created_at, then insertion
-	// order). Nothing due: an empty batch and no error. A row that cannot
-	// be read in full must not fail the claim; and when the claim fails
-	// after rows were leased, the driver hands them back before returning
-	// its error, rather than leaving them for the reaper.
+	// lease and returns them in the order they were written (the
+	// insertion sequence, seq; created_at decides nothing). Nothing due:
+	// an empty batch and no error. A row that cannot be read in full must
+	// not fail the claim; and when the claim fails after rows were
+	// leased, the driver hands them back before returning its error,
+	// rather than leaving them for the reaper.
+	//
+	// A claim's cost must not grow with the events claimed before it:
+	// while a long transaction holds back vacuum (or purge), every claimed
+	// row leaves a dead version behind, and a claim that walks from the
+	// start of the table steps over all of them. Drivers therefore claim
+	// forward from where the relay's previous claims ended (a position
+	// they keep per RelayID), find rows handed back or retried where those
+	// land, and look behind the position for rows whose transactions
+	// committed late at least every p.SweepInterval, so that every due row
+	// is claimed within that time.
 	Claim(ctx context.Context, p ClaimParams) (Batch, error)
 	// MarkDelivered moves delivered rows to DELIVERED and returns how
 	// many it changed.

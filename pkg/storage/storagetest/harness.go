@@ -40,6 +40,11 @@ type Table interface {
 	// every column as given. Headers may be any JSON object text, even one
 	// no producer helper would write.
 	Insert(t testing.TB, c outbox.Columns)
+	// InsertUncommitted writes the rows as Insert does, but in a
+	// transaction of a connection of its own that stays open, as a
+	// producer's slow transaction would, until commit is called (the rows
+	// become visible) or t ends (rolled back).
+	InsertUncommitted(t testing.TB, c outbox.Columns) (commit func())
 	// Set applies c to every row in ids in one statement, so that every
 	// row gets the same moments, and fails t unless each id matched a row.
 	Set(t testing.TB, c Change, ids ...uuid.UUID)

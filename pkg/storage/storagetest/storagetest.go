@@ -40,7 +40,11 @@ var tests = []struct {
 	{"Claim/TakesOnlyPendingRows", testClaimTakesOnlyPendingRows},
 	{"Claim/StopsAtMaxBytes", testClaimStopsAtMaxBytes},
 	{"Claim/KeepsInsertionOrderWithinAStatement", testClaimKeepsInsertionOrderWithinAStatement},
-	{"Claim/OrdersByCreatedAtFirst", testClaimOrdersByCreatedAtFirst},
+	{"Claim/OrdersByInsertionNotCreatedAt", testClaimOrdersByInsertionNotCreatedAt},
+	{"Claim/FindsALateCommitBehindItsPosition", testClaimFindsALateCommit},
+	{"Claim/FindsALateCommitBehindManyClaims", testClaimFindsALateCommitBehindManyClaims},
+	{"Claim/FindsRowsHandedBackAtOnce", testClaimFindsRowsHandedBackAtOnce},
+	{"Claim/FindsRowsThatComeDue", testClaimFindsRowsThatComeDue},
 	{"Claim/ReturnsRowContents", testClaimReturnsRowContents},
 	{"Claim/SkipsRowsLockedByAnotherClaim", testClaimSkipsRowsLockedByAnotherClaim},
 	{"Claim/ConcurrentClaimsNeverShareAnEvent", testConcurrentClaimsNeverShareAnEvent},
@@ -101,6 +105,14 @@ type event struct {
 // insert writes events in one statement and returns their ids in order.
 func insert(t testing.TB, tb Table, events ...event) []uuid.UUID {
 	t.Helper()
+	c := columns(t, events)
+	tb.Insert(t, c)
+	return c.IDs
+}
+
+// columns are the rows for events, with the defaults filled in.
+func columns(t testing.TB, events []event) outbox.Columns {
+	t.Helper()
 	n := len(events)
 	c := outbox.Columns{
 		IDs:         make([]uuid.UUID, n),
@@ -134,8 +146,7 @@ func insert(t testing.TB, tb Table, events ...event) []uuid.UUID {
 			c.AvailableAt[i] = &at
 		}
 	}
-	tb.Insert(t, c)
-	return c.IDs
+	return c
 }
 
 // insertN writes n events of one type.

@@ -187,3 +187,34 @@ func (c conformance) Lock(t testing.TB, id uuid.UUID) func() {
 	}
 	return unlock
 }
+
+func (c conformance) InsertUncommitted(t testing.TB, cols outbox.Columns) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.tb.Store.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatalf("mysqltest: begin: %v", err)
+	}
+	var once sync.Once
+	end := func(commit bool) {
+		once.Do(func() {
+			if commit {
+				if err := tx.Commit(); err != nil {
+					t.Errorf("mysqltest: commit: %v", err)
+				}
+				return
+			}
+			_ = tx.Rollback()
+		})
+	}
+	t.Cleanup(func() { end(false) })
+	w, err := mysql.NewWriter(c.tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteColumns(ctx, tx, cols); err != nil {
+		end(false)
+		t.Fatalf("mysqltest: insert %d events: %v", len(cols.IDs), err)
+	}
+	return func() { end(true) }
+}

@@ -225,3 +225,34 @@ func (c conformance) Lock(t testing.TB, id uuid.UUID) func() {
 	}
 	return unlock
 }
+
+func (c conformance) InsertUncommitted(t testing.TB, cols outbox.Columns) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: begin: %v", err)
+	}
+	var once sync.Once
+	end := func(commit bool) {
+		once.Do(func() {
+			if commit {
+				if err := tx.Commit(ctx); err != nil {
+					t.Errorf("pgtest: commit: %v", err)
+				}
+				return
+			}
+			_ = tx.Rollback(ctx)
+		})
+	}
+	t.Cleanup(func() { end(false) })
+	w, err := postgres.NewWriter(c.tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteColumns(ctx, postgres.PgxTx(tx), cols); err != nil {
+		end(false)
+		t.Fatalf("pgtest: insert %d events: %v", len(cols.IDs), err)
+	}
+	return func() { end(true) }
+}

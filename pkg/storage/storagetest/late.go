@@ -1,0 +1,187 @@
+package storagetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Claims go forward from where the relay's last claim ended, so that they
+// do not step over the dead row versions behind it. These tests check that
+// nothing is left behind that position for good: rows of transactions that
+// commit late, rows handed back, retried, reaped or scheduled.
+
+// uncommitted inserts events in a transaction that stays open until the
+// returned commit is called.
+func uncommitted(t testing.TB, tb Table, events ...event) ([]uuid.UUID, func()) {
+	t.Helper()
+	c := columns(t, events)
+	return c.IDs, tb.InsertUncommitted(t, c)
+}
+
+// claimUntil claims with p until the event id is among the claimed ones or
+// the deadline passes; every event claimed on the way is marked delivered.
+// It returns how long that took.
+func claimUntil(t *testing.T, s storage.Queue, p storage.ClaimParams, id uuid.UUID, deadline time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < deadline {
+		b, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+		found := false
+		for _, e := range b.Events {
+			found = found || e.ID == id
+		}
+		if len(b.Events) > 0 {
+			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatalf("MarkDelivered: %v", err)
+			}
+		}
+		if found {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond) // a relay's poll, between claims that found nothing new
+	}
+	t.Fatalf("event %s was not claimed within %s", id, deadline)
+	return 0
+}
+
+// drainAll claims with p until a claim comes back empty, marking every event
+// delivered, and returns the ids in claim order.
+func drainAll(t *testing.T, s storage.Queue, p storage.ClaimParams) []uuid.UUID {
+	t.Helper()
+	var ids []uuid.UUID
+	for {
+		b, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+		if len(b.Events) == 0 {
+			return ids
+		}
+		ids = append(ids, eventIDs(b.Events)...)
+		if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			t.Fatalf("MarkDelivered: %v", err)
+		}
+	}
+}
+
+// testClaimFindsALateCommit: a producer's transaction takes its place in
+// the insertion order, others commit after it and are claimed, then it
+// commits. Its event must still be claimed, soon.
+func testClaimFindsALateCommit(t *testing.T, h Harness) {
+	tb := h.New(t)
+	late, commit := uncommitted(t, tb, event{Type: "late"})
+	after := insert(t, tb, event{}, event{}, event{})
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 10, SweepInterval: time.Hour}
+	if got := drainAll(t, tb.Storage(), p); !sameSet(got, after) {
+		t.Fatalf("claimed %v, want the three committed events %v", got, after)
+	}
+	commit()
+	// A transaction that was open at the relay's last claim is looked for
+	// again as soon as it ends: no sweep needed (the interval is an hour).
+	claimUntil(t, tb.Storage(), p, late[0], 10*time.Second)
+}
+
+// testClaimFindsALateCommitBehindManyClaims: a transaction stays open
+// while many claims move the position far past it; once it commits, the
+// sweep finds its event within the sweep interval.
+func testClaimFindsALateCommitBehindManyClaims(t *testing.T, h Harness) {
+	tb := h.New(t)
+	late, commit := uncommitted(t, tb, event{Type: "late"})
+	events := make([]event, 300)
+	after := insert(t, tb, events...)
+	const sweep = 300 * time.Millisecond
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 2, SweepInterval: sweep}
+	if got := drainAll(t, tb.Storage(), p); !sameSet(got, after) {
+		t.Fatalf("claimed %d events, want the %d committed ones", len(got), len(after))
+	}
+	commit()
+	took := claimUntil(t, tb.Storage(), p, late[0], 20*time.Second)
+	t.Logf("the late event was claimed %s after its commit (sweep interval %s)", took, sweep)
+}
+
+// testClaimFindsRowsHandedBackAtOnce: rows released, failed with no delay,
+// reaped or retried from DEAD lie behind the claim position; each is
+// claimed again by the next claim, not after a sweep.
+func testClaimFindsRowsHandedBackAtOnce(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	ids := insert(t, tb, make([]event, 8)...)
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 2, SweepInterval: time.Hour}
+	var batches []storage.Batch
+	for range 4 {
+		b, err := s.Claim(ctx, p)
+		if err != nil || len(b.Events) != 2 {
+			t.Fatalf("Claim = %d events, %v; want 2", len(b.Events), err)
+		}
+		batches = append(batches, b)
+	}
+	// batch 0 released, batch 1 failed with no delay, batch 2 reaped,
+	// batch 3 delivered; then one of batch 3's DEAD-ened and retried.
+	if _, err := s.Release(ctx, storage.SettleParams{Lease: batches[0].Lease, IDs: eventIDs(batches[0].Events)}); err != nil {
+		t.Fatal(err)
+	}
+	var failures []storage.Failure
+	for _, e := range batches[1].Events {
+		failures = append(failures, storage.Failure{ID: e.ID, Error: "retry", Delay: 0})
+	}
+	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: batches[1].Lease, Failures: failures}); err != nil {
+		t.Fatal(err)
+	}
+	tb.Set(t, Change{LockedAt: Ago(time.Hour)}, eventIDs(batches[2].Events)...)
+	if _, err := s.Reap(ctx, storage.ReapParams{LeaseTimeout: time.Minute, Limit: 10, MaxAttempts: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: batches[3].Lease, Failures: []storage.Failure{
+		{ID: batches[3].Events[0].ID, Error: "bad", Dead: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: []uuid.UUID{batches[3].Events[0].ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	want := append(slices.Clone(ids[:6]), batches[3].Events[0].ID)
+	p.Limit = 10
+	b, err := s.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !sameSet(got, want) {
+		t.Fatalf("the next claim took %v, want every row handed back %v", got, want)
+	}
+}
+
+// testClaimFindsRowsThatComeDue: a scheduled event and a retry with a
+// back-off are claimed once due, though many claims went past them.
+func testClaimFindsRowsThatComeDue(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	scheduled := insert(t, tb, event{AvailableIn: 1500 * time.Millisecond})
+	ids := insert(t, tb, make([]event, 6)...)
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 1, SweepInterval: time.Hour}
+	b, err := s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 1 || b.Events[0].ID != ids[0] {
+		t.Fatalf("Claim = %v, %v; want %s", b.Events, err, ids[0])
+	}
+	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{
+		{ID: ids[0], Error: "later", Delay: time.Second},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := drainAll(t, s, p); !sameSet(got, ids[1:]) {
+		t.Fatalf("claimed %v, want %v", got, ids[1:])
+	}
+	claimUntil(t, s, p, ids[0], 10*time.Second)
+	claimUntil(t, s, p, scheduled[0], 10*time.Second)
+	if c := counts(t, tb); c[outbox.StatusPending] != 0 {
+		t.Errorf("rows left PENDING: %v", c)
+	}
+}
