@@ -32,7 +32,7 @@ func TestMigrateCreatesThenFindsEverything(t *testing.T) {
 	args := []string{"migrate", "--storage-url", pgtest.URL(), "--table", name}
 
 	first := ok(t, cmd{args: args}.run(t))
-	for _, want := range []string{"created  table fresh_outbox", "created  index fresh_outbox_pending_idx",
+	for _, want := range []string{"created  table fresh_outbox", "created  index fresh_outbox_pending_seq_idx",
 		"created  trigger fresh_outbox_notify", "table " + name + " is ready", "0 already existed"} {
 		if !strings.Contains(first.stdout, want) {
 			t.Errorf("first migrate does not say %q:\n%s", want, first)

@@ -43,7 +43,7 @@ func TestMigratePartitionByThenPartitions(t *testing.T) {
 
 	first := ok(t, cmd{args: append([]string{"migrate", "--partition-by", "hour"}, args...)}.run(t))
 	for _, want := range []string{"created  table fresh_outbox", "created  partition fresh_outbox_default",
-		"created  index fresh_outbox_pending_idx", "partitioned by hour", "relay-cli partitions"} {
+		"created  index fresh_outbox_pending_seq_idx", "partitioned by hour", "relay-cli partitions"} {
 		if !strings.Contains(first.stdout, want) {
 			t.Errorf("migrate --partition-by hour does not say %q:\n%s", want, first)
 		}

@@ -42,13 +42,13 @@ var storages = []struct {
 	index string
 	new   func(t *testing.T) anyTable
 }{
-	{"PostgreSQL", "pending_idx", func(t *testing.T) anyTable {
+	{"PostgreSQL", "pending_seq_idx", func(t *testing.T) anyTable {
 		tb := pgtest.New(t)
 		schemaName, _, _ := strings.Cut(tb.Name, ".")
 		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
 	}},
 	// Every command works on a table partitioned by time as on a plain one.
-	{"PostgreSQL partitioned", "pending_idx", func(t *testing.T) anyTable {
+	{"PostgreSQL partitioned", "pending_seq_idx", func(t *testing.T) anyTable {
 		tb := pgtest.NewPartitioned(t, "day")
 		schemaName, _, _ := strings.Cut(tb.Name, ".")
 		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}

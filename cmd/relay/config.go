@@ -36,6 +36,7 @@ type config struct {
 	BatchSize          int           `env:"BATCH_SIZE"`
 	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES"`
 	PollInterval       time.Duration `env:"POLL_INTERVAL"`
+	SweepInterval      time.Duration `env:"SWEEP_INTERVAL"`
 	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES"`
 	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT"`
 	ReaperInterval     time.Duration `env:"REAPER_INTERVAL"`
@@ -98,6 +99,7 @@ func defaultConfig() config {
 		BatchSize:          relay.BatchSizeDefault,
 		MaxBatchBytes:      relay.MaxBatchBytesDefault,
 		PollInterval:       relay.PollIntervalDefault,
+		SweepInterval:      relay.SweepIntervalDefault,
 		MaxInFlightBatches: relay.MaxInFlightBatchesDefault,
 		LeaseTimeout:       relay.LeaseTimeoutDefault,
 		ReaperInterval:     reaper.IntervalDefault,
@@ -265,6 +267,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		BatchSize:          c.BatchSize,
 		MaxBatchBytes:      int64(c.MaxBatchBytes),
 		PollInterval:       c.PollInterval,
+		SweepInterval:      c.SweepInterval,
 		MaxInFlightBatches: c.MaxInFlightBatches,
 		LeaseTimeout:       c.LeaseTimeout,
 		ShutdownTimeout:    c.ShutdownTimeout,

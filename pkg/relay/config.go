@@ -17,6 +17,7 @@ const (
 	// MaxInFlightBatches × 8 MiB of events, whatever their sizes.
 	MaxBatchBytesDefault      = 8 << 20
 	PollIntervalDefault       = 500 * time.Millisecond
+	SweepIntervalDefault      = storage.SweepIntervalDefault
 	MaxInFlightBatchesDefault = 4
 	LeaseTimeoutDefault       = time.Minute
 	ShutdownTimeoutDefault    = 30 * time.Second
@@ -46,6 +47,10 @@ type Config struct {
 	// PollInterval is how long the engine waits for new events when a claim
 	// came back short and nothing woke it.
 	PollInterval time.Duration
+	// SweepInterval bounds how long an event whose transaction committed
+	// behind the relay's claim position waits: at least this often a
+	// claim also looks behind it (storage.ClaimParams.SweepInterval).
+	SweepInterval time.Duration
 	// MaxInFlightBatches bounds the batches claimed and not yet settled.
 	MaxInFlightBatches int
 	// LeaseTimeout is how long a claim stays valid; settling stops retrying
@@ -105,6 +110,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.BatchSize, BatchSizeDefault)
 	setDefault(&c.MaxBatchBytes, MaxBatchBytesDefault)
 	setDefault(&c.PollInterval, PollIntervalDefault)
+	setDefault(&c.SweepInterval, SweepIntervalDefault)
 	setDefault(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
 	setDefault(&c.LeaseTimeout, LeaseTimeoutDefault)
 	setDefault(&c.ShutdownTimeout, ShutdownTimeoutDefault)
@@ -146,6 +152,7 @@ func (c Config) Validate() error {
 	check(c.BatchSize > 0, "BATCH_SIZE must be positive, got %d", c.BatchSize)
 	check(c.MaxBatchBytes > 0, "MAX_BATCH_BYTES must be positive, got %d", c.MaxBatchBytes)
 	check(c.PollInterval > 0, "POLL_INTERVAL must be positive, got %s", c.PollInterval)
+	check(c.SweepInterval > 0, "SWEEP_INTERVAL must be positive, got %s", c.SweepInterval)
 	check(c.MaxInFlightBatches > 0, "MAX_IN_FLIGHT_BATCHES must be positive, got %d", c.MaxInFlightBatches)
 	check(c.LeaseTimeout >= LeaseTimeoutMin, "LEASE_TIMEOUT must be at least %s, got %s", LeaseTimeoutMin, c.LeaseTimeout)
 	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)

@@ -239,6 +239,8 @@ func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 		Ordering: e.cfg.Ordering,
 		OnDead:   e.cfg.OnDead,
 		After:    e.cursor,
+
+		SweepInterval: e.cfg.SweepInterval,
 	})
 	end(len(c.batch.Events), err)
 	if err == nil && e.cfg.Ordering == storage.OrderingPartition {

@@ -63,37 +63,50 @@ BEGIN
 END
 $$;
 
--- The indexes, all partial, so each holds only the rows one query needs:
---   pending_idx       the claim walks it oldest first;
+-- The indexes, all partial but two, so each holds only the rows one query
+-- needs:
+--   pending_seq_idx   claims go forward through it from where the relay's
+--                     last claim ended, so that the dead row versions that
+--                     earlier claims leave behind (which vacuum cannot
+--                     remove while any snapshot is older) are never walked
+--                     again; write order is the order of seq;
+--   due_idx           rows that became PENDING again (released, retried,
+--                     reaped, retried from DEAD: each gets available_at =
+--                     now() or later) and scheduled events: everything
+--                     whose available_at is after its created_at. Claims
+--                     find them here wherever their seq lies, and a fresh
+--                     event is never in it;
 --   pending_age_idx   the oldest pending age (stats, backlog gauges);
---   key_order_idx     ORDERING=partition walks the keys with unfinished
---                     events and reads each key's events in order; "C"
---                     collation so that the database and the relay agree on
---                     the order of keys;
---   key_dead_idx      ORDERING_ON_DEAD=block finds a DEAD event ahead of a
+--   key_seq_idx       ORDERING=partition walks the keys with unfinished
+--                     events and reads each key's events in write order;
+--                     "C" collation so that the database and the relay
+--                     agree on the order of keys;
+--   key_dead_seq_idx  ORDERING_ON_DEAD=block finds a DEAD event ahead of a
 --                     key's first unfinished one;
---   unkeyed_idx       events without a key, which ORDERING=partition claims
---                     by age;
+--   unkeyed_seq_idx   events without a key, which ORDERING=partition claims
+--                     in write order;
 --   delivering_idx    the reaper finds expired leases;
 --   delivered_idx,
 --   dead_idx          pruning;
 --   created_idx       the console and `relay-cli list`: every status, newest
 --                     or oldest first, a page after a cursor one range of it
---                     (the only index that is not partial: it costs an
---                     entry per insert and per change of status);
+--                     (not partial: it costs an entry per insert and per
+--                     change of status);
 --   key_idx           the same for the events of one partition key.
 DO $$
 DECLARE
     ix record;
+    old text;
 BEGIN
     FOR ix IN SELECT * FROM (VALUES
-        ('{{name}}_pending_idx', $d$(available_at, created_at) WHERE status = 'PENDING'$d$),
+        ('{{name}}_pending_seq_idx', $d$(seq) WHERE status = 'PENDING'$d$),
+        ('{{name}}_due_idx', $d$(available_at) WHERE status = 'PENDING' AND available_at > created_at$d$),
         ('{{name}}_pending_age_idx', $d$(created_at) WHERE status = 'PENDING'$d$),
-        ('{{name}}_key_order_idx', $d$(partition_key COLLATE "C", created_at, seq NULLS FIRST)
+        ('{{name}}_key_seq_idx', $d$(partition_key COLLATE "C", seq)
             WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL$d$),
-        ('{{name}}_key_dead_idx', $d$(partition_key COLLATE "C", created_at, seq NULLS FIRST)
+        ('{{name}}_key_dead_seq_idx', $d$(partition_key COLLATE "C", seq)
             WHERE status = 'DEAD' AND partition_key IS NOT NULL$d$),
-        ('{{name}}_unkeyed_idx', $d$(available_at, created_at)
+        ('{{name}}_unkeyed_seq_idx', $d$(seq)
             WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')$d$),
         ('{{name}}_delivering_idx', $d$(locked_at) WHERE status = 'DELIVERING'$d$),
         ('{{name}}_delivered_idx', $d$(delivered_at) WHERE status = 'DELIVERED'$d$),
@@ -106,6 +119,15 @@ BEGIN
         IF to_regclass(format('%s%I', '{{schema}}', ix.name)) IS NULL THEN
             -- An index is always created in its table's schema.
             EXECUTE format('CREATE INDEX %I ON {{table}} %s', ix.name, ix.definition);
+        END IF;
+    END LOOP;
+    -- Indexes of earlier versions that ordered by created_at: the ones
+    -- above replace them, and each would cost an entry per row version.
+    FOREACH old IN ARRAY ARRAY['{{name}}_pending_idx', '{{name}}_key_order_idx',
+                               '{{name}}_key_dead_idx', '{{name}}_unkeyed_idx']
+    LOOP
+        IF to_regclass(format('%s%I', '{{schema}}', old)) IS NOT NULL THEN
+            EXECUTE format('DROP INDEX %s%I', '{{schema}}', old);
         END IF;
     END LOOP;
 END

@@ -66,6 +66,9 @@ type Store struct {
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
 
+	// positions are the relays' claim positions (position.go).
+	positions positions
+
 	// partitionLockTimeout and partitionMoveLimit replace
 	// PartitionLockTimeout and PartitionMoveLimit in tests.
 	partitionLockTimeout time.Duration
@@ -168,7 +171,7 @@ func noDeadBefore(table schema.Table, alias string) string {
 	return fmt.Sprintf(`NOT EXISTS (
           SELECT 1 FROM %[1]s d
           WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
-            AND (d.created_at, d.seq) < (%[2]s.created_at, %[2]s.seq))`,
+            AND d.seq < %[2]s.seq)`,
 		table.Quoted(), alias)
 }
 
@@ -293,20 +296,32 @@ func (s *Store) connError(err error) error {
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	b := &pgx.Batch{}
 	claim := s.queries["claim"]
-	args := []any{p.RelayID, p.Limit, p.MaxBytes}
+	var (
+		pos *position
+		pl  plan
+	)
 	if p.Ordering == storage.OrderingPartition {
 		// Ordered claims take turns: the claim statement's snapshot is
 		// taken after the lock is held, so it sees every run another
 		// relay claimed and cannot take a later part of it.
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
+		b.Queue(s.queries["claim_stamp"])
 		claim = s.queries["claim_ordered_skip"]
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
 		}
-		args = []any{p.RelayID, p.Limit, p.After, p.MaxBytes}
+		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes)
+	} else {
+		// One relay's claims come one after another; the position is
+		// held for the claim's round trip.
+		pos = s.positions.of(p.RelayID)
+		pos.mu.Lock()
+		defer pos.mu.Unlock()
+		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
+		b.Queue(s.queries["claim_plan"])
+		b.Queue(s.queries["claim_stamp"])
+		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor)
 	}
-	b.Queue(s.queries["claim_stamp"])
-	b.Queue(claim, args...)
 
 	results := s.pool.SendBatch(ctx, b)
 	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
@@ -314,17 +329,23 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		if _, err := results.Exec(); err != nil {
 			return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
 		}
+	} else if _, err := results.Exec(); err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: plan: %w", err)
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
-	if err := results.QueryRow().Scan(&lease.LockedAt); err != nil {
+	var xmin, xmax uint64
+	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax); err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	events, err := readEvents(results, p.Limit)
+	events, highest, err := readEvents(results, p.Limit)
 	if err == nil {
 		err = results.Close()
 	}
 	if err != nil {
 		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: %w", err))
+	}
+	if pos != nil {
+		pos.done(pl, xmin, xmax, highest, len(events) >= p.Limit, time.Now())
 	}
 	return storage.Batch{Lease: lease, Events: events}, nil
 }
@@ -352,16 +373,17 @@ const handBackTimeout = 5 * time.Second
 // the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
 
-// readEvents reads the claimed rows, which the claim returns oldest first.
+// readEvents reads the claimed rows, which the claim returns in write
+// order, and the highest seq among them (0 for none).
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
+func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, int64, error) {
 	rows, err := results.Query()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer rows.Close()
 	events := make([]outbox.Event, 0, limit)
@@ -372,15 +394,18 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 		typ, key, payload, headers pgtype.DriverBytes
 		attempts                   int
 		createdAt                  pgtype.Timestamptz
+		seq                        pgtype.Int8
+		highest                    int64
 		arena                      byteArena
 		strs                       = map[string]string{}
 	)
 	for rows.Next() {
 		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
 		// through database/sql's Scanner and the id's text form.
-		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt); err != nil {
-			return nil, fmt.Errorf("read row: %w", err)
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq); err != nil {
+			return nil, 0, fmt.Errorf("read row: %w", err)
 		}
+		highest = max(highest, seq.Int64)
 		e := outbox.Event{
 			ID:           id,
 			Type:         intern(strs, typ),
@@ -394,7 +419,7 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, error) {
 		}
 		events = append(events, e)
 	}
-	return events, rows.Err()
+	return events, highest, rows.Err()
 }
 
 // intern returns b as a string, the same string for the same bytes.

@@ -139,8 +139,8 @@ func TestMigrateFreshSchema(t *testing.T) {
 	}
 	want := []string{
 		"table outbox", "column seq", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
-		"index outbox_pkey", "index outbox_pending_idx", "index outbox_pending_age_idx",
-		"index outbox_key_order_idx", "index outbox_key_dead_idx", "index outbox_unkeyed_idx", "index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
+		"index outbox_pkey", "index outbox_pending_seq_idx", "index outbox_due_idx", "index outbox_pending_age_idx",
+		"index outbox_key_seq_idx", "index outbox_key_dead_seq_idx", "index outbox_unkeyed_seq_idx", "index outbox_delivering_idx", "index outbox_delivered_idx", "index outbox_dead_idx",
 		"index outbox_created_idx", "index outbox_key_idx",
 	}
 	if !sameStrings(first.Created, want) {
@@ -174,7 +174,7 @@ func TestMigrateUnqualifiedTableUsesSearchPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(res.Created, "table my_outbox") || !slices.Contains(res.Created, "index my_outbox_pending_idx") {
+	if !slices.Contains(res.Created, "table my_outbox") || !slices.Contains(res.Created, "index my_outbox_pending_seq_idx") {
 		t.Errorf("Migrate created %q", res.Created)
 	}
 	var n int
@@ -200,7 +200,7 @@ func TestMigrateAdoptsAnOpenOutboxTable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	for _, obj := range []string{"column seq", "trigger openoutbox_events_notify", "index openoutbox_events_pending_idx"} {
+	for _, obj := range []string{"column seq", "trigger openoutbox_events_notify", "index openoutbox_events_pending_seq_idx"} {
 		if !slices.Contains(res.Created, obj) {
 			t.Errorf("Migrate did not report creating %q: created %q", obj, res.Created)
 		}

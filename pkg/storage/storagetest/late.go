@@ -114,7 +114,7 @@ func testClaimFindsALateCommitBehindManyClaims(t *testing.T, h Harness) {
 func testClaimFindsRowsHandedBackAtOnce(t *testing.T, h Harness) {
 	tb := h.New(t)
 	s := tb.Storage()
-	ids := insert(t, tb, make([]event, 8)...)
+	ids := insert(t, tb, make([]event, 40)...)
 	p := storage.ClaimParams{RelayID: "relay-1", Limit: 2, SweepInterval: time.Hour}
 	var batches []storage.Batch
 	for range 4 {
@@ -124,8 +124,13 @@ func testClaimFindsRowsHandedBackAtOnce(t *testing.T, h Harness) {
 		}
 		batches = append(batches, b)
 	}
+	// The other 32 go out, so that the position is far past the first 8
+	// whatever other transactions run meanwhile.
+	if got := drainAll(t, s, p); !sameSet(got, ids[8:]) {
+		t.Fatalf("claimed %d events, want the other %d", len(got), len(ids[8:]))
+	}
 	// batch 0 released, batch 1 failed with no delay, batch 2 reaped,
-	// batch 3 delivered; then one of batch 3's DEAD-ened and retried.
+	// batch 3 delivered but for one that went DEAD and is retried.
 	if _, err := s.Release(ctx, storage.SettleParams{Lease: batches[0].Lease, IDs: eventIDs(batches[0].Events)}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,22 +145,26 @@ func testClaimFindsRowsHandedBackAtOnce(t *testing.T, h Harness) {
 	if _, err := s.Reap(ctx, storage.ReapParams{LeaseTimeout: time.Minute, Limit: 10, MaxAttempts: 10}); err != nil {
 		t.Fatal(err)
 	}
+	dead := batches[3].Events[0].ID
 	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: batches[3].Lease, Failures: []storage.Failure{
-		{ID: batches[3].Events[0].ID, Error: "bad", Dead: true},
+		{ID: dead, Error: "bad", Dead: true},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: []uuid.UUID{batches[3].Events[0].ID}}}); err != nil {
+	if _, err := s.RetryDead(ctx, storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: []uuid.UUID{dead}}}); err != nil {
 		t.Fatal(err)
 	}
-	want := append(slices.Clone(ids[:6]), batches[3].Events[0].ID)
-	p.Limit = 10
-	b, err := s.Claim(ctx, p)
-	if err != nil {
-		t.Fatal(err)
+	want := append(slices.Clone(ids[:6]), dead)
+	var got []uuid.UUID
+	for range 4 { // 7 rows, 2 a claim
+		b, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, eventIDs(b.Events)...)
 	}
-	if got := eventIDs(b.Events); !sameSet(got, want) {
-		t.Fatalf("the next claim took %v, want every row handed back %v", got, want)
+	if !sameSet(got, want) {
+		t.Fatalf("the next claims took %v, want every row handed back %v", got, want)
 	}
 }
 

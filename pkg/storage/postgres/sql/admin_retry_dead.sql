@@ -22,6 +22,9 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE {{table}} AS t
 SET status = 'PENDING', attempts = 0, available_at = now(),
+    -- A row from before seq existed gets its place in the write order
+    -- now: claims and ordered claims compare seq, never NULL.
+    seq = coalesce(t.seq, nextval('{{schema}}"{{name}}_seq"')),
     locked_by = NULL, locked_at = NULL, updated_at = now()
 FROM picked
 WHERE t.event_id = picked.event_id AND t.status = 'DEAD'

@@ -14,11 +14,11 @@ FROM (
           SELECT 1 FROM {{table}} e
           WHERE e.partition_key COLLATE "C" = d.partition_key COLLATE "C"
             AND e.status IN ('PENDING', 'DELIVERING')
-            AND (e.created_at, e.seq) < (d.created_at, d.seq))
+            AND e.seq < d.seq)
       AND NOT EXISTS (
           SELECT 1 FROM {{table}} e
           WHERE e.partition_key COLLATE "C" = d.partition_key COLLATE "C" AND e.status = 'DEAD'
-            AND (e.created_at, e.seq) < (d.created_at, d.seq))
+            AND e.seq < d.seq)
 ) heads
 WHERE waiting > 0
 ORDER BY updated_at

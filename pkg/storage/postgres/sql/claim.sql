@@ -1,16 +1,36 @@
 -- Claim a batch: lock due PENDING rows that no other relay is claiming and
 -- move them to DELIVERING under one lease (relay id + now()). The batch comes
--- back oldest first, ties (one transaction's events) in insertion order, so
--- that events sharing a key are published in the order they were written.
+-- back in write order (seq), so that events sharing a key are published in
+-- the order they were written.
+--
+-- Rows are looked for in two places, neither of which holds the dead row
+-- versions that earlier claims left behind (vacuum cannot remove them
+-- while any snapshot is older, and a claim that stepped over them would
+-- slow down with every event ever claimed):
+--   fresh  rows written after $4, the relay's claim position: every row at
+--          or below it is settled, claimed by someone, or left to the
+--          periodic sweep, which runs this same statement with a position
+--          further back;
+--   again  rows that became PENDING again (released, retried, reaped,
+--          retried from DEAD) and scheduled events: their available_at is
+--          after their created_at, and the due index holds only those.
 --
 -- $1 relay id, $2 most events, $3 most bytes (payload + headers; 0: no
--- limit). The byte limit cuts the batch after the last event that fits;
--- the first event is always taken, however large, so none is stuck.
-WITH locked AS (
-    SELECT event_id, available_at, created_at, octet_length(payload) + pg_column_size(headers) AS size
+-- limit), $4 the claim position (a seq). The byte limit cuts the batch after
+-- the last event that fits; the first event is always taken, however large,
+-- so none is stuck.
+WITH fresh AS (
+    SELECT event_id, seq, created_at, octet_length(payload) + pg_column_size(headers) AS size
     FROM {{table}}
-    WHERE status = 'PENDING' AND available_at <= now()
-    ORDER BY available_at, created_at
+    WHERE status = 'PENDING' AND seq > $4::bigint AND available_at <= now()
+    ORDER BY seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), again AS (
+    SELECT event_id, seq, created_at, octet_length(payload) + pg_column_size(headers) AS size
+    FROM {{table}}
+    WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+    ORDER BY available_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), picked AS (
@@ -21,9 +41,9 @@ WITH locked AS (
     FROM (SELECT event_id, created_at,
                  sum(size) OVER w AS running,
                  row_number() OVER w AS n
-          FROM locked
-          WINDOW w AS (ORDER BY available_at, created_at, event_id ROWS UNBOUNDED PRECEDING)) s
-    WHERE $3::bigint <= 0 OR running <= $3::bigint OR n = 1
+          FROM (SELECT * FROM again UNION SELECT * FROM fresh) locked
+          WINDOW w AS (ORDER BY seq, event_id ROWS UNBOUNDED PRECEDING)) s
+    WHERE n <= $2 AND ($3::bigint <= 0 OR running <= $3::bigint OR n = 1)
 ), claimed AS (
     UPDATE {{table}} AS t
     SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
@@ -34,8 +54,9 @@ WITH locked AS (
     RETURNING t.*
 )
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
--- row must not fail the claim of the whole batch after it committed.
+-- row must not fail the claim of the whole batch after it committed. seq
+-- comes last: the relay moves its claim position with it.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END
+       CASE WHEN isfinite(created_at) THEN created_at END, seq
 FROM claimed
-ORDER BY created_at, seq NULLS FIRST, event_id
+ORDER BY seq, event_id

@@ -1,5 +1,5 @@
 -- Claim a batch under ORDERING=partition. An event may be claimed only when
--- every earlier event with its key (by created_at, then seq, NULL first) is
+-- every earlier event with its key (in write order: seq) is
 -- DELIVERED or — with ORDERING_ON_DEAD=skip — DEAD; a key's events are
 -- claimed as a run in order. An empty partition_key counts as no key, like
 -- NULL. Under ORDERING_ON_DEAD=block the driver fills in two conditions
@@ -20,35 +20,35 @@
 -- limit), cut as in the unordered claim: in pick order, which keeps each
 -- key's picks a prefix of its run.
 WITH RECURSIVE after_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq
      FROM {{table}}
      WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > $3
-     ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
+     ORDER BY partition_key COLLATE "C", seq
      LIMIT 1)
     UNION ALL
     SELECT nxt.*
     FROM after_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
+        SELECT partition_key COLLATE "C" AS k, status, available_at, seq
         FROM {{table}}
         WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
-        ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
+        ORDER BY partition_key COLLATE "C", seq
         LIMIT 1
     ) nxt
 ), up_to_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq
      FROM {{table}}
      WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > ''
-     ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
+     ORDER BY partition_key COLLATE "C", seq
      LIMIT 1)
     UNION ALL
     SELECT nxt.*
     FROM up_to_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, created_at, seq
+        SELECT partition_key COLLATE "C" AS k, status, available_at, seq
         FROM {{table}}
         WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
-        ORDER BY partition_key COLLATE "C", created_at, seq NULLS FIRST
+        ORDER BY partition_key COLLATE "C", seq
         LIMIT 1
     ) nxt
     WHERE w.k < $3
@@ -81,14 +81,14 @@ WITH RECURSIVE after_cursor AS (
                        row_number() OVER w AS pos,
                        bool_and(status = 'PENDING' AND available_at <= now() AND clear) OVER w AS due
                 FROM (
-                    SELECT event_id, status, available_at, created_at, seq,
+                    SELECT event_id, status, available_at, seq,
                            {{no_dead_before_row}} AS clear
                     FROM {{table}} run
                     WHERE partition_key COLLATE "C" = h.k AND status IN ('PENDING', 'DELIVERING')
-                    ORDER BY created_at, seq NULLS FIRST
+                    ORDER BY seq
                     LIMIT 20
                 ) run
-                WINDOW w AS (ORDER BY created_at, seq NULLS FIRST ROWS UNBOUNDED PRECEDING)
+                WINDOW w AS (ORDER BY seq ROWS UNBOUNDED PRECEDING)
             ) x
             WHERE x.due
         ) r
@@ -96,13 +96,13 @@ WITH RECURSIVE after_cursor AS (
     ) walked
 ), unkeyed AS (
     SELECT event_id, NULL::text AS k, 0::bigint AS pos,
-           row_number() OVER (ORDER BY available_at, created_at) AS rank
+           row_number() OVER (ORDER BY seq) AS rank
     FROM (
-        SELECT event_id, available_at, created_at
+        SELECT event_id, seq
         FROM {{table}}
         WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')
           AND available_at <= now()
-        ORDER BY available_at, created_at
+        ORDER BY seq
         LIMIT $2
     ) u
 ), picked AS (
@@ -130,10 +130,10 @@ WITH RECURSIVE after_cursor AS (
       AND ($4::bigint <= 0 OR sized.running <= $4::bigint OR sized.m = 1)
     RETURNING t.*
 )
--- Oldest first, as the unordered claim returns them.
+-- In write order, as the unordered claim returns them.
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END
+       CASE WHEN isfinite(created_at) THEN created_at END, seq
 FROM claimed
-ORDER BY created_at, seq NULLS FIRST, event_id
+ORDER BY seq, event_id

@@ -1,5 +1,9 @@
 -- The lease stamp of the claim that follows in the same pipeline (one
 -- implicit transaction, so the same now()): known before the claimed rows
 -- are read, so that rows leased by a claim whose answer is lost halfway can
--- be handed back at once.
-SELECT now()
+-- be handed back at once. With it, the snapshot's oldest running
+-- transaction and the next transaction id to be assigned: once every
+-- transaction below that next id has ended, every row written before this
+-- claim is visible, and the relay may move its claim position past them.
+SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint

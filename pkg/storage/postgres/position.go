@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"sync"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// A claim position lets claims go forward instead of walking the pending
+// index from its start. Every claimed row leaves a dead version in that
+// index, which vacuum may not remove while any snapshot is older than the
+// claim (a long query, an idle transaction, a replica's
+// hot_standby_feedback); a claim that started from the beginning would step
+// over every one of them, and slow down with every event ever claimed.
+//
+// The position is a seq value: claims take rows written after it. Rows
+// may become visible behind it later, when their transaction took its seq
+// value early and committed after rows written later were claimed. The
+// position therefore moves only as far as is known to be safe: a claim
+// records the highest seq claimed before it together with the snapshot's
+// next transaction id (xmax); once the oldest running transaction (xmin)
+// has reached that id, every transaction that could have written a row at
+// or below that seq has ended, and the position may move there. A
+// transaction that stays open (the long-writer case) would hold the
+// position back without end and make claims walk everything claimed since
+// it began; so the position never lags the highest claimed seq by more
+// than lagLimit claims' worth of rows, and a periodic sweep looks behind it
+// instead.
+//
+// Rows that become PENDING again (released, retried, reaped, retried from
+// DEAD) and scheduled ones are found through the due index, wherever their
+// seq lies (see claim.sql).
+
+// lagLimit bounds, in batches of the claim's size, how far behind the
+// highest claimed seq a claim starts: the dead versions a claim may step
+// over while a writer holds the position back.
+const lagLimit = 8
+
+// fullSweepEvery makes every n-th sweep start from the beginning of the
+// table, for the row whose transaction took its seq before it had a
+// transaction id and then stayed open across a sweep (see sweepFrom).
+const fullSweepEvery = 30
+
+// mark is a claim's evidence for moving the position: every row with a seq
+// up to claimed is visible once every transaction below xmax has ended.
+type mark struct {
+	xmax    uint64
+	claimed int64
+}
+
+// position is one relay's claim position on a table.
+type position struct {
+	mu sync.Mutex
+	// claimed is the highest seq this relay has claimed.
+	claimed int64
+	// safe is the highest seq below which every row is visible: the
+	// position when no writer holds it back.
+	safe  int64
+	marks []mark
+	// sweptAt is when the last sweep ended, and sweepFrom where the next
+	// begins: the safe position as of the previous sweep. Rows at or below
+	// it were visible then and seen by that sweep.
+	sweptAt   time.Time
+	sweepFrom int64
+	sweeps    int
+}
+
+// positions keeps a position per relay id: one store may serve several
+// relays in one process (tests do), each of which claims in turn.
+type positions struct {
+	mu sync.Mutex
+	by map[string]*position
+}
+
+func (ps *positions) of(relayID string) *position {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.by == nil {
+		ps.by = map[string]*position{}
+	}
+	p := ps.by[relayID]
+	if p == nil {
+		p = &position{sweptAt: time.Now()}
+		ps.by[relayID] = p
+	}
+	return p
+}
+
+// plan is what one claim does: start after floor; sweep says whether it is
+// a sweep, which moves no position.
+type plan struct {
+	floor int64
+	sweep bool
+	// claimedBefore is the highest seq claimed before this claim: its mark.
+	claimedBefore int64
+}
+
+// next decides the claim's floor. The caller holds p.mu.
+func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) plan {
+	if sweepInterval <= 0 {
+		sweepInterval = storage.SweepIntervalDefault
+	}
+	if now.Sub(p.sweptAt) >= sweepInterval {
+		from := p.sweepFrom
+		if p.sweeps%fullSweepEvery == fullSweepEvery-1 {
+			from = 0
+		}
+		return plan{floor: from, sweep: true, claimedBefore: p.claimed}
+	}
+	floor := max(p.safe, p.claimed-int64(lagLimit*limit))
+	return plan{floor: floor, claimedBefore: p.claimed}
+}
+
+// done records a claim's outcome: the snapshot's xmin and xmax, the highest
+// seq it claimed (0 for none) and whether it filled the batch. The caller
+// holds p.mu.
+func (p *position) done(pl plan, xmin, xmax uint64, highest int64, full bool, now time.Time) {
+	if n := len(p.marks); n == 0 || p.marks[n-1].claimed < pl.claimedBefore {
+		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore})
+	}
+	p.claimed = max(p.claimed, highest)
+	drop := 0
+	for drop < len(p.marks) && p.marks[drop].xmax <= xmin {
+		p.safe = max(p.safe, p.marks[drop].claimed)
+		drop++
+	}
+	p.marks = p.marks[drop:]
+	if len(p.marks) > maxMarks {
+		// Dropping the oldest marks only keeps the position back longer:
+		// a later mark, once its transactions end, covers theirs too.
+		p.marks = p.marks[len(p.marks)-maxMarks:]
+	}
+	if pl.sweep && !full {
+		// A sweep that found less than a batch has seen every row behind
+		// the position; one that filled its batch goes on with the next
+		// claim.
+		p.sweptAt = now
+		p.sweepFrom = p.safe
+		p.sweeps++
+	}
+}
+
+// maxMarks bounds the marks kept while a transaction holds the position
+// back; older marks only matter if it ends, and then the sweep finds its rows.
+const maxMarks = 4096
