@@ -135,6 +135,7 @@ func TestConformance(t *testing.T) {
 				},
 				HeaderEventID: true,
 				Permanent:     permanentCases,
+				Refuses:       httpAltered,
 			})
 		})
 	}
@@ -152,4 +153,13 @@ func openPublisher(t testing.TB, rawURL string) publisher.Publisher {
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
+}
+
+// httpAltered is the documented rule for what HTTP headers cannot carry
+// as written: line breaks and other control characters (tab aside), which
+// RFC 9110 does not allow, and spaces or tabs around the value, which HTTP
+// strips. Bytes that are not UTF-8 arrive as written.
+func httpAltered(_, v string) bool {
+	return strings.ContainsFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) ||
+		strings.Trim(v, " \t") != v
 }
