@@ -663,6 +663,9 @@ func (p *Publisher) learnMaxSize(limit int64) {
 	}
 }
 
+// headerDeliveryCount is the header RabbitMQ's quorum queues write.
+const headerDeliveryCount = "x-delivery-count"
+
 // message builds the AMQP message for e, or says why it cannot exist.
 // frameMax is the frame size negotiated on the connection it will go out
 // on; 0 skips that check.
@@ -696,6 +699,13 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		// channel when they are not arrays.
 		if k == "CC" || k == "BCC" {
 			return amqp091.Publishing{}, fmt.Errorf("header %q: RabbitMQ reserves CC and BCC for sender-selected routing; rename it", k)
+		}
+		// Quorum queues set x-delivery-count (this exact name) on every
+		// message they deliver, so the row's value would reach consumers
+		// as the queue's count; which queues an exchange feeds is not the
+		// relay's to know.
+		if k == headerDeliveryCount {
+			return amqp091.Publishing{}, fmt.Errorf("header %q: RabbitMQ quorum queues replace it with their own delivery count, so it cannot arrive as written; rename it", k)
 		}
 		// The driver's own headers win: two X-Event-ID headers in one
 		// table would leave consumers guessing which is true.
