@@ -690,7 +690,7 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		}
 	}
 	table := make(amqp091.Table, len(headers)+len(attrs)+3)
-	var contentType string
+	var contentType, contentTypeName string
 	for k, v := range headers {
 		if len(k) > maxShortstr {
 			return amqp091.Publishing{}, fmt.Errorf("header %q: name is %d bytes; AMQP short strings (header names) hold at most %d", publisher.Clip(k), len(k), maxShortstr)
@@ -715,6 +715,12 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		// The row's content type becomes the message property consumers
 		// look at, and is not repeated as a header.
 		if strings.EqualFold(k, "content-type") {
+			// Two spellings would compete for the one property, and map
+			// order would pick the winner.
+			if contentTypeName != "" {
+				return amqp091.Publishing{}, fmt.Errorf("headers %q and %q: both give the content_type property, which holds one value; keep one", min(contentTypeName, k), max(contentTypeName, k))
+			}
+			contentTypeName = k
 			if len(v) > maxShortstr {
 				return amqp091.Publishing{}, fmt.Errorf("header %q: content type is %d bytes; AMQP short strings (content_type) hold at most %d", k, len(v), maxShortstr)
 			}
