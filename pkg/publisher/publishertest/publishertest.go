@@ -1,10 +1,11 @@
 // Package publishertest is the conformance suite every publisher driver
 // runs against a real broker: a batch arrives complete with ids and headers,
-// per-key order is kept, values arrive byte for byte or are refused, permanent and unavailable errors are classified,
-// events the broker can never take do not disturb the many good ones around
-// them, a broker that goes away yields unavailable and the driver recovers
-// when it is back, a connection the broker drops is replaced before Ping
-// says healthy, and Close is idempotent. A driver's test describes its
+// per-key order is kept, odd values arrive byte for byte or are refused,
+// permanent and unavailable errors are classified, events the broker can
+// never take do not disturb the many good ones around them, a broker that
+// goes away yields unavailable and the driver recovers when it is back, a
+// connection the broker drops is replaced before Ping says healthy, and
+// Close is idempotent. A driver's test describes its
 // broker with a Driver and calls Run.
 package publishertest
 
@@ -469,9 +470,10 @@ func closeIsIdempotent(t *testing.T, d Driver) {
 // HostileValues are texts that a broker's protocol or client library might
 // alter on the way: trim, fold line breaks into spaces, drop control
 // characters, replace bytes that are not UTF-8. The first three are issue
-// 20's. A driver must deliver each exactly as written or refuse it.
+// 20's (on NATS they arrived as "spaced key", "line1  line2" and "padded").
+// A driver must deliver each exactly as written or refuse it.
 var HostileValues = []string{
-	"  spaced key  ", "line1\r\nline2", "padded\n", "a\rb", "\tleading tab", "trailing tab\t", " ", "",
+	"  spaced key  ", "line1\r\nline2", "  padded  ", "padded\n", "a\rb", "\tleading tab", "trailing tab\t", " ", "",
 	"inner  spaces", "nul\x00byte", "del\x7f", "\vvertical tab and form feed\f", "\u00a0no-break\u00a0",
 	"é ü 日本", "\xff\xfenot UTF-8", "100%25 a%2Fb", "a: b; c=d, \"e\"",
 }
@@ -479,6 +481,11 @@ var HostileValues = []string{
 // hostileHeader is the row header the hostile values travel in.
 const hostileHeader = "note"
 
+// valuesArriveAsWritten sends each hostile value as a partition key and as
+// a row header's value, in one batch. Nothing may reach a consumer altered:
+// each event is delivered and its value arrives byte for byte, or, where
+// the driver's rule says its broker cannot carry the value, fails
+// permanently with an error that names the field.
 func valuesArriveAsWritten(t *testing.T, d Driver) {
 	b := d.NewBroker(t)
 	p := b.Open(t)
