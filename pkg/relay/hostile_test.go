@@ -106,6 +106,14 @@ func TestNATSHostileRowsDoNotStallTheRest(t *testing.T) {
 			want: outbox.StatusDead, wantErr: "max_payload"},
 		{name: "headers not an object", event: pgtest.Event{Headers: `["a"]`},
 			want: outbox.StatusDead, wantErr: "must be a JSON object"},
+		// Issue 20: NATS headers would carry these altered (trimmed, line
+		// breaks folded into spaces), so they go DEAD instead.
+		{name: "partition key with spaces around it", event: pgtest.Event{PartitionKey: "  spaced key  "},
+			want: outbox.StatusDead, wantErr: `partition_key "  spaced key  " cannot travel in the X-Partition-Key header: value begins or ends with white space`},
+		{name: "partition key with a line break", event: pgtest.Event{PartitionKey: "line1\r\nline2"},
+			want: outbox.StatusDead, wantErr: `partition_key "line1\r\nline2" cannot travel in the X-Partition-Key header: value contains a line break`},
+		{name: "header value with spaces around it", event: pgtest.Event{Headers: `{"note":"  padded  "}`},
+			want: outbox.StatusDead, wantErr: `header "note": value begins or ends with white space`},
 		infiniteCreatedAt,
 	})
 }

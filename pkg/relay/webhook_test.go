@@ -209,7 +209,12 @@ func TestWebhookHostileRowsDoNotStallTheRest(t *testing.T) {
 		{name: "Host header", event: pgtest.Event{Headers: `{"Host":"evil.example"}`},
 			want: outbox.StatusDead, wantErr: `header "Host"`},
 		{name: "partition key with a line break", event: pgtest.Event{PartitionKey: "a\nb"},
-			want: outbox.StatusDead, wantErr: "partition_key cannot travel"},
+			want: outbox.StatusDead, wantErr: `partition_key "a\nb" cannot travel`},
+		// HTTP would trim these, and normalise ".." away: DEAD, not altered.
+		{name: "partition key with spaces around it", event: pgtest.Event{PartitionKey: "  spaced key  "},
+			want: outbox.StatusDead, wantErr: `partition_key "  spaced key  " cannot travel in the X-Partition-Key header: value begins or ends with white space`},
+		{name: "event_type that is a dot segment", event: pgtest.Event{Type: ".."},
+			want: outbox.StatusDead, wantErr: `event_type ".." cannot fill the path segment {event_type}`},
 		{name: "headers not an object", event: pgtest.Event{Headers: `["a"]`},
 			want: outbox.StatusDead, wantErr: "must be a JSON object"},
 		{name: "event_type that walks up the path", event: pgtest.Event{Type: "../../admin x"},

@@ -663,6 +663,9 @@ func (p *Publisher) learnMaxSize(limit int64) {
 	}
 }
 
+// headerDeliveryCount is the header RabbitMQ's quorum queues write.
+const headerDeliveryCount = "x-delivery-count"
+
 // message builds the AMQP message for e, or says why it cannot exist.
 // frameMax is the frame size negotiated on the connection it will go out
 // on; 0 skips that check.
@@ -687,7 +690,7 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		}
 	}
 	table := make(amqp091.Table, len(headers)+len(attrs)+3)
-	var contentType string
+	var contentType, contentTypeName string
 	for k, v := range headers {
 		if len(k) > maxShortstr {
 			return amqp091.Publishing{}, fmt.Errorf("header %q: name is %d bytes; AMQP short strings (header names) hold at most %d", publisher.Clip(k), len(k), maxShortstr)
@@ -697,6 +700,13 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		if k == "CC" || k == "BCC" {
 			return amqp091.Publishing{}, fmt.Errorf("header %q: RabbitMQ reserves CC and BCC for sender-selected routing; rename it", k)
 		}
+		// Quorum queues set x-delivery-count (this exact name) on every
+		// message they deliver, so the row's value would reach consumers
+		// as the queue's count; which queues an exchange feeds is not the
+		// relay's to know.
+		if k == headerDeliveryCount {
+			return amqp091.Publishing{}, fmt.Errorf("header %q: RabbitMQ quorum queues replace it with their own delivery count, so it cannot arrive as written; rename it", k)
+		}
 		// The driver's own headers win: two X-Event-ID headers in one
 		// table would leave consumers guessing which is true.
 		if outbox.IsEventHeader(k) || p.ce != nil && cloudevents.IsRelayAttribute(cePrefix, k) {
@@ -705,6 +715,12 @@ func (p *Publisher) message(e *outbox.Event, frameMax int) (amqp091.Publishing, 
 		// The row's content type becomes the message property consumers
 		// look at, and is not repeated as a header.
 		if strings.EqualFold(k, "content-type") {
+			// Two spellings would compete for the one property, and map
+			// order would pick the winner.
+			if contentTypeName != "" {
+				return amqp091.Publishing{}, fmt.Errorf("headers %q and %q: both give the content_type property, which holds one value; keep one", min(contentTypeName, k), max(contentTypeName, k))
+			}
+			contentTypeName = k
 			if len(v) > maxShortstr {
 				return amqp091.Publishing{}, fmt.Errorf("header %q: content type is %d bytes; AMQP short strings (content_type) hold at most %d", k, len(v), maxShortstr)
 			}

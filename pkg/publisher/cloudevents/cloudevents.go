@@ -180,7 +180,11 @@ func (m *Mapper) Attributes(e *outbox.Event, rowHeaders map[string]string) ([]At
 	if !e.CreatedAt.IsZero() {
 		attrs = append(attrs, Attribute{AttrTime, e.CreatedAt.UTC().Format(time.RFC3339Nano)})
 	}
-	if v, ok := lookup(rowHeaders, "content-type"); ok && v != "" {
+	v, ok, err := lookup(rowHeaders, "content-type", AttrDataContentType)
+	if err != nil {
+		return nil, err
+	}
+	if ok && v != "" {
 		if err := checkString(v); err != nil {
 			return nil, fmt.Errorf("header content-type cannot be a CloudEvents datacontenttype: %w", err)
 		}
@@ -193,7 +197,11 @@ func (m *Mapper) Attributes(e *outbox.Event, rowHeaders map[string]string) ([]At
 		attrs = append(attrs, Attribute{AttrPartitionKey, e.PartitionKey})
 	}
 	for _, name := range []string{AttrTraceparent, AttrTracestate} {
-		if v, ok := lookup(rowHeaders, name); ok && v != "" {
+		v, ok, err := lookup(rowHeaders, name, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok && v != "" {
 			if err := checkString(v); err != nil {
 				return nil, fmt.Errorf("header %s cannot be a CloudEvents %s: %w", name, name, err)
 			}
@@ -203,17 +211,22 @@ func (m *Mapper) Attributes(e *outbox.Event, rowHeaders map[string]string) ([]At
 	return attrs, nil
 }
 
-// lookup finds name in h in any letter case; an exact match wins.
-func lookup(h map[string]string, name string) (string, bool) {
-	if v, ok := h[name]; ok {
-		return v, true
-	}
+// lookup finds name in h in any letter case. Two spellings of it
+// ("Content-Type" and "content-type") are an error: one attribute holds
+// one value, so the other would be lost, and which one by map order.
+func lookup(h map[string]string, name, attr string) (string, bool, error) {
+	var found, value string
 	for k, v := range h {
-		if strings.EqualFold(k, name) {
-			return v, true
+		if !strings.EqualFold(k, name) {
+			continue
 		}
+		if found != "" {
+			a, b := min(found, k), max(found, k)
+			return "", false, fmt.Errorf("headers %q and %q: both give the CloudEvents attribute %s, which holds one value; keep one", a, b, attr)
+		}
+		found, value = k, v
 	}
-	return "", false
+	return value, found != "", nil
 }
 
 // IsRelayAttribute reports whether a row header named name would carry,

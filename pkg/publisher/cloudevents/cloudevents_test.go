@@ -131,6 +131,11 @@ func TestAttributes(t *testing.T) {
 		{"key with C1 control", func(e *outbox.Event) { e.PartitionKey = "a\u0085" }, nil, "partition_key cannot"},
 		{"key not UTF-8", func(e *outbox.Event) { e.PartitionKey = "\xff" }, nil, "not valid UTF-8"},
 		{"traceparent with a tab", func(*outbox.Event) {}, map[string]string{"traceparent": "a\tb"}, "header traceparent"},
+		// One attribute, two values: which one would travel depended on
+		// map order, and the other was lost without a word.
+		{"content type twice", func(*outbox.Event) {}, map[string]string{"Content-Type": "a/b", "content-type": "c/d"},
+			`headers "Content-Type" and "content-type": both give the CloudEvents attribute datacontenttype`},
+		{"traceparent twice", func(*outbox.Event) {}, map[string]string{"Traceparent": "x", "traceparent": "y", "TRACEPARENT": "z"}, "both give the CloudEvents attribute traceparent"},
 	} {
 		e := event()
 		tt.edit(&e)

@@ -67,8 +67,9 @@ func (p *Publisher) checkSubject(e *outbox.Event, subject string) error {
 }
 
 // validHeader applies nats.go's rule for header names (printable ASCII
-// without headerForbidden) and refuses values that hold a line break, which
-// nats.go would silently turn into spaces.
+// without headerForbidden) and refuses values nats.go would alter: a line
+// break it would turn into a space, white space around the value it would
+// trim (publisher.CheckHeaderLine).
 func validHeader(k, v string) error {
 	if k == "" {
 		return fmt.Errorf(`header "": invalid NATS header name: a name cannot be empty`)
@@ -78,8 +79,18 @@ func validHeader(k, v string) error {
 			return fmt.Errorf("header %q: invalid NATS header name: names must be printable ASCII without spaces or any of %s", publisher.Clip(k), headerForbidden)
 		}
 	}
-	if strings.ContainsAny(v, "\r\n") {
-		return fmt.Errorf("header %q: value contains a line break", k)
+	if err := publisher.CheckHeaderLine(v); err != nil {
+		return fmt.Errorf("header %q: %w", k, err)
+	}
+	return nil
+}
+
+// checkPartitionKey refuses a partition key that the X-Partition-Key header
+// would carry altered: NATS has no other place for it. CloudEvents mode
+// percent-encodes it instead.
+func checkPartitionKey(key string) error {
+	if err := publisher.CheckHeaderLine(key); err != nil {
+		return fmt.Errorf("partition_key %q cannot travel in the %s header: %w", publisher.Clip(key), outbox.HeaderPartitionKey, err)
 	}
 	return nil
 }

@@ -502,9 +502,14 @@ func (p *Publisher) message(c *conn, e *outbox.Event, parts *messageParts, i int
 	// stream drops a copy it has seen within its duplicate window.
 	h[jetstream.MsgIDHeader] = id
 	if p.ce == nil {
+		// The event type needs no such check: checkSubject already refused
+		// every white space in it.
 		h[outbox.HeaderEventID] = id
 		h[outbox.HeaderEventType] = parts.value(e.Type)
 		if e.PartitionKey != "" {
+			if err := checkPartitionKey(e.PartitionKey); err != nil {
+				return nil, err
+			}
 			h[outbox.HeaderPartitionKey] = parts.value(e.PartitionKey)
 		}
 	}

@@ -1,20 +1,23 @@
 // Package publishertest is the conformance suite every publisher driver
 // runs against a real broker: a batch arrives complete with ids and headers,
-// per-key order is kept, permanent and unavailable errors are classified,
-// events the broker can never take do not disturb the many good ones around
-// them, a broker that goes away yields unavailable and the driver recovers
-// when it is back, a connection the broker drops is replaced before Ping
-// says healthy, and Close is idempotent. A driver's test describes its
+// per-key order is kept, odd values arrive byte for byte or are refused,
+// permanent and unavailable errors are classified, events the broker can
+// never take do not disturb the many good ones around them, a broker that
+// goes away yields unavailable and the driver recovers when it is back, a
+// connection the broker drops is replaced before Ping says healthy, and
+// Close is idempotent. A driver's test describes its
 // broker with a Driver and calls Run.
 package publishertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -89,6 +92,13 @@ type Driver struct {
 	// HeaderEventID is false for drivers that carry the event id in the
 	// broker's own message id field only.
 	HeaderEventID bool
+	// Refuses is the driver's documented rule for the values it will not
+	// carry, because its broker would alter them: field is "partition_key"
+	// or "header" (a row header's value). ValuesArriveAsWritten sends
+	// hostile values and checks that each value the rule lets through
+	// arrives byte for byte, and each other one fails permanently, naming
+	// its field. nil means the driver carries every value as written.
+	Refuses func(field, value string) bool
 	// UnavailableWithin bounds how long a publish to a broker that has gone
 	// away may take before it reports unavailable; default 15 s.
 	UnavailableWithin time.Duration
@@ -103,6 +113,7 @@ func Run(t *testing.T, d Driver) {
 	t.Run("PerKeyOrder", func(t *testing.T) { t.Parallel(); perKeyOrder(t, d) })
 	t.Run("PermanentErrors", func(t *testing.T) { t.Parallel(); permanentErrors(t, d) })
 	t.Run("PermanentAmongMany", func(t *testing.T) { t.Parallel(); permanentAmongMany(t, d) })
+	t.Run("ValuesArriveAsWritten", func(t *testing.T) { t.Parallel(); valuesArriveAsWritten(t, d) })
 	t.Run("UnavailableThenRecovers", func(t *testing.T) { t.Parallel(); unavailableThenRecovers(t, d) })
 	t.Run("DroppedConnectionIsReplaced", func(t *testing.T) { t.Parallel(); droppedConnectionIsReplaced(t, d) })
 	t.Run("CloseIsIdempotent", func(t *testing.T) { t.Parallel(); closeIsIdempotent(t, d) })
@@ -453,5 +464,92 @@ func closeIsIdempotent(t *testing.T, d Driver) {
 	errs := p.Publish(context.Background(), []outbox.Event{event(typ, "k", 0)})
 	if errs[0] == nil {
 		t.Fatal("Publish after Close succeeded")
+	}
+}
+
+// HostileValues are texts that a broker's protocol or client library might
+// alter on the way: trim, fold line breaks into spaces, drop control
+// characters, replace bytes that are not UTF-8. The first three are issue
+// 20's (on NATS they arrived as "spaced key", "line1  line2" and "padded").
+// A driver must deliver each exactly as written or refuse it.
+var HostileValues = []string{
+	"  spaced key  ", "line1\r\nline2", "  padded  ", "padded\n", "a\rb", "\tleading tab", "trailing tab\t", " ", "",
+	"inner  spaces", "nul\x00byte", "del\x7f", "\vvertical tab and form feed\f", "\u00a0no-break\u00a0",
+	"é ü 日本", "\xff\xfenot UTF-8", "100%25 a%2Fb", "a: b; c=d, \"e\"",
+}
+
+// hostileHeader is the row header the hostile values travel in.
+const hostileHeader = "note"
+
+// valuesArriveAsWritten sends each hostile value as a partition key and as
+// a row header's value, in one batch. Nothing may reach a consumer altered:
+// each event is delivered and its value arrives byte for byte, or, where
+// the driver's rule says its broker cannot carry the value, fails
+// permanently with an error that names the field.
+func valuesArriveAsWritten(t *testing.T, d Driver) {
+	b := d.NewBroker(t)
+	p := b.Open(t)
+	typ := b.Destination(t)
+	type sent struct{ field, value string }
+	var batch []outbox.Event
+	var what []sent
+	for i, v := range HostileValues {
+		if v != "" { // an empty key is a NULL key
+			e := event(typ, v, i)
+			e.Headers = nil
+			batch, what = append(batch, e), append(what, sent{"partition_key", v})
+		}
+		if utf8.ValidString(v) { // headers come from JSON, which is UTF-8
+			e := event(typ, "k", i)
+			h, err := json.Marshal(map[string]string{hostileHeader: v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Headers = h
+			batch, what = append(batch, e), append(what, sent{"header", v})
+		}
+	}
+	errs := Publish(t, p, batch...)
+	delivered := 0
+	for i, err := range errs {
+		refused := d.Refuses != nil && d.Refuses(what[i].field, what[i].value)
+		name := fmt.Sprintf("%s %q", what[i].field, what[i].value)
+		switch {
+		case err == nil && refused:
+			t.Errorf("%s was delivered; the driver's rule refuses it", name)
+		case err == nil:
+			delivered++
+		case !refused:
+			t.Errorf("%s: %v; want it delivered as written", name, err)
+		case !publisher.IsPermanent(err) || publisher.IsUnavailable(err):
+			t.Errorf("%s: %v; want a permanent error", name, err)
+		case what[i].field == "header" && !strings.Contains(err.Error(), fmt.Sprintf("header %q", hostileHeader)),
+			what[i].field == "partition_key" && !strings.Contains(err.Error(), "partition_key"):
+			t.Errorf("%s: %q does not name the field", name, err)
+		}
+	}
+	got := map[string]Message{}
+	for _, m := range b.Received(t, typ, delivered) {
+		got[m.ID] = m
+	}
+	for i, e := range batch {
+		if errs[i] != nil {
+			continue
+		}
+		m, ok := got[e.ID.String()]
+		if !ok {
+			t.Errorf("%s %q: delivered but did not arrive", what[i].field, what[i].value)
+			continue
+		}
+		var arrived string
+		if what[i].field == "partition_key" {
+			arrived = m.Key
+		} else if arrived, ok = m.Headers[hostileHeader]; !ok {
+			t.Errorf("header %q: did not arrive", what[i].value)
+			continue
+		}
+		if arrived != what[i].value {
+			t.Errorf("%s %q arrived as %q", what[i].field, what[i].value, arrived)
+		}
 	}
 }

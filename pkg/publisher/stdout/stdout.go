@@ -104,6 +104,10 @@ func (p *Publisher) Publish(_ context.Context, batch []outbox.Event) []error {
 			}
 			continue
 		}
+		if err := checkText(&e); err != nil {
+			errs[i] = publisher.Permanent(err)
+			continue
+		}
 		// The line's own fields name the event; a row header claiming to
 		// is left out, as every driver does.
 		maps.DeleteFunc(headers, func(k, _ string) bool { return outbox.IsEventHeader(k) })
@@ -132,6 +136,20 @@ func (p *Publisher) Publish(_ context.Context, batch []outbox.Event) []error {
 		}
 	}
 	return errs
+}
+
+// checkText refuses an event_type or partition_key that is not UTF-8: a
+// JSON string cannot hold such bytes, and encoding/json would write U+FFFD
+// in their place, so the line would name another key. (Header values come
+// from the row's JSON and are UTF-8 already.)
+func checkText(e *outbox.Event) error {
+	if !utf8.ValidString(e.Type) {
+		return fmt.Errorf("event_type %q is not valid UTF-8, which a JSON line cannot carry as written", publisher.Clip(e.Type))
+	}
+	if !utf8.ValidString(e.PartitionKey) {
+		return fmt.Errorf("partition_key %q is not valid UTF-8, which a JSON line cannot carry as written", publisher.Clip(e.PartitionKey))
+	}
+	return nil
 }
 
 // ceLine is an event in the CloudEvents JSON format: its attributes as

@@ -164,3 +164,32 @@ func TestCloudEventsOptions(t *testing.T) {
 	}
 	_ = p.Close(context.Background())
 }
+
+// TestTextThatIsNotUTF8GoesDead: a JSON string holds only UTF-8, and
+// encoding/json writes U+FFFD for any other byte, so an event_type or
+// partition_key that is not UTF-8 would be written as another one. Those
+// events go DEAD naming the field; odd but valid text is written as is.
+func TestTextThatIsNotUTF8GoesDead(t *testing.T) {
+	var buf bytes.Buffer
+	p := stdout.New(&buf)
+	batch := []outbox.Event{
+		{ID: uuid.New(), Type: "a", PartitionKey: "k\xff"},
+		{ID: uuid.New(), Type: "a\xfe", PartitionKey: "k"},
+		{ID: uuid.New(), Type: "a", PartitionKey: "  k\r\n\x00<&>\u2028"},
+	}
+	errs := p.Publish(context.Background(), batch)
+	for i, want := range []string{`partition_key "k\xff" is not valid UTF-8`, `event_type "a\xfe" is not valid UTF-8`} {
+		if !publisher.IsPermanent(errs[i]) || !strings.Contains(errs[i].Error(), want) {
+			t.Errorf("event %d: %v, want a permanent error saying %s", i, errs[i], want)
+		}
+	}
+	if errs[2] != nil {
+		t.Fatalf("valid UTF-8 key: %v", errs[2])
+	}
+	var l struct {
+		PartitionKey string `json:"partition_key"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &l); err != nil || l.PartitionKey != batch[2].PartitionKey {
+		t.Errorf("line %q: key %q (%v), want %q", buf.Bytes(), l.PartitionKey, err, batch[2].PartitionKey)
+	}
+}

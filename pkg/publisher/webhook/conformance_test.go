@@ -108,7 +108,11 @@ var permanentCases = []publishertest.PermanentCase{
 	{Name: "header name not a token", Event: outbox.Event{Headers: []byte(`{"bad name":"x"}`)}, WantErr: `header "bad name": name is not an HTTP token`},
 	{Name: "header value with a line break", Event: outbox.Event{Headers: []byte(`{"note":"a\r\nX-Injected: 1"}`)}, WantErr: `header "note": value contains a line break`},
 	{Name: "connection header", Event: outbox.Event{Headers: []byte(`{"Connection":"close"}`)}, WantErr: `header "Connection": the HTTP client sets it`},
-	{Name: "partition key with a line break", Event: outbox.Event{PartitionKey: "a\nb"}, WantErr: "partition_key cannot travel"},
+	{Name: "partition key with a line break", Event: outbox.Event{PartitionKey: "a\nb"}, WantErr: `partition_key "a\nb" cannot travel`},
+	{Name: "partition key with white space around it", Event: outbox.Event{PartitionKey: "  spaced key  "}, WantErr: `partition_key "  spaced key  " cannot travel in the X-Partition-Key header: value begins or ends with white space`},
+	{Name: "header value with white space around it", Event: outbox.Event{Headers: []byte(`{"note":"  padded  "}`)}, WantErr: `header "note": value begins or ends with white space`},
+	{Name: "header names differing only in case", Event: outbox.Event{Headers: []byte(`{"Tenant":"a","tenant":"b"}`)}, WantErr: `headers "Tenant" and "tenant": HTTP header names ignore letter case`},
+	{Name: "content type twice", Event: outbox.Event{Headers: []byte(`{"Content-Type":"a/b","content-type":"c/d"}`)}, WantErr: `headers "Content-Type" and "content-type"`},
 	{Name: "headers not an object", Event: outbox.Event{Headers: []byte(`["x"]`)}, WantErr: "headers must be a JSON object"},
 	{Name: "header holds an object", Event: outbox.Event{Headers: []byte(`{"meta":{"a":1}}`)}, WantErr: `header "meta"`},
 }
@@ -131,6 +135,7 @@ func TestConformance(t *testing.T) {
 				},
 				HeaderEventID: true,
 				Permanent:     permanentCases,
+				Refuses:       httpAltered,
 			})
 		})
 	}
@@ -148,4 +153,13 @@ func openPublisher(t testing.TB, rawURL string) publisher.Publisher {
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
+}
+
+// httpAltered is the documented rule for what HTTP headers cannot carry
+// as written: line breaks and other control characters (tab aside), which
+// RFC 9110 does not allow, and spaces or tabs around the value, which HTTP
+// strips. Bytes that are not UTF-8 arrive as written.
+func httpAltered(_, v string) bool {
+	return strings.ContainsFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) ||
+		strings.Trim(v, " \t") != v
 }

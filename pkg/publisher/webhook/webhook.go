@@ -588,9 +588,13 @@ func (p *Publisher) send(ctx context.Context, e *outbox.Event) error {
 	if err != nil {
 		return publisher.Permanent(err)
 	}
+	target, err := p.eventURL(e)
+	if err != nil {
+		return publisher.Permanent(err)
+	}
 	reqCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, p.eventURL(e), bytes.NewReader(e.Payload))
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, target, bytes.NewReader(e.Payload))
 	if err != nil {
 		// The path was checked when the URL was parsed and the values are
 		// escaped, so this is not the event's fault.
@@ -605,14 +609,49 @@ func (p *Publisher) send(ctx context.Context, e *outbox.Event) error {
 	return p.outcome(resp)
 }
 
-// eventURL is the endpoint for e, with the placeholders filled in.
-func (p *Publisher) eventURL(e *outbox.Event) string {
+// eventURL is the endpoint for e, with the placeholders filled in. It
+// fails when the values make a path segment "." or "..": URL
+// normalisation (RFC 3986 remove_dot_segments, done by proxies, servers
+// and routers) drops such a segment, and ".." the one before it, so the
+// request would reach another path than the one written. Path escaping
+// leaves dots alone, and an escaped dot (%2E) is the same character to a
+// normaliser.
+func (p *Publisher) eventURL(e *outbox.Event) (string, error) {
 	path := p.cfg.Path
 	if p.templated {
 		path = strings.ReplaceAll(path, placeholderType, url.PathEscape(e.Type))
 		path = strings.ReplaceAll(path, placeholderKey, url.PathEscape(e.PartitionKey))
+		if err := p.checkDotSegments(e, path); err != nil {
+			return "", err
+		}
 	}
-	return p.origin + path + p.query
+	return p.origin + path + p.query, nil
+}
+
+// checkDotSegments compares the filled path with the template segment by
+// segment (escaped values hold no "/", so they line up): a "." or ".."
+// segment the template did not have came from the event.
+func (p *Publisher) checkDotSegments(e *outbox.Event, path string) error {
+	tmpl := p.cfg.Path
+	for {
+		seg, rest, more := strings.Cut(path, "/")
+		tseg, trest, _ := strings.Cut(tmpl, "/")
+		if (seg == "." || seg == "..") && seg != tseg {
+			var fields []string
+			if strings.Contains(tseg, placeholderType) {
+				fields = append(fields, fmt.Sprintf("event_type %q", publisher.Clip(e.Type)))
+			}
+			if strings.Contains(tseg, placeholderKey) {
+				fields = append(fields, fmt.Sprintf("partition_key %q", publisher.Clip(e.PartitionKey)))
+			}
+			return fmt.Errorf("%s cannot fill the path segment %s: it would be %q, a dot segment that URL normalisation removes (RFC 3986), so the request would reach another path",
+				strings.Join(fields, " and "), tseg, seg)
+		}
+		if !more {
+			return nil
+		}
+		path, tmpl = rest, trest
+	}
 }
 
 // header builds e's request headers: the static ones, the row's, then the
@@ -620,14 +659,15 @@ func (p *Publisher) eventURL(e *outbox.Event) string {
 // request can carry.
 func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 	// The event's own fields travel as headers too; one with a line break
-	// would make the HTTP client refuse the request, every time. CloudEvents
+	// would make the HTTP client refuse the request, every time, and one
+	// with white space around it would arrive trimmed. CloudEvents
 	// attributes are percent-encoded, so only the spec's rules apply.
 	if p.ce == nil {
 		if err := validValue(e.Type); err != nil {
-			return nil, fmt.Errorf("event_type cannot travel in the %s header: %w", outbox.HeaderEventType, err)
+			return nil, fmt.Errorf("event_type %q cannot travel in the %s header: %w", publisher.Clip(e.Type), outbox.HeaderEventType, err)
 		}
 		if err := validValue(e.PartitionKey); err != nil {
-			return nil, fmt.Errorf("partition_key cannot travel in the %s header: %w", outbox.HeaderPartitionKey, err)
+			return nil, fmt.Errorf("partition_key %q cannot travel in the %s header: %w", publisher.Clip(e.PartitionKey), outbox.HeaderPartitionKey, err)
 		}
 	}
 	rows, err := outbox.ParseHeaders(e.Headers)
@@ -645,8 +685,10 @@ func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 		h[k] = v
 	}
 	contentType := p.cfg.ContentType
-	// Sorted, so that two spellings of one name ("Tenant", "tenant") always
-	// arrive in the same order.
+	// spelling maps each name sent, canonical, to the row's spelling of it.
+	var spelling map[string]string
+	// Sorted, so that the error for two spellings of one name is always
+	// the same.
 	for _, k := range slices.Sorted(maps.Keys(rows)) {
 		v := rows[k]
 		if outbox.IsEventHeader(k) || webhookHeader(k) || p.ce != nil && cloudevents.IsRelayAttribute(cePrefix, k) {
@@ -658,6 +700,17 @@ func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 		if err := validValue(v); err != nil {
 			return nil, fmt.Errorf("header %q: %w", k, err)
 		}
+		// HTTP names ignore letter case (RFC 9110): "Tenant" and "tenant"
+		// are one field, and would arrive as one header with two values
+		// where the row has two headers.
+		name := http.CanonicalHeaderKey(k)
+		if other, dup := spelling[name]; dup {
+			return nil, fmt.Errorf("headers %q and %q: HTTP header names ignore letter case, so the two would arrive as one header with two values; rename one", other, k)
+		}
+		if spelling == nil {
+			spelling = make(map[string]string, len(rows))
+		}
+		spelling[name] = k
 		switch {
 		case reservedHeader(k):
 			return nil, fmt.Errorf("header %q: the HTTP client sets it (RFC 9110 connection and framing header); rename it", k)
@@ -665,7 +718,6 @@ func (p *Publisher) header(e *outbox.Event) (http.Header, error) {
 			contentType = v
 			continue
 		}
-		name := http.CanonicalHeaderKey(k)
 		if _, static := p.cfg.Headers[name]; static {
 			continue
 		}
@@ -737,11 +789,17 @@ func tokenChar(c byte) bool {
 }
 
 // validValue checks a header value against RFC 9110's field-value rule:
-// visible characters, spaces and tabs, no line break or other control.
+// visible characters, spaces and tabs, no line break or other control, and
+// no white space at either end, which is not part of the value: Go's client
+// trims it on HTTP/1.1 and receivers and proxies strip it on any version
+// (publisher.CheckHeaderLine, the rule NATS shares).
 func validValue(v string) error {
+	if err := publisher.CheckHeaderLine(v); err != nil {
+		return err
+	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return errors.New("value contains a line break or control character (RFC 9110 allows visible characters, spaces and tabs)")
+			return errors.New("value contains a control character (RFC 9110 allows visible characters, spaces and tabs in HTTP header values)")
 		}
 	}
 	return nil

@@ -101,6 +101,7 @@ func TestParseURLRefusesMistakes(t *testing.T) {
 		{"http://h/x?timeout=1s&timeout=2s" + sec, "give it once"},
 		{"http://h/x?header=X-Api-Key" + sec, "want header=Name:Value"},
 		{"http://h/x?header=X-Api-Key:" + secret + "%0D%0AX-Injected:1" + sec, `header "X-Api-Key": value contains a line break`},
+		{"http://h/x?header=X-Api-Key:" + secret + "%20" + sec, `header "X-Api-Key": value begins or ends with white space`},
 		{"http://h/x?header=Bad%20Name:" + secret + sec, "name is not an HTTP token"},
 		{"http://h/x?header=Host:evil.example" + sec, `header "Host"`},
 		{"http://h/x?header=Transfer-Encoding:chunked" + sec, `header "Transfer-Encoding"`},
