@@ -52,6 +52,19 @@ const ConnectTimeoutDefault = 10 * time.Second
 // one claim, several settles in flight, the reaper and the stats reader.
 const DefaultPoolMaxConns = 10
 
+// PoolMaxConnLifetimeDefault bounds a pooled connection's life when the URL
+// sets no pool_max_conn_lifetime (pgx's own default is an hour). A
+// connection keeps the settings its session took from the role and the
+// database at login (ALTER ROLE … SET search_path, work_mem, …) for as long
+// as it lives, so this is how long a corrected setting that causes no error
+// can take to reach every connection; settings that make statements fail are
+// picked up at once (see recycle).
+const PoolMaxConnLifetimeDefault = 5 * time.Minute
+
+// PoolMaxConnLifetimeJitterDefault spreads the replacement of connections
+// opened together (at start, or after a recycle) over a minute.
+const PoolMaxConnLifetimeJitterDefault = time.Minute
+
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
@@ -81,7 +94,8 @@ var (
 // Open creates a connection pool for rawURL without connecting yet; call
 // Check to find out whether the database and table are usable. The table
 // comes from the URL's table parameter (default openoutbox_events); every
-// other parameter goes to pgx, including pool_max_conns and sslmode.
+// other parameter goes to pgx, including pool_max_conns,
+// pool_max_conn_lifetime and sslmode.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -99,6 +113,12 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	q.Del("table")
 	if !q.Has("pool_max_conns") {
 		q.Set("pool_max_conns", fmt.Sprint(DefaultPoolMaxConns))
+	}
+	if !q.Has("pool_max_conn_lifetime") {
+		q.Set("pool_max_conn_lifetime", PoolMaxConnLifetimeDefault.String())
+		if !q.Has("pool_max_conn_lifetime_jitter") {
+			q.Set("pool_max_conn_lifetime_jitter", PoolMaxConnLifetimeJitterDefault.String())
+		}
 	}
 	if !q.Has("application_name") {
 		q.Set("application_name", "outbox-relay")
@@ -251,9 +271,39 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
+// sessionErrors are the SQLSTATEs with which a statement fails on a healthy
+// connection because of a setting its session took at login from the role or
+// the database (ALTER ROLE … SET, ALTER DATABASE … SET) and keeps for as
+// long as the connection lives, whatever the DBA changes afterwards.
+var sessionErrors = map[string]string{
+	"57014": "query_canceled",            // statement_timeout (or an administrator's cancel)
+	"55P03": "lock_not_available",        // lock_timeout
+	"25006": "read_only_sql_transaction", // default_transaction_read_only, or a primary turned standby
+	"42P01": "undefined_table",           // a search_path that no longer finds an unqualified table
+}
+
+// recycle closes every pooled connection when err may come from a setting of
+// the connection's session, so that the next statement logs in again and
+// runs with the role's and database's settings as they are now: a DBA who
+// corrects a statement_timeout sees the relay recover at its next attempt,
+// not when the pool's connections reach the end of their lifetime. All of
+// them go, not only the one that failed: they logged in with the same role,
+// and each would fail in turn, one backoff after the other. Connections in
+// use are closed when they are released. Between the failures that call it
+// the engine backs off, so a setting that stays wrong costs a few logins a
+// second at most.
+func (s *Store) recycle(err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && sessionErrors[pgErr.Code] != "" {
+		s.pool.Reset()
+	}
+}
+
 // queryError explains err: a database that cannot be reached, or a
-// statement the server refused (such as a missing privilege).
+// statement the server refused (such as a missing privilege). It recycles
+// the pool's connections when a session setting may have caused err.
 func (s *Store) queryError(what string, err error) error {
+	s.recycle(err)
 	if isConnectionError(err) {
 		return s.connError(err)
 	}
@@ -312,11 +362,13 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
 	if p.Ordering == storage.OrderingPartition {
 		if _, err := results.Exec(); err != nil {
+			s.recycle(err)
 			return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
 		}
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
 	if err := results.QueryRow().Scan(&lease.LockedAt); err != nil {
+		s.recycle(err)
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	events, err := readEvents(results, p.Limit)
@@ -324,7 +376,20 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		err = results.Close()
 	}
 	if err != nil {
-		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: %w", err))
+		// The claim's connection goes back to the pool first: on a pool of
+		// one, handing back would otherwise wait for it until it timed out.
+		_ = results.Close()
+		claimErr := fmt.Errorf("claim batch: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server refused the claim, so the pipeline's implicit
+			// transaction rolled back and no row is leased: nothing to hand
+			// back, and a hand-back failing for the same reason would only
+			// blur the error.
+			s.recycle(err)
+			return storage.Batch{}, claimErr
+		}
+		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
 	}
 	return storage.Batch{Lease: lease, Events: events}, nil
 }
@@ -337,6 +402,7 @@ func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr erro
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, s.queries["release_lease"], lease.RelayID, lease.LockedAt)
 	if err != nil {
+		s.recycle(err)
 		return fmt.Errorf("%w (handing its rows back failed too, the reaper will take them back: %v)", claimErr, err)
 	}
 	if n := tag.RowsAffected(); n > 0 {
@@ -431,6 +497,7 @@ func (a *byteArena) copy(b []byte) []byte {
 func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("mark delivered: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -440,6 +507,7 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("delete delivered: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -458,6 +526,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	}
 	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays)
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("mark failed: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -467,6 +536,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("release: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -476,6 +546,7 @@ func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error
 func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs), p.To)
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("renew lease: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -487,6 +558,7 @@ func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapRes
 	err := s.pool.QueryRow(ctx, s.queries["reap"], p.LeaseTimeout.Microseconds(), p.Limit, p.MaxAttempts).
 		Scan(&r.Requeued, &r.Dead)
 	if err != nil {
+		s.recycle(err)
 		return r, fmt.Errorf("reap expired leases: %w", err)
 	}
 	return r, nil
