@@ -359,7 +359,18 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	b.Queue(claim, args...)
 
 	results := s.pool.SendBatch(ctx, b)
-	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
+	// Closed once only: after an error, pgx's Close touches the
+	// connection's statement cache even when called again, by which time
+	// the connection is back in the pool and may serve another goroutine.
+	closed := false
+	closeResults := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		return results.Close()
+	}
+	defer func() { _ = closeResults() }()
 	if p.Ordering == storage.OrderingPartition {
 		if _, err := results.Exec(); err != nil {
 			s.recycle(err)
@@ -373,12 +384,12 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	}
 	events, err := readEvents(results, p.Limit)
 	if err == nil {
-		err = results.Close()
+		err = closeResults()
 	}
 	if err != nil {
 		// The claim's connection goes back to the pool first: on a pool of
 		// one, handing back would otherwise wait for it until it timed out.
-		_ = results.Close()
+		_ = closeResults()
 		claimErr := fmt.Errorf("claim batch: %w", err)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
