@@ -274,7 +274,9 @@ func (s *Store) Check(ctx context.Context) error {
 // sessionErrors are the SQLSTATEs with which a statement fails on a healthy
 // connection because of a setting its session took at login from the role or
 // the database (ALTER ROLE … SET, ALTER DATABASE … SET) and keeps for as
-// long as the connection lives, whatever the DBA changes afterwards.
+// long as the connection lives, whatever the DBA changes afterwards. They
+// have other causes too (a migration's own lock_timeout, a dropped table);
+// a recycle then costs one round of logins, no more.
 var sessionErrors = map[string]string{
 	"57014": "query_canceled",            // statement_timeout (or an administrator's cancel)
 	"55P03": "lock_not_available",        // lock_timeout
