@@ -89,7 +89,9 @@ type storeChecker interface {
 type brokerPinger interface {
 	Ping(ctx context.Context) error
 }
-type engineStater interface{ State() relay.State }
+type engineStater interface {
+	Health() (relay.State, error)
+}
 
 // readiness answers /readyz by asking the database and the broker
 // themselves, not by looking at recent traffic: an idle relay is ready, and
@@ -151,14 +153,22 @@ func (r *readiness) check() readyReport {
 	return rep
 }
 
+// engineResult is the engine's state, and for "error" why: "error: claim
+// batch: …", so that a probe's answer names the database's complaint (a
+// statement timeout, a read-only session) instead of leaving the operator to
+// find it in the log.
 func (r *readiness) engineResult() string {
 	if !r.health.running.Load() {
 		return "not running"
 	}
-	if s := r.engine.State(); s != relay.StateActive {
-		return s.String()
+	s, err := r.engine.Health()
+	switch {
+	case s == relay.StateActive:
+		return statusOK
+	case err != nil:
+		return s.String() + ": " + redact.URL(err.Error())
 	}
-	return statusOK
+	return s.String()
 }
 
 func checkResult(err error) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,9 +20,17 @@ import (
 
 // engineState stands in for the engine, whose state is what is under test
 // here; the database and the broker are real.
-type engineState struct{ s atomic.Int32 }
+type engineState struct {
+	s   atomic.Int32
+	err atomic.Pointer[error]
+}
 
-func (e *engineState) State() relay.State { return relay.State(e.s.Load()) }
+func (e *engineState) Health() (relay.State, error) {
+	if err := e.err.Load(); err != nil {
+		return relay.State(e.s.Load()), *err
+	}
+	return relay.State(e.s.Load()), nil
+}
 
 func readyz(t *testing.T, h http.Handler) (int, readyBody) {
 	t.Helper()
@@ -73,6 +82,16 @@ func TestReadyzNamesWhatIsDown(t *testing.T) {
 			t.Errorf("engine %s: /readyz %d %+v", c.state, code, rb)
 		}
 	}
+
+	// A failing engine says why, without the password of a URL the error
+	// quotes.
+	claimErr := errors.New("claim batch: cannot reach postgres://relay:" + secret + "@db:5432/app: canceling statement due to statement timeout (SQLSTATE 57014)")
+	engine.err.Store(&claimErr)
+	code, rb := readyz(t, handler())
+	if want := "error: claim batch: cannot reach postgres://relay:xxxxx@db:5432/app: canceling statement due to statement timeout (SQLSTATE 57014)"; code != http.StatusServiceUnavailable || rb.Checks["engine"] != want {
+		t.Errorf("engine error with a reason: /readyz %d %+v, want engine %q", code, rb, want)
+	}
+	engine.err.Store(nil)
 	engine.s.Store(int32(relay.StateActive))
 
 	health.setRunning(false)

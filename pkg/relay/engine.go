@@ -58,10 +58,13 @@ type Engine struct {
 	log   *slog.Logger
 	obs   Observer
 
-	wake   chan struct{}
-	state  atomic.Int32
-	notify debouncer
-	broker *brokerGate
+	wake  chan struct{}
+	state atomic.Int32
+	// claimErr is why the last claim failed, nil after one succeeds: the
+	// reason behind StateError, for Health.
+	claimErr atomic.Pointer[error]
+	notify   debouncer
+	broker   *brokerGate
 	// isolation is held by a batch looking for the event that makes the
 	// broker drop its connection; claims wait meanwhile.
 	isolation sync.RWMutex
@@ -97,6 +100,21 @@ func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, err
 
 // State reports what the engine is doing now.
 func (e *Engine) State() State { return State(e.state.Load()) }
+
+// Health reports what the engine is doing now and, in StateError, why: the
+// error of the claim that failed last (nil only at the moment a claim
+// succeeds again). It may hold what the database said, and a storage URL
+// in it is not masked; redact it before showing it.
+func (e *Engine) Health() (State, error) {
+	s := e.State()
+	if s != StateError {
+		return s, nil
+	}
+	if err := e.claimErr.Load(); err != nil {
+		return s, *err
+	}
+	return s, nil
+}
 
 func (e *Engine) setState(s State) {
 	if State(e.state.Swap(int32(s))) != s {
@@ -176,6 +194,7 @@ func (e *Engine) Run(ctx context.Context) {
 		e.isolation.RUnlock()
 		if err != nil {
 			<-slots
+			e.claimErr.Store(&err)
 			e.setState(StateError)
 			if ctx.Err() == nil {
 				e.log.Warn("claim failed; retrying", "error", err, "retry_in", storageBackoff)
@@ -185,6 +204,9 @@ func (e *Engine) Run(ctx context.Context) {
 			continue
 		}
 		storageBackoff = storageBackoffMin
+		if e.claimErr.Load() != nil {
+			e.claimErr.Store(nil)
+		}
 		if e.State() == StateError {
 			e.setState(StateActive)
 		}

@@ -52,6 +52,19 @@ const ConnectTimeoutDefault = 10 * time.Second
 // one claim, several settles in flight, the reaper and the stats reader.
 const DefaultPoolMaxConns = 10
 
+// PoolMaxConnLifetimeDefault bounds a pooled connection's life when the URL
+// sets no pool_max_conn_lifetime (pgx's own default is an hour). A
+// connection keeps the settings its session took from the role and the
+// database at login (ALTER ROLE … SET search_path, work_mem, …) for as long
+// as it lives, so this is how long a corrected setting that causes no error
+// can take to reach every connection; settings that make statements fail are
+// picked up at once (see recycle).
+const PoolMaxConnLifetimeDefault = 5 * time.Minute
+
+// PoolMaxConnLifetimeJitterDefault spreads the replacement of connections
+// opened together (at start, or after a recycle) over a minute.
+const PoolMaxConnLifetimeJitterDefault = time.Minute
+
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
@@ -84,7 +97,8 @@ var (
 // Open creates a connection pool for rawURL without connecting yet; call
 // Check to find out whether the database and table are usable. The table
 // comes from the URL's table parameter (default openoutbox_events); every
-// other parameter goes to pgx, including pool_max_conns and sslmode.
+// other parameter goes to pgx, including pool_max_conns,
+// pool_max_conn_lifetime and sslmode.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -102,6 +116,12 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	q.Del("table")
 	if !q.Has("pool_max_conns") {
 		q.Set("pool_max_conns", fmt.Sprint(DefaultPoolMaxConns))
+	}
+	if !q.Has("pool_max_conn_lifetime") {
+		q.Set("pool_max_conn_lifetime", PoolMaxConnLifetimeDefault.String())
+		if !q.Has("pool_max_conn_lifetime_jitter") {
+			q.Set("pool_max_conn_lifetime_jitter", PoolMaxConnLifetimeJitterDefault.String())
+		}
 	}
 	if !q.Has("application_name") {
 		q.Set("application_name", "outbox-relay")
@@ -254,9 +274,41 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
+// sessionErrors are the SQLSTATEs with which a statement fails on a healthy
+// connection because of a setting its session took at login from the role or
+// the database (ALTER ROLE … SET, ALTER DATABASE … SET) and keeps for as
+// long as the connection lives, whatever the DBA changes afterwards. They
+// have other causes too (a migration's own lock_timeout, a dropped table);
+// a recycle then costs one round of logins, no more.
+var sessionErrors = map[string]string{
+	"57014": "query_canceled",            // statement_timeout (or an administrator's cancel)
+	"55P03": "lock_not_available",        // lock_timeout
+	"25006": "read_only_sql_transaction", // default_transaction_read_only, or a primary turned standby
+	"42P01": "undefined_table",           // a search_path that no longer finds an unqualified table
+}
+
+// recycle closes every pooled connection when err may come from a setting of
+// the connection's session, so that the next statement logs in again and
+// runs with the role's and database's settings as they are now: a DBA who
+// corrects a statement_timeout sees the relay recover at its next attempt,
+// not when the pool's connections reach the end of their lifetime. All of
+// them go, not only the one that failed: they logged in with the same role,
+// and each would fail in turn, one backoff after the other. Connections in
+// use are closed when they are released. Between the failures that call it
+// the engine backs off, so a setting that stays wrong costs a few logins a
+// second at most.
+func (s *Store) recycle(err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && sessionErrors[pgErr.Code] != "" {
+		s.pool.Reset()
+	}
+}
+
 // queryError explains err: a database that cannot be reached, or a
-// statement the server refused (such as a missing privilege).
+// statement the server refused (such as a missing privilege). It recycles
+// the pool's connections when a session setting may have caused err.
 func (s *Store) queryError(what string, err error) error {
+	s.recycle(err)
 	if isConnectionError(err) {
 		return s.connError(err)
 	}
@@ -284,14 +336,16 @@ func (s *Store) connError(err error) error {
 	return storage.Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, s.rawURL)))
 }
 
-// Claim moves up to p.Limit due rows to DELIVERING and returns them ordered
-// by created_at and insertion order, so that events sharing a partition key
-// are published in the order they were written.
+// Claim moves up to p.Limit due rows to DELIVERING and returns them in
+// write order (seq), so that events sharing a partition key are published
+// in the order they were written. Unordered claims go forward from the
+// relay's claim position (position.go).
 //
 // The claim goes out as one pipeline, which PostgreSQL runs as one implicit
 // transaction in one round trip: for ordered claims first a per-table
-// advisory lock, then the lease stamp (the transaction's now()), then the
-// claiming statement. Knowing the stamp before reading the rows lets a claim
+// advisory lock, for unordered ones the planner settings of claim_plan.sql;
+// then the lease stamp (the transaction's now()) with the snapshot's
+// transaction ids, then the claiming statement. Knowing the stamp before reading the rows lets a claim
 // whose rows cannot be read in full hand them back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	b := &pgx.Batch{}
@@ -324,25 +378,52 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	}
 
 	results := s.pool.SendBatch(ctx, b)
-	defer func() { _ = results.Close() }() // closed again below; a second Close is a no-op
+	// Closed once only: after an error, pgx's Close touches the
+	// connection's statement cache even when called again, by which time
+	// the connection is back in the pool and may serve another goroutine.
+	closed := false
+	closeResults := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		return results.Close()
+	}
+	defer func() { _ = closeResults() }()
 	if p.Ordering == storage.OrderingPartition {
 		if _, err := results.Exec(); err != nil {
+			s.recycle(err)
 			return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
 		}
 	} else if _, err := results.Exec(); err != nil {
+		s.recycle(err)
 		return storage.Batch{}, fmt.Errorf("claim batch: plan: %w", err)
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
 	var xmin, xmax uint64
 	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax); err != nil {
+		s.recycle(err)
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	events, highest, err := readEvents(results, p.Limit)
 	if err == nil {
-		err = results.Close()
+		err = closeResults()
 	}
 	if err != nil {
-		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: %w", err))
+		// The claim's connection goes back to the pool first: on a pool of
+		// one, handing back would otherwise wait for it until it timed out.
+		_ = closeResults()
+		claimErr := fmt.Errorf("claim batch: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server refused the claim, so the pipeline's implicit
+			// transaction rolled back and no row is leased: nothing to hand
+			// back, and a hand-back failing for the same reason would only
+			// blur the error.
+			s.recycle(err)
+			return storage.Batch{}, claimErr
+		}
+		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
 	}
 	if pos != nil {
 		pos.done(pl, xmin, xmax, highest, len(events) >= p.Limit, time.Now())
@@ -358,6 +439,7 @@ func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr erro
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, s.queries["release_lease"], lease.RelayID, lease.LockedAt)
 	if err != nil {
+		s.recycle(err)
 		return fmt.Errorf("%w (handing its rows back failed too, the reaper will take them back: %v)", claimErr, err)
 	}
 	if n := tag.RowsAffected(); n > 0 {
@@ -456,6 +538,7 @@ func (a *byteArena) copy(b []byte) []byte {
 func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("mark delivered: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -465,6 +548,7 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("delete delivered: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -483,6 +567,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	}
 	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays)
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("mark failed: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -492,6 +577,7 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("release: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -501,6 +587,7 @@ func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error
 func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs), p.To)
 	if err != nil {
+		s.recycle(err)
 		return 0, fmt.Errorf("renew lease: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
@@ -512,6 +599,7 @@ func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapRes
 	err := s.pool.QueryRow(ctx, s.queries["reap"], p.LeaseTimeout.Microseconds(), p.Limit, p.MaxAttempts).
 		Scan(&r.Requeued, &r.Dead)
 	if err != nil {
+		s.recycle(err)
 		return r, fmt.Errorf("reap expired leases: %w", err)
 	}
 	return r, nil

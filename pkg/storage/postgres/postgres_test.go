@@ -457,6 +457,12 @@ func TestOpenDefaults(t *testing.T) {
 	if got := s.Pool().Config().ConnConfig.ConnectTimeout; got != postgres.ConnectTimeoutDefault {
 		t.Errorf("connect timeout = %s, want %s (a silent server must not hang a start)", got, postgres.ConnectTimeoutDefault)
 	}
+	// Settings a DBA gives the role reach new connections only.
+	if cfg := s.Pool().Config(); cfg.MaxConnLifetime != postgres.PoolMaxConnLifetimeDefault ||
+		cfg.MaxConnLifetimeJitter != postgres.PoolMaxConnLifetimeJitterDefault {
+		t.Errorf("connection lifetime = %s + up to %s, want %s + up to %s", cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter,
+			postgres.PoolMaxConnLifetimeDefault, postgres.PoolMaxConnLifetimeJitterDefault)
+	}
 	// The table parameter is the relay's, not a server setting: a
 	// connection made with it works.
 	var app string
@@ -467,7 +473,7 @@ func TestOpenDefaults(t *testing.T) {
 		t.Errorf("application_name = %q, want outbox-relay", app)
 	}
 
-	custom, err := postgres.Open(ctx, pgtest.URL()+"&pool_max_conns=3&application_name=mine&connect_timeout=3")
+	custom, err := postgres.Open(ctx, pgtest.URL()+"&pool_max_conns=3&application_name=mine&connect_timeout=3&pool_max_conn_lifetime=1h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,6 +483,9 @@ func TestOpenDefaults(t *testing.T) {
 	}
 	if got := custom.Pool().Config().ConnConfig.ConnectTimeout; got != 3*time.Second {
 		t.Errorf("connect_timeout=3 gave %s", got)
+	}
+	if cfg := custom.Pool().Config(); cfg.MaxConnLifetime != time.Hour || cfg.MaxConnLifetimeJitter != 0 {
+		t.Errorf("pool_max_conn_lifetime=1h gave %s + up to %s", cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter)
 	}
 	if err := custom.Pool().QueryRow(ctx, "SHOW application_name").Scan(&app); err != nil || app != "mine" {
 		t.Errorf("application_name = %q, %v; want mine", app, err)
