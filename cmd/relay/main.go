@@ -305,15 +305,17 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		wg.Wait()
 		close(stopped)
 	}()
-	// The engine returns within its share of SHUTDOWN_TIMEOUT when the
-	// database answers cancelled queries; the deadline bounds the wait
-	// even when it does not.
-	timer := time.NewTimer(time.Until(sd.deadline()))
+	// The engine returns within its share of SHUTDOWN_TIMEOUT when every
+	// storage call ends when its context does. One that does not (handing
+	// back the rows of a claim cut off mid-read waits for the database on
+	// its own timer) must not eat the closing steps' share: they start
+	// anyway, and closing the pool ends such a call.
+	timer := time.NewTimer(time.Until(sd.engineDeadline()))
 	defer timer.Stop()
 	select {
 	case <-stopped:
 	case <-timer.C:
-		log.Warn("relaying did not stop within SHUTDOWN_TIMEOUT; rows still held stay DELIVERING until the reaper takes them back",
+		log.Warn("relaying did not stop in its share of SHUTDOWN_TIMEOUT; closing anyway; rows still held stay DELIVERING until the reaper takes them back",
 			"timeout", cfg.ShutdownTimeout)
 	}
 	health.setRunning(false)

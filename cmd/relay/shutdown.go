@@ -28,6 +28,7 @@ func closeReserve(timeout time.Duration) time.Duration {
 // closeSlack is how long before the deadline the closing steps' context
 // ends: a step that gives up when told to (the Kafka publisher, waiting for
 // writes in flight) then still has time to say why before the last line.
+// An engine that stops when its share ends gets as long to return.
 func closeSlack(timeout time.Duration) time.Duration {
 	return closeReserve(timeout) / 8
 }
@@ -66,6 +67,12 @@ func (s *shutdown) start() time.Time {
 // deadline is when the relay must have written its last line.
 func (s *shutdown) deadline() time.Time {
 	return s.start().Add(s.timeout)
+}
+
+// engineDeadline is when the closing steps start even if the engine (given
+// SHUTDOWN_TIMEOUT less closeReserve) has not returned.
+func (s *shutdown) engineDeadline() time.Time {
+	return s.deadline().Add(-closeReserve(s.timeout) + closeSlack(s.timeout))
 }
 
 // closeStep is one thing to close.
