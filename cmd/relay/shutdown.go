@@ -40,10 +40,12 @@ type shutdown struct {
 	timeout time.Duration
 	// last is the line that ends the log after a clean stop.
 	last string
+	// steps are added and closed by serve's goroutine only.
+	steps []*closeStep
 
+	// mu guards began, which the signal's goroutine may set.
 	mu    sync.Mutex
 	began time.Time
-	steps []*closeStep
 }
 
 // newShutdown starts the clock when ctx ends (the signal).
