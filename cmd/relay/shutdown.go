@@ -20,9 +20,11 @@ import (
 const closeReserveMax = 2 * time.Second
 
 // closeReserve is the end of timeout kept for the closing steps, a fifth of
-// it and at most closeReserveMax; the engine has the rest to drain.
+// it and at most closeReserveMax; the engine has the rest to drain. A
+// timeout that is not positive keeps nothing, so that the engine's
+// validation names the value the user set.
 func closeReserve(timeout time.Duration) time.Duration {
-	return min(timeout/5, closeReserveMax)
+	return max(0, min(timeout/5, closeReserveMax))
 }
 
 // closeSlack is how long before the deadline the closing steps' context
