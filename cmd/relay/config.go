@@ -270,7 +270,8 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		SweepInterval:      c.SweepInterval,
 		MaxInFlightBatches: c.MaxInFlightBatches,
 		LeaseTimeout:       c.LeaseTimeout,
-		ShutdownTimeout:    c.ShutdownTimeout,
+		// The end of SHUTDOWN_TIMEOUT is for closing what the engine used.
+		ShutdownTimeout: c.ShutdownTimeout - closeReserve(c.ShutdownTimeout),
 		Retry: relay.RetryPolicy{
 			MaxAttempts: c.RetryMaxAttempts,
 			BaseDelay:   c.RetryBaseDelay,

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestBrokerName(t *testing.T) {
 	t.Parallel()
@@ -21,6 +24,26 @@ func TestBrokerName(t *testing.T) {
 	} {
 		if got := brokerName(url); got != want {
 			t.Errorf("brokerName(%q) = %q, want %q", url, got, want)
+		}
+	}
+}
+
+// TestShutdownBudgetAsDocumented: docs/architecture.md gives the engine
+// SHUTDOWN_TIMEOUT less a fifth (at most 2 s) for closing; these are its
+// examples.
+func TestShutdownBudgetAsDocumented(t *testing.T) {
+	t.Parallel()
+	for set, engine := range map[string]time.Duration{
+		"30s": 28 * time.Second,
+		"2s":  1600 * time.Millisecond,
+		"5m":  298 * time.Second,
+	} {
+		cfg, err := loadConfig(map[string]string{"PUBLISHER_URL": "null://", "SHUTDOWN_TIMEOUT": set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.engineConfig(nil).ShutdownTimeout; got != engine {
+			t.Errorf("SHUTDOWN_TIMEOUT=%s: the engine gets %s, want %s", set, got, engine)
 		}
 	}
 }

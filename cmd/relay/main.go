@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		log.Info("Open Outbox setting: " + note)
 	}
 	if err := serve(ctx, cfg, log); err != nil {
-		log.Error("relay stopped with an error", "error", redact.URL(err.Error()))
+		log.ErrorContext(asLastLine(context.Background()), "relay stopped with an error", "error", redact.URL(err.Error()))
 		var ue usageError
 		if errors.As(err, &ue) {
 			return 2
@@ -123,30 +123,30 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(withLastLine(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(withLastLine(slog.NewJSONHandler(w, opts)))
 }
 
-// closeTimeout bounds, all together, the steps that follow the engine's
-// stop (HTTP server, publisher, telemetry flush): a hung broker or exporter
-// must not add its own wait to the others' and push the exit past
-// SHUTDOWN_TIMEOUT by more than a few seconds.
-const closeTimeout = 5 * time.Second
-
-// serve wires the relay together and runs it until ctx ends.
-func serve(ctx context.Context, cfg config, log *slog.Logger) error {
-	// closing ends closeTimeout after the first step that stops uses it.
-	closing := sync.OnceValue(func() context.Context {
-		closeCtx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(closeTimeout, cancel)
-		return closeCtx
-	})
+// serve wires the relay together and runs it until ctx ends. It returns
+// within SHUTDOWN_TIMEOUT of ctx's end, having closed what it opened and
+// written the relay's last log line, unless it returns an error, which the
+// caller logs last.
+func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
+	sd := newShutdown(ctx, cfg.ShutdownTimeout, log)
+	defer func() {
+		sd.close()
+		if err == nil {
+			log.InfoContext(asLastLine(context.Background()), sd.last)
+		}
+	}()
 	store, err := storage.Open(ctx, storage.URLWithTable(cfg.StorageURL, cfg.StorageTableName))
 	if err != nil {
 		return usageError{fmt.Errorf("STORAGE_URL: %w", err)}
 	}
-	defer store.Close()
+	// Storage.Close takes no context; the shutdown stops waiting for it at
+	// the deadline.
+	closeStore := sd.add("the database pool", func(context.Context) error { store.Close(); return nil })
 	// Said before the first query, which waits for the database: a relay
 	// that hangs here shows where it hangs.
 	log.Info("connecting to " + store.Describe())
@@ -171,39 +171,32 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return usageError{fmt.Errorf("PUBLISHER_URL: %w", err)}
 	}
-	defer func() {
-		if err := pub.Close(closing()); err != nil {
-			log.Warn("closing the publisher failed", "error", err)
-		}
-	}()
+	sd.add("the publisher", pub.Close)
 
 	if cfg.AutoMigrate {
 		res, err := store.Migrate(ctx)
 		if err != nil {
-			return startError(ctx, log, err)
+			return sd.startError(ctx, err)
 		}
 		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed))
 	}
 	if err := store.Check(ctx); err != nil {
-		return startError(ctx, log, err)
+		return sd.startError(ctx, err)
 	}
 	if cfg.retentionConfig(nil).Enabled() {
 		if err := canDelete(ctx, store); err != nil {
-			return startError(ctx, log, err)
+			return sd.startError(ctx, err)
 		}
 	}
 
 	tel, err := telemetry.New(ctx, cfg.telemetryConfig(log))
 	if err != nil {
-		return startError(ctx, log, err)
+		return sd.startError(ctx, err)
 	}
-	defer func() {
-		// Runs after the engine and reaper stopped: what they recorded last
-		// is flushed to OTLP or the console before the process exits.
-		if err := tel.Shutdown(closing()); err != nil {
-			log.Warn("flushing telemetry failed", "error", err)
-		}
-	}()
+	// Runs after the engine and reaper stopped: what they recorded last is
+	// flushed to OTLP or the console before the process exits.
+	closeTelemetry := sd.add("telemetry", tel.Shutdown)
+	closeStore.runsAfter(closeTelemetry)
 
 	engineCfg := cfg.engineConfig(log)
 	engineCfg.Observer = tel.Observer()
@@ -248,6 +241,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			log.Error("HTTP server failed", "error", err)
 		}
 	}()
+	// Readiness queries the database: the pool closes after the server.
+	closeStore.runsAfter(sd.add("the HTTP server", func(ctx context.Context) error {
+		if err := srv.Shutdown(ctx); err != nil {
+			// Requests still open at the deadline (a long scrape) are cut.
+			_ = srv.Close()
+			return fmt.Errorf("HTTP server: %w", err)
+		}
+		return nil
+	}))
 
 	log.Info("relay started",
 		"version", version,
@@ -267,6 +269,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"traces_exporter", cfg.TracesExporter)
 
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		engine.Run(ctx)
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -292,12 +299,26 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		}()
 	}
 	health.setRunning(true)
-	engine.Run(ctx)
+	<-ctx.Done()
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
+	// The engine returns within its share of SHUTDOWN_TIMEOUT when every
+	// storage call ends when its context does. One that does not (handing
+	// back the rows of a claim cut off mid-read waits for the database on
+	// its own timer) must not eat the closing steps' share: they start
+	// anyway, and closing the pool ends such a call.
+	timer := time.NewTimer(time.Until(sd.engineDeadline()))
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		log.Warn("relaying did not stop in its share of SHUTDOWN_TIMEOUT; closing anyway; rows still held stay DELIVERING until the reaper takes them back",
+			"timeout", cfg.ShutdownTimeout)
+	}
 	health.setRunning(false)
-	wg.Wait()
-
-	_ = srv.Shutdown(closing())
-	log.Info("relay stopped")
 	return nil
 }
 
@@ -305,9 +326,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 // SIGTERM while the relay still waits for the database is a clean stop
 // (exit 0, no error logged), or every rolling deploy that catches a relay
 // starting would look like a crash.
-func startError(ctx context.Context, log *slog.Logger, err error) error {
+func (s *shutdown) startError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		log.Info("relay stopped before it started")
+		s.last = "relay stopped before it started"
 		return nil
 	}
 	return err

@@ -56,8 +56,10 @@ type Config struct {
 	// LeaseTimeout is how long a claim stays valid; settling stops retrying
 	// once it has passed, because the reaper will then take the rows back.
 	LeaseTimeout time.Duration
-	// ShutdownTimeout bounds how long in-flight batches may take to finish
-	// after Run's context ends; then their unpublished events are released.
+	// ShutdownTimeout bounds how long Run takes to return after its context
+	// ends: in-flight batches may publish until a quarter of it (at most
+	// 3 s) is left, and their unpublished events are released in that
+	// rest.
 	ShutdownTimeout time.Duration
 	// Retry decides when a failed event is tried again or buried.
 	Retry RetryPolicy

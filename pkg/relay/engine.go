@@ -23,10 +23,18 @@ const (
 	storageBackoffMax = 10 * time.Second
 )
 
-// shutdownSettleGrace is how long settles may go on after ShutdownTimeout
-// stopped the publishes: enough to hand back what was not sent, short
-// enough that a hung database cannot hold the process past its budget.
-const shutdownSettleGrace = 3 * time.Second
+// shutdownSettleMax caps the end of ShutdownTimeout kept for settles after
+// the publishes are cut off: handing back what was not sent is one
+// statement per batch, which a database that answers does in milliseconds;
+// one that does not answer would hold it whatever the share.
+const shutdownSettleMax = 3 * time.Second
+
+// settleReserve is the end of timeout kept for settling what the publishes
+// cut off left: a quarter, so that a short timeout still leaves the
+// publishes most of it, and at most shutdownSettleMax.
+func settleReserve(timeout time.Duration) time.Duration {
+	return min(timeout/4, shutdownSettleMax)
+}
 
 // State is what the engine is doing, as exported by the relay.state metric.
 type State int
@@ -131,17 +139,17 @@ func (e *Engine) Wake() {
 	}
 }
 
-// Run relays until ctx ends, then stops claiming and gives the batches in
-// flight ShutdownTimeout to finish. When it runs out, publishes still
-// waiting are cut off and their events handed back, with a few more seconds
-// for that; whatever cannot be settled by then (a hung database) stays
-// DELIVERING for the reaper. Failures of the database or the broker never
-// end Run: it backs off and tries again. A broker that does not answer at
-// start pauses claiming until it does.
+// Run relays until ctx ends, then stops claiming and returns within
+// ShutdownTimeout, provided the storage returns when its context ends. The
+// batches in flight may publish until a quarter of ShutdownTimeout (at most
+// 3 s) is left; publishes still waiting then are cut off and their events
+// handed back in what is left. Whatever cannot be settled by the end (a
+// hung database) stays DELIVERING for the reaper. Failures of the database
+// or the broker never end Run: it backs off and tries again. A broker that
+// does not answer at start pauses claiming until it does.
 func (e *Engine) Run(ctx context.Context) {
 	// Batches in flight outlive ctx so that a shutdown lets them finish:
-	// publishing ends when ShutdownTimeout runs out, settling a little
-	// later.
+	// publishing ends first, settling at the end of ShutdownTimeout.
 	publishing, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPublishing()
 	settling, stopSettling := context.WithCancel(context.WithoutCancel(ctx))
@@ -154,16 +162,18 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-finished:
 			return
 		}
-		budget := time.NewTimer(e.cfg.ShutdownTimeout)
+		reserve := settleReserve(e.cfg.ShutdownTimeout)
+		budget := time.NewTimer(e.cfg.ShutdownTimeout - reserve)
 		defer budget.Stop()
 		select {
 		case <-budget.C:
-			e.log.Warn("shutdown timeout reached; releasing unpublished events", "timeout", e.cfg.ShutdownTimeout)
+			e.log.Warn("shutdown: time for publishing spent; releasing unpublished events",
+				"published_for", e.cfg.ShutdownTimeout-reserve, "left_for_release", reserve)
 			stopPublishing()
 		case <-finished:
 			return
 		}
-		grace := time.NewTimer(shutdownSettleGrace)
+		grace := time.NewTimer(reserve)
 		defer grace.Stop()
 		select {
 		case <-grace.C:
@@ -237,7 +247,7 @@ type claimed struct {
 	// process's clock: settling gives up LeaseTimeout after it.
 	at time.Time
 	// ctx is the batch's context, for claiming and publishing: not
-	// cancelled by a shutdown until ShutdownTimeout runs out, and
+	// cancelled by a shutdown until its publishing time runs out, and
 	// carrying what the Observer put in it.
 	ctx context.Context
 	// settleBy ends when settling must stop, a little after ctx.
@@ -245,7 +255,7 @@ type claimed struct {
 }
 
 // claim takes the next batch. Its context is not cancelled by a shutdown
-// until ShutdownTimeout runs out: a claim cut off after the database
+// until the publishing time runs out: a claim cut off after the database
 // committed it would have to hand its rows back.
 func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 	c := claimed{at: time.Now(), settleBy: settling}

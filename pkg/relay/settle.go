@@ -135,8 +135,16 @@ func (e *Engine) settleUntil(c claimed, op string, n int, fn func(context.Contex
 			return
 		}
 		if ctx.Err() != nil {
-			e.log.Error("giving up settling; the reaper will take the rows back when their lease expires",
-				"op", op, "error", err)
+			if c.settleBy.Err() != nil {
+				// The shutdown's budget ran out, not the database: a
+				// statement cut off by it is expected, not the relay's
+				// error.
+				e.log.Warn("shutdown: giving up settling; the reaper will take the rows back when their lease expires",
+					"op", op, "events", n, "error", err)
+			} else {
+				e.log.Error("giving up settling; the reaper will take the rows back when their lease expires",
+					"op", op, "error", err)
+			}
 			end(err)
 			return
 		}
