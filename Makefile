@@ -99,6 +99,13 @@ lint:
 # OPEN_OUTBOX_RELAY_BIN Open Outbox Relay's binary to the same run.
 # MODE=delete: draining into null:// and NATS with DELIVERED_RETENTION=0
 # (rows deleted at settle) beside the same drains marking rows DELIVERED.
+# MODE=horizon: three rounds of EVENTS into null:// on one table, without
+# and then with a transaction holding a snapshot (vacuum, purge) back for
+# all three: rate, mean claim time and CPU per event of the database.
+# MODE=stats: a burst of EVENTS drained on a table never analysed, one
+# analysed while empty, and one analysed after the burst.
+# Every drain reports the database server's CPU per event (all its
+# processes, from /proc) beside the relay's.
 BROKER ?= nats
 MODE ?= throughput
 STORAGE ?= postgres
@@ -115,6 +122,10 @@ else ifeq ($(MODE),cpu)
 	$(GO) test -run '^$$' -bench 'DrainCPU$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),ordering)
 	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+else ifeq ($(MODE),horizon)
+	$(GO) test -run '^$$' -bench 'Horizon$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+else ifeq ($(MODE),stats)
+	$(GO) test -run '^$$' -bench 'StaleStats$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else ifeq ($(MODE),delete)
 	$(GO) test -run '^$$' -bench 'Drain(Null|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else

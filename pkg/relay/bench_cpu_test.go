@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,18 +12,37 @@ import (
 // relay: on a shared machine throughput varies with the neighbours' load,
 // CPU per event much less.
 
-// serverCPU returns the MariaDB/MySQL server's user and system CPU time
-// (BENCH_MARIADB_PID, else the local mariadbd or mysqld), zero when it
-// cannot be read.
+// serverCPU returns the user and system CPU time of every process of the
+// -storage database's server (PostgreSQL: the postmaster, every backend
+// and background worker; MariaDB/MySQL: mariadbd or mysqld, or
+// BENCH_MARIADB_PID), zero when none can be read. Backends that exit
+// between two readings take their time with them: benchmarks read it
+// while their connections stay open.
 func serverCPU() time.Duration {
-	pid := os.Getenv("BENCH_MARIADB_PID")
-	for _, name := range []string{"mariadbd", "mysqld"} {
-		if pid != "" {
-			break
-		}
-		out, _ := exec.Command("pgrep", "-x", name).Output()
-		pid, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if pid := os.Getenv("BENCH_MARIADB_PID"); pid != "" && *benchStorage == "mysql" {
+		return processCPU(pid)
 	}
+	names := map[string]bool{"postgres": true}
+	if *benchStorage == "mysql" {
+		names = map[string]bool{"mariadbd": true, "mysqld": true}
+	}
+	dirs, _ := os.ReadDir("/proc")
+	var total time.Duration
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + d.Name() + "/comm")
+		if err != nil || !names[strings.TrimSpace(string(comm))] {
+			continue
+		}
+		total += processCPU(d.Name())
+	}
+	return total
+}
+
+// processCPU reads one process's user and system CPU time from /proc.
+func processCPU(pid string) time.Duration {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return 0

@@ -42,6 +42,15 @@ type benchTable struct {
 	// loop is the ceiling: a bare SQL loop that claims up to batch rows
 	// and marks them delivered until none is left.
 	loop func(b *testing.B, batch int) int
+	// add writes n more 200-byte events, as producers would: no
+	// truncation, no vacuum, no fresh statistics.
+	add func(b *testing.B, n int, eventType string)
+	// analyze refreshes the optimizer's statistics.
+	analyze func(b *testing.B)
+	// hold opens a transaction on a connection of its own that keeps a
+	// snapshot (and so vacuum or purge) back until release is called: an
+	// analytics query, or a session left idle in transaction.
+	hold func(b *testing.B) (release func())
 }
 
 func newBenchTable(b *testing.B) benchTable {
@@ -74,6 +83,27 @@ func pgBenchTable(b *testing.B) benchTable {
 		settled:   func(b *testing.B) bool { return tb.Settled(b) },
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
+		add: func(b *testing.B, n int, eventType string) {
+			for done := 0; done < n; done += 10_000 {
+				tb.InsertN(b, min(10_000, n-done), eventType)
+			}
+		},
+		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE {{table}}") },
+		hold: func(b *testing.B) func() {
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, pgtest.URL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+				b.Fatal(err)
+			}
+			// The snapshot is taken by the first query, not by BEGIN.
+			if _, err := conn.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil {
+				b.Fatal(err)
+			}
+			return func() { _ = conn.Close(ctx) }
+		},
 		bytes: func(b *testing.B) int64 {
 			var n int64
 			if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT pg_total_relation_size($1::regclass)", tb.Name).Scan(&n); err != nil {
@@ -135,6 +165,26 @@ func mysqlBenchTable(b *testing.B) benchTable {
 		settled:   func(b *testing.B) bool { return tb.Settled(b) },
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
+		add: func(b *testing.B, n int, eventType string) {
+			for done := 0; done < n; done += 10_000 {
+				tb.InsertN(b, min(10_000, n-done), eventType)
+			}
+		},
+		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE TABLE {{table}}") },
+		hold: func(b *testing.B) func() {
+			ctx := context.Background()
+			conn, err := tb.Store.DB().Conn(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT"); err != nil {
+				b.Fatal(err)
+			}
+			return func() {
+				_, _ = conn.ExecContext(ctx, "ROLLBACK")
+				_ = conn.Close()
+			}
+		},
 		loop: func(b *testing.B, batch int) int {
 			ctx := context.Background()
 			db := tb.Store.DB() // READ COMMITTED, as the driver's sessions
@@ -226,9 +276,7 @@ func BenchmarkClaimLoop(b *testing.B) {
 		}
 		wg.Wait()
 		total += time.Since(began)
-		if *benchStorage == "mysql" {
-			b.Logf("CPU per row: MySQL server %.1f µs", perEvent(serverCPU()-sc0, *benchEvents))
-		}
+		b.Logf("CPU per row: database server %.1f µs", perEvent(serverCPU()-sc0, *benchEvents))
 		b.StopTimer()
 		if claimed != *benchEvents || tb.delivered(b) != *benchEvents {
 			b.Fatalf("the loops claimed %d and delivered %d, want %d", claimed, tb.delivered(b), *benchEvents)
