@@ -32,7 +32,7 @@ const DefaultTable = "openoutbox_events"
 // grants run while a migration creates roles' objects.
 const MigrationLockKey = 0x6f7574626f78 // "outbox"
 
-// maxNameLen keeps derived names such as <name>_pending_age_idx within
+// maxNameLen keeps derived names such as <name>_key_dead_seq_idx within
 // PostgreSQL's 63-byte identifier limit.
 const maxNameLen = 45
 
