@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,9 +16,9 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// Claim moves up to p.Limit due rows to DELIVERING and returns them ordered
-// by created_at and insertion order, so that events sharing a partition key
-// are published in the order they were written.
+// Claim moves up to p.Limit due rows to DELIVERING and returns them in the
+// order they were written (seq), so that events sharing a partition key are
+// published in that order.
 //
 // An unordered claim is one short transaction: SELECT … FOR UPDATE SKIP
 // LOCKED reads and locks the rows along with the lease stamp (the
@@ -86,26 +87,19 @@ func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams) (storage.B
 		// The commit may have happened before the connection failed.
 		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: commit: %w", err))
 	}
-	sortOldestFirst(events, seqs)
+	sortBySeq(events, seqs)
 	return storage.Batch{Lease: lease, Events: events}, nil
 }
 
-// sortOldestFirst orders a claimed batch by created_at, then insertion
-// order, then id, as the unordered claim of PostgreSQL returns it.
-func sortOldestFirst(events []outbox.Event, seqs []int64) {
+// sortBySeq orders a claimed batch by seq, the order the events were
+// written in (created_at is the start of the writer's transaction, which
+// may have written after a transaction that began later).
+func sortBySeq(events []outbox.Event, seqs []int64) {
 	idx := make([]int, len(events))
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		if c := events[a].CreatedAt.Compare(events[b].CreatedAt); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(seqs[a], seqs[b]); c != 0 {
-			return c
-		}
-		return strings.Compare(string(events[a].ID[:]), string(events[b].ID[:]))
-	})
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(seqs[a], seqs[b]) })
 	sorted := make([]outbox.Event, len(events))
 	for i, j := range idx {
 		sorted[i] = events[j]
@@ -155,12 +149,14 @@ func readEvents(rows *sql.Rows, limit int, withStamp bool) ([]outbox.Event, []in
 }
 
 // picks are the ids a claim may take, in the order it takes them, with
-// their sizes.
+// their sizes and, for the unordered claim, their places in state_seq_idx.
 type picks []pick
 
 type pick struct {
 	id   uuid.UUID
 	size int64
+	at   lenientTime
+	seq  int64
 }
 
 // fitting returns the ids of the longest prefix whose sizes add up to at
@@ -179,8 +175,9 @@ func (ps picks) fitting(maxBytes int64) []uuid.UUID {
 	return ids
 }
 
-// readPicks reads rows of (event_id, size[, stamp]).
-func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, error) {
+// readPicks reads rows of (event_id, size) or, for a claim, of (event_id,
+// size, state_at, seq, stamp).
+func readPicks(rows *sql.Rows, limit int, claim bool) (picks, time.Time, error) {
 	defer rows.Close()
 	ps := make(picks, 0, limit)
 	var at time.Time
@@ -191,8 +188,8 @@ func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, err
 			size sql.NullInt64
 		)
 		dest := []any{&id, &size}
-		if withStamp {
-			dest = append(dest, &at)
+		if claim {
+			dest = append(dest, &p.at, &p.seq, &at)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, at, fmt.Errorf("read row: %w", err)
@@ -207,20 +204,25 @@ func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, err
 }
 
 // lenientTime scans a DATETIME and never fails: what it cannot read is the
-// zero time.
-type lenientTime struct{ t time.Time }
+// zero time, and valid is false.
+type lenientTime struct {
+	t     time.Time
+	valid bool
+}
 
 func (l *lenientTime) Scan(src any) error {
+	var err error
 	switch v := src.(type) {
 	case time.Time:
 		l.t = v
 	case []byte:
-		l.t, _ = time.Parse("2006-01-02 15:04:05.999999", string(v))
+		l.t, err = time.Parse("2006-01-02 15:04:05.999999", string(v))
 	case string:
-		l.t, _ = time.Parse("2006-01-02 15:04:05.999999", v)
+		l.t, err = time.Parse("2006-01-02 15:04:05.999999", v)
 	default:
-		l.t = time.Time{}
+		l.t, err = time.Time{}, errors.New("not a time")
 	}
+	l.valid = err == nil && !l.t.IsZero()
 	return nil
 }
 
