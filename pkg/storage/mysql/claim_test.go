@@ -1,18 +1,23 @@
 package mysql_test
 
 import (
+	"database/sql"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/mysql"
 	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 )
 
-// Claims in write order: what the conformance suite checks on every
-// driver, seen here on MariaDB's own terms (its transactions).
+// Claims in write order and claims whose cost does not grow with a long
+// transaction: what the conformance suite checks on every driver, seen
+// here on MariaDB's own terms (its transactions, its ANALYZE).
 
 // The issue's case: transaction B begins first and stamps its event with
 // its start (as an application that takes "now" when its work begins
@@ -75,5 +80,154 @@ func TestOrderedClaimKeepsWriteOrderWhenTheEarlierTransactionWritesLater(t *test
 	}
 	if next, err := tb.Store.Claim(ctx, storage.ClaimParams{RelayID: "ordered", Limit: 10, Ordering: storage.OrderingPartition}); err != nil || len(next.Events) != 0 {
 		t.Fatalf("ordered claim while A is DELIVERING = %v, %v; want nothing", eventIDs(next.Events), err)
+	}
+}
+
+// pagesAccessed runs query under ANALYZE in a transaction it rolls back and
+// returns the InnoDB pages the scan of the outbox table touched
+// (MariaDB 10.9 or later: r_engine_stats), which counts the index entries
+// the scan steps over, the ones purge may not remove as well. The rows
+// that a claim returns do not show the work: those it skips are not rows.
+func pagesAccessed(t *testing.T, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var plan string
+	if err := tx.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+query, args...).Scan(&plan); err != nil {
+		t.Fatalf("ANALYZE the claim: %v", err)
+	}
+	var doc struct {
+		QueryBlock struct {
+			NestedLoop []struct {
+				Table struct {
+					Key          string   `json:"key"`
+					UsedKeyParts []string `json:"used_key_parts"`
+					EngineStats  *struct {
+						PagesAccessed int `json:"pages_accessed"`
+					} `json:"r_engine_stats"`
+				} `json:"table"`
+			} `json:"nested_loop"`
+		} `json:"query_block"`
+	}
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc.QueryBlock.NestedLoop) != 1 {
+		t.Fatalf("ANALYZE answered %s (%v)", plan, err)
+	}
+	table := doc.QueryBlock.NestedLoop[0].Table
+	if table.EngineStats == nil {
+		t.Skipf("the server's ANALYZE has no r_engine_stats (MariaDB 10.9 or later): %s", plan)
+	}
+	t.Logf("%d pages, index %s on %v", table.EngineStats.PagesAccessed, table.Key, table.UsedKeyParts)
+	return table.EngineStats.PagesAccessed
+}
+
+// While a snapshot older than every claim is open, InnoDB keeps the index
+// entries that claims and settles leave behind in the PENDING range. A
+// claim that starts at the beginning of the range steps over all of them,
+// so each claim costs more than the one before; the claim starts where the
+// relay's claims got to instead, and what it reads stays a few batches
+// whatever the history.
+func TestClaimUnderALongSnapshotReadsABoundedRange(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	snapshot, err := tb.Store.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapshot.Close()
+	if _, err := snapshot.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = snapshot.ExecContext(ctx, "ROLLBACK") }()
+
+	const (
+		history = 4000
+		limit   = 100
+	)
+	for range history / 1000 {
+		tb.InsertN(t, 1000, "old")
+	}
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: limit, SweepInterval: time.Hour}
+	for claimed := 0; claimed < history; {
+		b, err := tb.Store.Claim(ctx, p)
+		if err != nil || len(b.Events) == 0 {
+			t.Fatalf("Claim after %d events = %d events, %v", claimed, len(b.Events), err)
+		}
+		if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			t.Fatal(err)
+		}
+		claimed += len(b.Events)
+	}
+	fresh := tb.InsertN(t, limit, "new")
+
+	// A claim from the start of the range (what a sweep does, and what
+	// every claim did before): it steps over every claimed row's entry.
+	query, args := tb.Store.ClaimStatement(storage.ClaimParams{RelayID: "a-new-relay", Limit: limit})
+	sweep := pagesAccessed(t, tb.Store.DB(), query, args...)
+	query, args = tb.Store.ClaimStatement(p)
+	next := pagesAccessed(t, tb.Store.DB(), query, args...)
+	if sweep < history {
+		t.Fatalf("a claim from the start read %d pages for %d claimed rows behind it: purge was not held back, the test shows nothing", sweep, history)
+	}
+	// The claim's own rows cost a few pages each (the index, then the row
+	// it locks); the entries behind the position, at most 4 claims' worth,
+	// about two each. Nothing grows with the 4,000 rows of history.
+	if bound := 3*limit + 2*4*limit + 100; next > bound {
+		t.Errorf("the relay's next claim read %d pages, want at most %d (a claim from the start read %d)", next, bound, sweep)
+	}
+
+	b, err := tb.Store.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !slices.Equal(got, fresh) {
+		t.Errorf("the next claim took %d events, want the %d new ones in order", len(got), len(fresh))
+	}
+}
+
+// A producer's transaction that commits after a few of the relay's claims
+// went past its row is found by the next claim, without waiting for a
+// sweep: the claims start a few claims back.
+func TestClaimFindsALateCommitAFewClaimsBack(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	s := tb.Store
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 1, SweepInterval: time.Hour}
+	before := tb.InsertN(t, 8, "before")
+	for _, id := range before {
+		b, err := s.Claim(ctx, p)
+		if err != nil || len(b.Events) != 1 || b.Events[0].ID != id {
+			t.Fatalf("Claim = %v, %v; want %s", eventIDs(b.Events), err, id)
+		}
+	}
+
+	w, err := mysql.NewWriter(tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Rollback() }()
+	late := uuid.Must(uuid.NewV7())
+	if err := w.Write(ctx, producer, outbox.Message{ID: late, Type: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	after := tb.InsertN(t, 2, "after")
+	for _, id := range after {
+		b, err := s.Claim(ctx, p)
+		if err != nil || len(b.Events) != 1 || b.Events[0].ID != id {
+			t.Fatalf("Claim = %v, %v; want %s (the late row is not committed)", eventIDs(b.Events), err, id)
+		}
+	}
+	if err := producer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 1 || b.Events[0].ID != late {
+		t.Fatalf("the claim after the commit took %v, %v; want the late event %s", eventIDs(b.Events), err, late)
 	}
 }

@@ -92,6 +92,8 @@ type Store struct {
 	// retentionLock is the GET_LOCK name that keeps retention on this
 	// table to one relay at a time.
 	retentionLock string
+	// cursors are where each relay's unordered claims have got to.
+	cursors cursors
 }
 
 var (
