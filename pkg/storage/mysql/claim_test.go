@@ -185,6 +185,21 @@ func TestClaimUnderALongSnapshotReadsABoundedRange(t *testing.T) {
 	if got := eventIDs(b.Events); !slices.Equal(got, fresh) {
 		t.Errorf("the next claim took %d events, want the %d new ones in order", len(got), len(fresh))
 	}
+
+	// A relay whose claims find nothing (another relay took it all) moves
+	// on too: each reached the end of the due rows, which is its clock
+	// less a lag of 100 ms.
+	time.Sleep(150 * time.Millisecond)
+	idle := storage.ClaimParams{RelayID: "relay-2", Limit: limit, SweepInterval: time.Hour}
+	for range 4 {
+		if b, err := tb.Store.Claim(ctx, idle); err != nil || len(b.Events) != 0 {
+			t.Fatalf("Claim of relay-2 = %v, %v; want nothing", eventIDs(b.Events), err)
+		}
+	}
+	query, args = tb.Store.ClaimStatement(idle)
+	if pages := pagesAccessed(t, tb.Store.DB(), query, args...); pages > 100 {
+		t.Errorf("the next claim of a relay whose claims found nothing read %d pages, want a few", pages)
+	}
 }
 
 // A producer's transaction that commits after a few of the relay's claims
@@ -229,5 +244,77 @@ func TestClaimFindsALateCommitAFewClaimsBack(t *testing.T) {
 	b, err := s.Claim(ctx, p)
 	if err != nil || len(b.Events) != 1 || b.Events[0].ID != late {
 		t.Fatalf("the claim after the commit took %v, %v; want the late event %s", eventIDs(b.Events), err, late)
+	}
+}
+
+// A sweep that comes back full of rows behind the floor does not wait for
+// the next interval to take the rest: the next claim goes on from where it
+// stopped.
+func TestASweepThatComesBackFullGoesOn(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	s := tb.Store
+	w, err := mysql.NewWriter(tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = producer.Rollback() }()
+	late := make([]outbox.Message, 5)
+	for i := range late {
+		late[i] = outbox.Message{ID: uuid.Must(uuid.NewV7()), Type: "late"}
+	}
+	if err := w.Write(ctx, producer, late...); err != nil {
+		t.Fatal(err)
+	}
+	committed := tb.InsertN(t, 20, "committed")
+	const sweep = time.Second
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 2, SweepInterval: sweep}
+	var got []uuid.UUID
+	for len(got) < len(committed) {
+		b, err := s.Claim(ctx, p)
+		if err != nil || len(b.Events) == 0 {
+			t.Fatalf("Claim after %d events = %v, %v", len(got), eventIDs(b.Events), err)
+		}
+		got = append(got, eventIDs(b.Events)...)
+	}
+	if err := producer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Poll until a sweep takes the first two late events; the claims right
+	// after it take the rest, well within the interval.
+	deadline := time.Now().Add(5 * sweep)
+	var b storage.Batch
+	for len(b.Events) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep within %s", 5*sweep)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if b, err = s.Claim(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swept := time.Now()
+	got = eventIDs(b.Events)
+	for len(got) < len(late) && time.Since(swept) < sweep/2 {
+		b, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) == 0 {
+			break
+		}
+		got = append(got, eventIDs(b.Events)...)
+	}
+	want := make([]uuid.UUID, len(late))
+	for i, m := range late {
+		want[i] = m.ID
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the sweep and the claims right after it took %v, want every late event %v", got, want)
 	}
 }
