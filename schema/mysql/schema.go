@@ -5,7 +5,8 @@
 //
 // schema.sql creates the table with every column and index in one CREATE
 // TABLE. upgrade.sql holds one statement per object that a table created
-// elsewhere (Open Outbox's) may lack — the seq column and each index — so
+// elsewhere (Open Outbox's, or an older relay's) may lack — the seq and
+// state_at columns, state_at's current expression and each index — so
 // that Migrate can add exactly what is missing: MySQL has no CREATE INDEX
 // IF NOT EXISTS, and MariaDB's is not MySQL's.
 package mysql
@@ -34,7 +35,7 @@ const DefaultTable = "openoutbox_events"
 // STORAGE_AUTO_MIGRATE at once, or grants run while a migration runs.
 const MigrationLock = "outbox_relay.migrate"
 
-// maxNameLen keeps derived names such as <name>_key_order_idx within
+// maxNameLen keeps derived names such as <name>_key_order_seq_idx within
 // MySQL's 64-character identifier limit.
 const maxNameLen = 45
 
@@ -97,9 +98,11 @@ func RenderGrants(t Table) string {
 // Upgrade is one object Migrate adds to an existing table when it lacks
 // it.
 type Upgrade struct {
-	// Object is "column seq" or "index <name>", as Migrate reports it.
+	// Object is "column seq", "expression state_at" or "index <name>", as
+	// Migrate reports it.
 	Object string
-	// SQL adds the object.
+	// SQL adds the object (or, for an expression, changes the column to
+	// it).
 	SQL string
 }
 

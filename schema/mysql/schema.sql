@@ -17,13 +17,23 @@
 --   timestamps     DATETIME(6): microseconds, always UTC. The defaults and
 --                  the relay use UTC_TIMESTAMP(6), so a session's time_zone
 --                  never shifts them.
---   seq            insertion order: the rows of one statement share
---                  created_at, so created_at alone cannot order them.
+--   seq            insertion order, the order in which the events were
+--                  written: every order the relay keeps (a batch, a key's
+--                  run, what holds a key back) is seq's. created_at is the
+--                  start of the writer's transaction and orders nothing:
+--                  a transaction that began first can write last.
 --
 --   state_at       the moment that matters in the row's state, kept by the
---                  server: available_at while PENDING (when it is due),
+--                  server: while PENDING, the moment it could be claimed
+--                  (the later of available_at, when it is due, and
+--                  updated_at, when it was written or last handed back);
 --                  locked_at while DELIVERING (the lease), delivered_at once
---                  DELIVERED, updated_at once DEAD (when it died).
+--                  DELIVERED, updated_at once DEAD (when it died). Taking
+--                  updated_at too puts a row that comes back to PENDING
+--                  (released, retried, reaped, retried from DEAD) or that
+--                  is written already due (available_at in the past) in
+--                  front of the claims, which go forward from where they
+--                  ended: they find it at once.
 --
 -- MySQL has no partial indexes. PostgreSQL keeps one per state; here one
 -- index, led by status and then state_at, holds every state as a range
@@ -31,17 +41,26 @@
 -- each read one range of it. Every change of state moves a row's entry in
 -- each index that holds status, so fewer such indexes is less work per
 -- event: two, instead of one per state.
---   state_idx      the claim walks the due PENDING rows oldest first and the
---                  backlog counts them (attempts makes it covering); the
---                  reaper finds expired leases; prune and retry-dead find
---                  old DELIVERED and DEAD rows;
---   key_order_idx  ORDERING=partition walks the keys with PENDING events,
---                  reads each key's events in order, and checks for
---                  DELIVERING and DEAD events of a key;
+--   state_seq_idx  the claim walks the due PENDING rows in (state_at, seq)
+--                  order, from where the relay's previous claims ended (a
+--                  range that starts at a (state_at, seq) position, so
+--                  that it does not step over the entries earlier claims
+--                  left behind), and the backlog counts them (attempts and
+--                  created_at make it covering); the reaper finds expired
+--                  leases; prune and retry-dead find old DELIVERED and DEAD
+--                  rows;
+--   key_order_seq_idx  ORDERING=partition walks the keys with PENDING
+--                  events, reads each key's events in write order (seq),
+--                  and checks for DELIVERING and DEAD events of a key
+--                  before them;
 --   created_idx    the console and `relay-cli list`: every status, newest or
 --                  oldest first, a page after a cursor one range of it;
 --   key_idx        the same for the events of one partition key. Neither
 --                  holds status, so a change of state leaves both alone.
+-- (Tables made by releases before these two indexes had state_idx and
+-- key_order_idx, ordered by created_at first; migrate adds the new ones
+-- and leaves the old ones for relays of the old release still running:
+-- see docs/operations.md, "MySQL and MariaDB", for dropping them.)
 CREATE TABLE IF NOT EXISTS {{table}} (
     event_id      BINARY(16) NOT NULL DEFAULT (UNHEX(REPLACE(UUID(), '-', ''))),
     event_type    VARCHAR(255) NOT NULL,
@@ -58,12 +77,12 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     created_at    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     updated_at    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     seq           BIGINT NOT NULL AUTO_INCREMENT,
-    state_at      DATETIME(6) AS (CASE status WHEN 'PENDING' THEN available_at WHEN 'DELIVERING' THEN locked_at
+    state_at      DATETIME(6) AS (CASE status WHEN 'PENDING' THEN GREATEST(available_at, updated_at) WHEN 'DELIVERING' THEN locked_at
                       WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED,
     PRIMARY KEY (event_id),
     UNIQUE KEY `{{name}}_seq_idx` (seq),
-    KEY `{{name}}_state_idx` (status, state_at, created_at, seq, attempts),
-    KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq),
+    KEY `{{name}}_state_seq_idx` (status, state_at, seq, attempts, created_at),
+    KEY `{{name}}_key_order_seq_idx` (status, partition_key, seq),
     KEY `{{name}}_created_idx` (created_at, seq),
     KEY `{{name}}_key_idx` (partition_key, created_at, seq),
     CONSTRAINT `{{name}}_valid_status` CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))

@@ -4,23 +4,35 @@
 -- the object missing. The definitions are schema.sql's; a test checks that
 -- an upgraded table ends up the same as a new one.
 --
--- Adding seq and state_at rebuilds the table (seq numbers the existing rows
--- in primary key order: for UUIDv7 ids, the order they were made); MySQL
--- blocks writes to the table meanwhile.
+-- Adding seq and state_at, or changing state_at's expression, rebuilds the
+-- table (seq numbers the existing rows in primary key order: for UUIDv7
+-- ids, the order they were made); MySQL blocks writes to the table
+-- meanwhile. Adding an index does not block writes.
+--
+-- Nothing here drops what an older relay uses: its state_idx and
+-- key_order_idx stay until an operator drops them once no relay of that
+-- release runs (docs/operations.md, "MySQL and MariaDB").
 
 -- object: column seq
 ALTER TABLE {{table}} ADD COLUMN seq BIGINT NOT NULL AUTO_INCREMENT,
     ADD UNIQUE KEY `{{name}}_seq_idx` (seq);
 
 -- object: column state_at
-ALTER TABLE {{table}} ADD COLUMN state_at DATETIME(6) AS (CASE status WHEN 'PENDING' THEN available_at WHEN 'DELIVERING' THEN locked_at
+ALTER TABLE {{table}} ADD COLUMN state_at DATETIME(6) AS (CASE status WHEN 'PENDING' THEN GREATEST(available_at, updated_at) WHEN 'DELIVERING' THEN locked_at
                       WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED;
 
--- object: index {{name}}_state_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_state_idx` (status, state_at, created_at, seq, attempts);
+-- A state_at made by an older relay: a PENDING row's moment was its
+-- available_at alone, so a row handed back with an old available_at sat
+-- behind the claims' position until a sweep.
+-- object: expression state_at
+ALTER TABLE {{table}} MODIFY COLUMN state_at DATETIME(6) AS (CASE status WHEN 'PENDING' THEN GREATEST(available_at, updated_at) WHEN 'DELIVERING' THEN locked_at
+                      WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED;
 
--- object: index {{name}}_key_order_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_idx` (status, partition_key, created_at, seq);
+-- object: index {{name}}_state_seq_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_state_seq_idx` (status, state_at, seq, attempts, created_at);
+
+-- object: index {{name}}_key_order_seq_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_seq_idx` (status, partition_key, seq);
 
 -- object: index {{name}}_created_idx
 ALTER TABLE {{table}} ADD KEY `{{name}}_created_idx` (created_at, seq);

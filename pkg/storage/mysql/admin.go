@@ -367,7 +367,7 @@ func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, 
 }
 
 // DeliveryRate counts the DELIVERED rows of each of the last
-// storage.DeliveryRateMinutes minutes in one range read of state_idx.
+// storage.DeliveryRateMinutes minutes in one range read of state_seq_idx.
 func (s *Store) DeliveryRate(ctx context.Context) (storage.DeliveryRate, error) {
 	r := storage.DeliveryRate{PerMinute: make([]int64, storage.DeliveryRateMinutes)}
 	if err := s.db.QueryRowContext(ctx, s.queries["admin_now"]).Scan(&r.Until); err != nil {

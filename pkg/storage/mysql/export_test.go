@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"time"
 
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -10,4 +11,11 @@ import (
 // its UPDATE committed cannot be provoked from outside on demand.
 func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr error) error {
 	return s.handBack(ctx, lease, claimErr)
+}
+
+// ClaimStatement is the SELECT, with its arguments, that relayID's next
+// unordered claim would run, so that a test can ask the server what it
+// costs (ANALYZE): a claim's transaction cannot be observed from outside.
+func (s *Store) ClaimStatement(p storage.ClaimParams) (string, []any) {
+	return s.claimQuery(s.cursors.plan(p.RelayID, p.SweepInterval, time.Now()), p.Limit)
 }

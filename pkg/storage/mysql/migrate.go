@@ -21,7 +21,8 @@ const migrationLockWait = 60 * time.Second
 func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
 
 // Migrate creates the table when it is missing, then adds whatever an
-// existing table lacks (the seq column, each index), and reports which
+// existing table lacks (the seq column, state_at or its current
+// expression, each index), and reports which
 // objects it created and which already existed. MySQL commits each DDL
 // statement by itself, so a migration is not one transaction; a named lock
 // keeps two migrations from running at once, and every step checks first,
@@ -98,9 +99,9 @@ func (s *Store) withMigrationLock(ctx context.Context, fn func(*sql.Conn) error)
 	return fn(conn)
 }
 
-func (s *Store) schemaObjects(ctx context.Context, conn *sql.Conn) ([]string, error) {
+func (s *Store) schemaObjects(ctx context.Context, conn querier) ([]string, error) {
 	rows, err := conn.QueryContext(ctx, s.queries["schema_objects"],
-		s.database, s.table.Name, s.database, s.table.Name, s.database, s.table.Name)
+		s.database, s.table.Name, s.database, s.table.Name, s.database, s.table.Name, s.database, s.table.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -92,6 +92,8 @@ type Store struct {
 	// retentionLock is the GET_LOCK name that keeps retention on this
 	// table to one relay at a time.
 	retentionLock string
+	// cursors are where each relay's unordered claims have got to.
+	cursors cursors
 }
 
 var (
@@ -394,6 +396,23 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("table %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq, state_at), or check that STORAGE_TABLE_NAME names an outbox table",
+			s.table, strings.Join(missing, ", "))
+	}
+	// A table an older release migrated has the columns but not what this
+	// one claims through: its statements name these indexes.
+	objects, err := s.schemaObjects(ctx, s.db)
+	if err != nil {
+		return s.queryError("check table", err)
+	}
+	for _, want := range []string{
+		"expression state_at", "index " + s.table.Name + "_state_seq_idx", "index " + s.table.Name + "_key_order_seq_idx",
+	} {
+		if !slices.Contains(objects, want) {
+			missing = append(missing, want)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("table %s lacks %s, which this release of the relay uses; run `relay-cli migrate`",
 			s.table, strings.Join(missing, ", "))
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -387,8 +388,8 @@ func TestClaimReadsARowWithAZeroCreatedAt(t *testing.T) {
 		}
 	}
 	b := claim(t, tb.Store, "r", 10)
-	if len(b.Events) != 3 || b.Events[0].ID != ids[1] || !b.Events[0].CreatedAt.IsZero() {
-		t.Fatalf("claimed %v, want all three, the zero date first with a zero CreatedAt", eventIDs(b.Events))
+	if fmt.Sprint(eventIDs(b.Events)) != fmt.Sprint(ids) || !b.Events[1].CreatedAt.IsZero() {
+		t.Fatalf("claimed %v, want all three in write order %v, the zero date with a zero CreatedAt", eventIDs(b.Events), ids)
 	}
 	if n, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids}); n != 3 || err != nil {
 		t.Errorf("MarkDelivered = %d, %v", n, err)
@@ -660,8 +661,8 @@ func TestMigrateTwiceChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Created) != 0 || len(res.Existed) != 9 {
-		t.Errorf("second Migrate = %+v, want nothing created and the table, seq, state_at, the primary key and 5 indexes existing", res)
+	if len(res.Created) != 0 || len(res.Existed) != 10 {
+		t.Errorf("second Migrate = %+v, want nothing created and the table, seq, state_at and its expression, the primary key and 5 indexes existing", res)
 	}
 }
 
@@ -677,8 +678,8 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"column seq", "column state_at", "index PRIMARY", "index events_created_idx", "index events_key_idx",
-		"index events_key_order_idx", "index events_seq_idx", "index events_state_idx", "table events"}
+	want := []string{"column seq", "column state_at", "expression state_at", "index PRIMARY", "index events_created_idx",
+		"index events_key_idx", "index events_key_order_seq_idx", "index events_seq_idx", "index events_state_seq_idx", "table events"}
 	if fmt.Sprint(res.Created) != fmt.Sprint(want) || len(res.Existed) != 0 {
 		t.Errorf("Migrate = %+v, want created %v", res, want)
 	}
@@ -736,8 +737,8 @@ func TestMigrateCompletesAnOpenOutboxTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Created) != 7 || fmt.Sprint(res.Existed) != "[index PRIMARY table openoutbox_events]" {
-		t.Errorf("Migrate = %+v, want seq, state_at and 5 indexes created", res)
+	if len(res.Created) != 8 || fmt.Sprint(res.Existed) != "[index PRIMARY table openoutbox_events]" {
+		t.Errorf("Migrate = %+v, want seq, state_at (with its expression) and 5 indexes created", res)
 	}
 	newer, err := mysql.Open(ctx, storage.URLWithTable(mysqltest.DatabaseURL(fresh), "openoutbox_events"))
 	if err != nil {
@@ -754,6 +755,128 @@ func TestMigrateCompletesAnOpenOutboxTable(t *testing.T) {
 	if fmt.Sprint(eventIDs(b.Events)) != fmt.Sprint(ids) {
 		t.Errorf("claimed %v, want the old rows in their order %v", eventIDs(b.Events), ids)
 	}
+}
+
+// A table that the previous release migrated: state_at with a PENDING
+// row's moment its available_at alone, and the indexes ordered by
+// created_at first (state_idx, key_order_idx).
+const previousReleaseTable = `CREATE TABLE openoutbox_events (
+    event_id      BINARY(16) NOT NULL DEFAULT (UNHEX(REPLACE(UUID(), '-', ''))),
+    event_type    VARCHAR(255) NOT NULL,
+    partition_key VARBINARY(1024) NULL,
+    payload       LONGBLOB NOT NULL,
+    headers       JSON NOT NULL DEFAULT ('{}'),
+    status        VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'PENDING',
+    attempts      INT NOT NULL DEFAULT 0,
+    last_error    TEXT NULL,
+    available_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    locked_by     VARCHAR(255) NULL,
+    locked_at     DATETIME(6) NULL,
+    delivered_at  DATETIME(6) NULL,
+    created_at    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    updated_at    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    seq           BIGINT NOT NULL AUTO_INCREMENT,
+    state_at      DATETIME(6) AS (CASE status WHEN 'PENDING' THEN available_at WHEN 'DELIVERING' THEN locked_at
+                      WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED,
+    PRIMARY KEY (event_id),
+    UNIQUE KEY openoutbox_events_seq_idx (seq),
+    KEY openoutbox_events_state_idx (status, state_at, created_at, seq, attempts),
+    KEY openoutbox_events_key_order_idx (status, partition_key, created_at, seq),
+    KEY openoutbox_events_created_idx (created_at, seq),
+    KEY openoutbox_events_key_idx (partition_key, created_at, seq),
+    CONSTRAINT openoutbox_events_valid_status CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`
+
+// The previous release's table: Check asks for migrate, which changes
+// state_at's expression and adds the two indexes this release claims
+// through, keeping the rows and leaving the old indexes to relays of the
+// old release; once those are dropped as docs/operations.md says, the
+// table is the one migrate makes.
+func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
+	t.Parallel()
+	database := mysqltest.NewDatabase(t)
+	fresh := mysqltest.NewDatabase(t)
+	db := mysqltest.Admin(t)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"USE `" + database + "`", previousReleaseTable} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A row handed back by the old release: due long ago, updated now.
+	old := uuid.Must(uuid.NewV7())
+	if _, err := conn.ExecContext(ctx, "INSERT INTO openoutbox_events (event_id, event_type, payload, available_at) VALUES (?, 'old', 'x', UTC_TIMESTAMP(6) - INTERVAL 1 DAY)", old[:]); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := mysql.Open(ctx, storage.URLWithTable(mysqltest.DatabaseURL(database), "openoutbox_events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "openoutbox_events_state_seq_idx") || !strings.Contains(err.Error(), "relay-cli migrate") {
+		t.Fatalf("Check of the previous release's table = %v, want it to ask for migrate", err)
+	}
+	res, err := s.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[expression state_at index openoutbox_events_key_order_seq_idx index openoutbox_events_state_seq_idx]"; fmt.Sprint(res.Created) != want ||
+		!slices.Contains(res.Existed, "index openoutbox_events_state_idx") {
+		t.Errorf("Migrate = %+v, want created %s and the old indexes kept", res, want)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Errorf("Check after migrate: %v", err)
+	}
+	var stateAt, updatedAt time.Time
+	if err := s.DB().QueryRowContext(ctx, "SELECT state_at, updated_at FROM openoutbox_events WHERE event_id = ?", old[:]).Scan(&stateAt, &updatedAt); err != nil || !stateAt.Equal(updatedAt) {
+		t.Errorf("state_at of the PENDING row = %s, %v; want its updated_at %s", stateAt, err, updatedAt)
+	}
+	if b := claim(t, s, "r", 10); len(b.Events) != 1 || b.Events[0].ID != old {
+		t.Errorf("claimed %v after the upgrade, want %s", eventIDs(b.Events), old)
+	}
+
+	// What docs/operations.md says to run once no relay of the old
+	// release is left.
+	if _, err := conn.ExecContext(ctx, "ALTER TABLE openoutbox_events DROP INDEX openoutbox_events_state_idx, DROP INDEX openoutbox_events_key_order_idx"); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := mysql.Open(ctx, storage.URLWithTable(mysqltest.DatabaseURL(fresh), "openoutbox_events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newer.Close()
+	if _, err := newer.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Indexes added later are listed later.
+	if got, want := keysSorted(showCreate(t, db, database)), keysSorted(showCreate(t, db, fresh)); got != want {
+		t.Errorf("upgraded table:\n%s\nwant it as migrate makes it:\n%s", got, want)
+	}
+}
+
+// keysSorted puts the KEY lines of a CREATE TABLE in order.
+func keysSorted(ddl string) string {
+	lines := strings.Split(ddl, "\n")
+	var keys []int
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "KEY ") {
+			keys = append(keys, i)
+		}
+	}
+	sorted := make([]string, len(keys))
+	for i, k := range keys {
+		sorted[i] = lines[k]
+	}
+	slices.Sort(sorted)
+	for i, k := range keys {
+		lines[k] = sorted[i]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func showCreate(t *testing.T, db *sql.DB, database string) string {

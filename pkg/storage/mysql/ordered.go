@@ -16,12 +16,12 @@ import (
 )
 
 // Ordered claims (ORDERING=partition). An event may be claimed only when
-// every earlier event with its key (by created_at, then seq) is DELIVERED
+// every event written before it with its key (by seq) is DELIVERED
 // or — with ORDERING_ON_DEAD=skip — DEAD; a key's events are claimed as a
 // run in order, at most runMax of them. The rules are PostgreSQL's
 // (claim_ordered.sql there); MySQL has neither LATERAL joins nor partial
 // indexes, so the walk over keys is driven from here, a chunk of keys per
-// statement, and reads only a few entries of key_order_idx per key.
+// statement, and reads only a few entries of key_order_seq_idx per key.
 //
 // Claims take turns through a named lock (GET_LOCK) held by the claim's
 // connection; each statement then reads at READ COMMITTED, so it sees every
@@ -117,7 +117,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	if err != nil {
 		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
 	}
-	sortOldestFirst(events, seqs)
+	sortBySeq(events, seqs)
 	return storage.Batch{Lease: lease, Events: events}, nil
 }
 
@@ -246,12 +246,11 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 	}
 	defer rows.Close()
 	type candidate struct {
-		id        uuid.UUID
-		createdAt lenientTime
-		seq       int64
-		due       bool
-		busy      bool
-		held      bool
+		id   uuid.UUID
+		seq  int64
+		due  bool
+		busy bool
+		held bool
 	}
 	byKey := map[string][]candidate{}
 	for rows.Next() {
@@ -259,7 +258,7 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 			key, id []byte
 			c       candidate
 		)
-		if err := rows.Scan(&key, &id, &c.createdAt, &c.seq, &c.due, &c.busy, &c.held); err != nil {
+		if err := rows.Scan(&key, &id, &c.seq, &c.due, &c.busy, &c.held); err != nil {
 			return nil, fmt.Errorf("read runs: %w", err)
 		}
 		if err := c.id.UnmarshalBinary(id); err != nil {
@@ -273,13 +272,8 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 	out := make(map[string][]uuid.UUID, len(byKey))
 	for k, cs := range byKey {
 		// UNION ALL promises no order; each key's events are put back in
-		// theirs.
-		slices.SortFunc(cs, func(a, b candidate) int {
-			if c := a.createdAt.t.Compare(b.createdAt.t); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.seq, b.seq)
-		})
+		// the order they were written.
+		slices.SortFunc(cs, func(a, b candidate) int { return cmp.Compare(a.seq, b.seq) })
 		var run []uuid.UUID
 		for _, c := range cs {
 			if c.busy || !c.due || c.held || len(run) == runMax {

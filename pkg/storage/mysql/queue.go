@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,14 +16,16 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// Claim moves up to p.Limit due rows to DELIVERING and returns them ordered
-// by created_at and insertion order, so that events sharing a partition key
-// are published in the order they were written.
+// Claim moves up to p.Limit due rows to DELIVERING and returns them in the
+// order they were written (seq), so that events sharing a partition key are
+// published in that order.
 //
 // An unordered claim is one short transaction: SELECT … FOR UPDATE SKIP
 // LOCKED reads and locks the rows along with the lease stamp (the
 // statement's UTC_TIMESTAMP(6)), one UPDATE leases them, and COMMIT. A
-// deadlock or lock-wait timeout rolls it back and it runs again.
+// deadlock or lock-wait timeout rolls it back and it runs again. The
+// SELECT starts where the relay's previous claims ended, or sweeps from
+// the start of the due rows (cursor.go).
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	if p.Limit < 1 {
 		return storage.Batch{}, fmt.Errorf("claim batch: Limit must be positive, got %d", p.Limit)
@@ -30,82 +33,111 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	if p.Ordering == storage.OrderingPartition {
 		return s.claimOrdered(ctx, p)
 	}
-	var batch storage.Batch
+	plan := s.cursors.plan(p.RelayID, p.SweepInterval, time.Now())
+	var (
+		batch storage.Batch
+		last  *position
+		end   *time.Time
+	)
 	err := withLockRetry(ctx, func() error {
 		var err error
-		batch, err = s.claimOnce(ctx, p)
+		batch, last, end, err = s.claimOnce(ctx, p, plan)
 		return err
 	})
 	if err != nil {
 		return storage.Batch{}, err
 	}
+	s.cursors.record(p.RelayID, plan, last, end)
 	return batch, nil
 }
 
-func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+// claimOnce runs the claim's transaction. Besides the batch it returns the
+// position of the last row taken (nil: none) and, when the scan reached
+// the end of the due rows before the limit, the database's clock.
+func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams, plan claimPlan) (storage.Batch, *position, *time.Time, error) {
 	lease := storage.Lease{RelayID: p.RelayID}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	rows, err := tx.QueryContext(ctx, s.queries["claim"], p.Limit)
+	query, args := s.claimQuery(plan, p.Limit)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	picks, at, err := readPicks(rows, p.Limit, true)
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	if len(picks) == 0 {
-		return storage.Batch{Lease: lease}, nil
+		// Nothing due after the floor: the scan's end is now, by the
+		// database's clock, which the empty SELECT did not return.
+		if err := tx.QueryRowContext(ctx, s.queries["claim_clock"]).Scan(&at); err != nil {
+			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: read the clock: %w", err)
+		}
+		return storage.Batch{Lease: lease}, nil, &at, nil
 	}
 	lease.LockedAt = at
 	// Rows locked and not kept are free again when the claim commits.
 	ids := picks.fitting(p.MaxBytes)
-	args := append([]any{p.RelayID, stamp(at), stamp(at)}, idArgs(ids)...)
+	args = append([]any{p.RelayID, stamp(at), stamp(at)}, idArgs(ids)...)
 	res, err := tx.ExecContext(ctx, expandList(s.queries["claim_mark"], "{{ids}}", len(ids)), args...)
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && int(n) != len(ids) {
 		// The rows are locked, so this cannot happen; returning rows that
 		// are not leased would be worse than failing.
-		return storage.Batch{}, fmt.Errorf("claim batch: leased %d of the %d rows read", n, len(ids))
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: leased %d of the %d rows read", n, len(ids))
 	}
 	rows, err = tx.QueryContext(ctx, expandList(s.queries["claim_read"], "{{ids}}", len(ids)),
 		append(idArgs(ids), p.RelayID, stamp(at))...)
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: read claimed rows: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: read claimed rows: %w", err)
 	}
 	events, seqs, _, err := readEvents(rows, len(ids), false)
 	if err != nil {
-		return storage.Batch{}, fmt.Errorf("claim batch: read claimed rows: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: read claimed rows: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened before the connection failed.
-		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: commit: %w", err))
+		return storage.Batch{}, nil, nil, s.handBack(ctx, lease, fmt.Errorf("claim batch: commit: %w", err))
 	}
-	sortOldestFirst(events, seqs)
-	return storage.Batch{Lease: lease, Events: events}, nil
+	sortBySeq(events, seqs)
+	// The picks came in index order, so the last one kept is where this
+	// claim ended; a row whose state_at cannot be read (a zero date) says
+	// nothing, and the position stays.
+	var last *position
+	if kept := picks[len(ids)-1]; kept.at.valid {
+		last = &position{at: kept.at.t, seq: kept.seq}
+	}
+	var end *time.Time
+	if len(picks) < p.Limit && len(ids) == len(picks) {
+		end = &at
+	}
+	return storage.Batch{Lease: lease, Events: events}, last, end, nil
 }
 
-// sortOldestFirst orders a claimed batch by created_at, then insertion
-// order, then id, as the unordered claim of PostgreSQL returns it.
-func sortOldestFirst(events []outbox.Event, seqs []int64) {
+// claimQuery is the claim's SELECT and its arguments: from the start of
+// the due rows, or after the plan's floor.
+func (s *Store) claimQuery(plan claimPlan, limit int) (string, []any) {
+	if plan.floor == nil {
+		return strings.Replace(s.queries["claim"], "{{floor}}", "", 1), []any{limit}
+	}
+	return strings.Replace(s.queries["claim"], "{{floor}}", s.queries["claim_floor"], 1),
+		[]any{stamp(plan.floor.at), stamp(plan.floor.at), plan.floor.seq, limit}
+}
+
+// sortBySeq orders a claimed batch by seq, the order the events were
+// written in (created_at is the start of the writer's transaction, which
+// may have written after a transaction that began later).
+func sortBySeq(events []outbox.Event, seqs []int64) {
 	idx := make([]int, len(events))
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		if c := events[a].CreatedAt.Compare(events[b].CreatedAt); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(seqs[a], seqs[b]); c != 0 {
-			return c
-		}
-		return strings.Compare(string(events[a].ID[:]), string(events[b].ID[:]))
-	})
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(seqs[a], seqs[b]) })
 	sorted := make([]outbox.Event, len(events))
 	for i, j := range idx {
 		sorted[i] = events[j]
@@ -155,12 +187,14 @@ func readEvents(rows *sql.Rows, limit int, withStamp bool) ([]outbox.Event, []in
 }
 
 // picks are the ids a claim may take, in the order it takes them, with
-// their sizes.
+// their sizes and, for the unordered claim, their places in state_seq_idx.
 type picks []pick
 
 type pick struct {
 	id   uuid.UUID
 	size int64
+	at   lenientTime
+	seq  int64
 }
 
 // fitting returns the ids of the longest prefix whose sizes add up to at
@@ -179,8 +213,9 @@ func (ps picks) fitting(maxBytes int64) []uuid.UUID {
 	return ids
 }
 
-// readPicks reads rows of (event_id, size[, stamp]).
-func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, error) {
+// readPicks reads rows of (event_id, size) or, for a claim, of (event_id,
+// size, state_at, seq, stamp).
+func readPicks(rows *sql.Rows, limit int, claim bool) (picks, time.Time, error) {
 	defer rows.Close()
 	ps := make(picks, 0, limit)
 	var at time.Time
@@ -191,8 +226,8 @@ func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, err
 			size sql.NullInt64
 		)
 		dest := []any{&id, &size}
-		if withStamp {
-			dest = append(dest, &at)
+		if claim {
+			dest = append(dest, &p.at, &p.seq, &at)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, at, fmt.Errorf("read row: %w", err)
@@ -207,20 +242,25 @@ func readPicks(rows *sql.Rows, limit int, withStamp bool) (picks, time.Time, err
 }
 
 // lenientTime scans a DATETIME and never fails: what it cannot read is the
-// zero time.
-type lenientTime struct{ t time.Time }
+// zero time, and valid is false.
+type lenientTime struct {
+	t     time.Time
+	valid bool
+}
 
 func (l *lenientTime) Scan(src any) error {
+	var err error
 	switch v := src.(type) {
 	case time.Time:
 		l.t = v
 	case []byte:
-		l.t, _ = time.Parse("2006-01-02 15:04:05.999999", string(v))
+		l.t, err = time.Parse("2006-01-02 15:04:05.999999", string(v))
 	case string:
-		l.t, _ = time.Parse("2006-01-02 15:04:05.999999", v)
+		l.t, err = time.Parse("2006-01-02 15:04:05.999999", v)
 	default:
-		l.t = time.Time{}
+		l.t, err = time.Time{}, errors.New("not a time")
 	}
+	l.valid = err == nil && !l.t.IsZero()
 	return nil
 }
 

@@ -3,7 +3,7 @@
 -- LEASE_TIMEOUT means no reaper is running.
 SELECT COALESCE(locked_by, ''), COUNT(*), MIN(locked_at),
        COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(locked_at), CAST(? AS DATETIME(6))), 0)
-FROM {{table}} FORCE INDEX (`{{name}}_state_idx`)
+FROM {{table}} FORCE INDEX (`{{name}}_state_seq_idx`)
 WHERE status = 'DELIVERING'
 GROUP BY locked_by
 ORDER BY COUNT(*) DESC, locked_by IS NULL, locked_by

@@ -1,21 +1,22 @@
 -- One key's candidates for an ordered claim: its first 20 PENDING events in
--- order, each with whether it is due by the claim's stamp (the first
--- argument), whether an event of the key that is DELIVERING comes before it
--- (the second: the key) — another relay holds that part of the key, or a
--- failed run is being handed back — and, under ORDERING_ON_DEAD=block,
--- whether a DEAD event of the key comes before it ({{held}}). A key's run
--- stops at the first event that is not due or has one of those before it.
--- The driver joins one of these per key with UNION ALL; the last argument
--- is the key. Every part reads a few entries of key_order_idx.
-(SELECT r.partition_key, r.event_id, r.created_at, r.seq,
+-- write order (seq), each with whether it is due by the claim's stamp (the
+-- first argument), whether an event of the key that is DELIVERING was
+-- written before it (the second: the key) — another relay holds that part
+-- of the key, or a failed run is being handed back — and, under
+-- ORDERING_ON_DEAD=block, whether a DEAD event of the key was written
+-- before it ({{held}}). A key's run stops at the first event that is not
+-- due or has one of those before it. The driver joins one of these per key
+-- with UNION ALL; the last argument is the key. Every part reads a few
+-- entries of key_order_seq_idx.
+(SELECT r.partition_key, r.event_id, r.seq,
         r.available_at <= ? AS due,
-        COALESCE((r.created_at, r.seq) > (
-            SELECT b.created_at, b.seq FROM {{table}} b
+        COALESCE(r.seq > (
+            SELECT b.seq FROM {{table}} b FORCE INDEX (`{{name}}_key_order_seq_idx`)
             WHERE b.status = 'DELIVERING' AND b.partition_key = ?
-            ORDER BY b.created_at, b.seq
+            ORDER BY b.seq
             LIMIT 1), 0) AS busy,
         {{held}} AS held
- FROM {{table}} r FORCE INDEX (`{{name}}_key_order_idx`)
+ FROM {{table}} r FORCE INDEX (`{{name}}_key_order_seq_idx`)
  WHERE r.status = 'PENDING' AND r.partition_key = ?
- ORDER BY r.created_at, r.seq
+ ORDER BY r.seq
  LIMIT 20)

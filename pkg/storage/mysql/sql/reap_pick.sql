@@ -4,7 +4,7 @@
 -- its own (a DELIVERING row's state_at is its locked_at). attempts tells
 -- the caller how many will go DEAD.
 SELECT event_id, attempts
-FROM {{table}} FORCE INDEX (`{{name}}_state_idx`)
+FROM {{table}} FORCE INDEX (`{{name}}_state_seq_idx`)
 WHERE status = 'DELIVERING' AND state_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY state_at
 LIMIT ?
