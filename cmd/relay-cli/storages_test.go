@@ -53,7 +53,7 @@ var storages = []struct {
 		schemaName, _, _ := strings.Cut(tb.Name, ".")
 		return anyTable{pgtest.Conformance(tb), pgtest.URL(), tb.Name, schemaName + ".fresh_outbox"}
 	}},
-	{"MySQL", "state_idx", func(t *testing.T) anyTable {
+	{"MySQL", "state_seq_idx", func(t *testing.T) anyTable {
 		tb := mysqltest.New(t)
 		return anyTable{mysqltest.Conformance(tb), mysqltest.DatabaseURL(tb.Database), tb.Name, tb.Database + ".fresh_outbox"}
 	}},

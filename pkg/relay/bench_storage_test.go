@@ -194,9 +194,9 @@ func mysqlBenchTable(b *testing.B) benchTable {
 				if err != nil {
 					b.Fatal(err)
 				}
-				rows, err := tx.QueryContext(ctx, "SELECT event_id FROM "+tb.Name+` FORCE INDEX (openoutbox_events_state_idx)
+				rows, err := tx.QueryContext(ctx, "SELECT event_id FROM "+tb.Name+` FORCE INDEX (openoutbox_events_state_seq_idx)
 					WHERE status = 'PENDING' AND state_at <= UTC_TIMESTAMP(6)
-					ORDER BY state_at, created_at, seq LIMIT ? FOR UPDATE SKIP LOCKED`, batch)
+					ORDER BY state_at, seq LIMIT ? FOR UPDATE SKIP LOCKED`, batch)
 				if err != nil {
 					b.Fatal(err)
 				}

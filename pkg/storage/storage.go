@@ -66,9 +66,9 @@ type Queue interface {
 	// to StorableError(Error). It returns how many rows it changed.
 	MarkFailed(ctx context.Context, p FailParams) (int, error)
 	// Release hands rows back to PENDING without counting an attempt, due
-	// at once (available_at = the database's now, so that claims find them
-	// where they look for rows that became PENDING again), and returns how
-	// many it changed.
+	// at once (a driver may set available_at to the database's now, so
+	// that its claims find them where they look for rows that became
+	// PENDING again), and returns how many it changed.
 	Release(ctx context.Context, p SettleParams) (int, error)
 	// Renew moves the lease's rows to the stamp p.To and returns how many
 	// rows it covers now. Setting the same stamp twice is harmless, so a

@@ -298,10 +298,11 @@ func testReleaseBurnsNoAttempt(t *testing.T, h Harness) {
 	if row.Status != outbox.StatusPending || row.Attempts != 1 || str(row.LastError) != "earlier" || row.LockedBy != nil || row.LockedAt != nil {
 		t.Errorf("released row = %s, want PENDING with attempts and last_error unchanged, unlocked", describe(row))
 	}
-	// Due now, by the database's clock: the row lies behind the claim
-	// position, and available_at is how claims find it again at once.
-	if now := tb.Now(t); row.AvailableAt.Before(availableAt) || row.AvailableAt.After(now) || !within(row.AvailableAt, now, clockSlack) {
-		t.Errorf("release moved available_at from %s to %s, want the database's now (%s)", availableAt, row.AvailableAt, now)
+	// Due at once: available_at kept, or moved to the database's now (how
+	// the PostgreSQL driver finds released rows behind its claim position),
+	// never into the future.
+	if now := tb.Now(t); !row.AvailableAt.Equal(availableAt) && !within(row.AvailableAt, now, clockSlack) || row.AvailableAt.After(now) {
+		t.Errorf("release moved available_at from %s to %s, want it kept or the database's now (%s)", availableAt, row.AvailableAt, now)
 	}
 	if row := rows[claimed[1]]; row.Status != outbox.StatusDelivering {
 		t.Errorf("the lease's row not named was released: %s", describe(row))
