@@ -21,6 +21,10 @@ type Lease struct {
 	// Unconfirmed are stamps of renewals whose answer was lost: any may
 	// have landed, so the rows hold LockedAt or one of these.
 	Unconfirmed []time.Time
+	// CreatedFrom and CreatedTo bound the created_at of the claim's rows
+	// when the driver knows them (zero: unknown). Settling a table
+	// partitioned by created_at then looks in those partitions only.
+	CreatedFrom, CreatedTo time.Time
 }
 
 // Stamps are the locked_at values the lease's rows may hold.

@@ -428,7 +428,42 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	if pos != nil {
 		pos.done(pl, xmin, xmax, highest, len(events) >= p.Limit, time.Now())
 	}
+	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	return storage.Batch{Lease: lease, Events: events}, nil
+}
+
+// createdRange bounds the events' created_at; zero when an event's is
+// unknown (±infinity reads as zero) or there are none.
+func createdRange(events []outbox.Event) (from, to time.Time) {
+	for i, e := range events {
+		if e.CreatedAt.IsZero() {
+			return time.Time{}, time.Time{}
+		}
+		if i == 0 || e.CreatedAt.Before(from) {
+			from = e.CreatedAt
+		}
+		if i == 0 || e.CreatedAt.After(to) {
+			to = e.CreatedAt
+		}
+	}
+	return from, to
+}
+
+// createdFrom and createdTo are a lease's created_at bounds for the settle
+// statements: -infinity and infinity when unknown, so that every row
+// matches.
+func createdFrom(l storage.Lease) pgtype.Timestamptz {
+	if l.CreatedFrom.IsZero() || l.CreatedTo.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: l.CreatedFrom, Valid: true}
+}
+
+func createdTo(l storage.Lease) pgtype.Timestamptz {
+	if l.CreatedFrom.IsZero() || l.CreatedTo.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: l.CreatedTo, Valid: true}
 }
 
 // handBack releases every row of a claim that failed after the claiming
@@ -536,7 +571,8 @@ func (a *byteArena) copy(b []byte) []byte {
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
 func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
+	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs),
+		createdFrom(p.Lease), createdTo(p.Lease))
 	if err != nil {
 		s.recycle(err)
 		return 0, fmt.Errorf("mark delivered: %w", err)
@@ -546,7 +582,8 @@ func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int,
 
 // DeleteDelivered deletes the lease's rows among p.IDs.
 func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
+	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs),
+		createdFrom(p.Lease), createdTo(p.Lease))
 	if err != nil {
 		s.recycle(err)
 		return 0, fmt.Errorf("delete delivered: %w", err)
@@ -565,7 +602,8 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	for i, f := range p.Failures {
 		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
 	}
-	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays)
+	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays,
+		createdFrom(p.Lease), createdTo(p.Lease))
 	if err != nil {
 		s.recycle(err)
 		return 0, fmt.Errorf("mark failed: %w", err)
@@ -575,7 +613,8 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 
 // Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs))
+	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs),
+		createdFrom(p.Lease), createdTo(p.Lease))
 	if err != nil {
 		s.recycle(err)
 		return 0, fmt.Errorf("release: %w", err)
@@ -585,7 +624,8 @@ func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error
 
 // Renew moves the lease's rows among p.IDs to the stamp p.To.
 func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs), p.To)
+	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs), p.To,
+		createdFrom(p.Lease), createdTo(p.Lease))
 	if err != nil {
 		s.recycle(err)
 		return 0, fmt.Errorf("renew lease: %w", err)

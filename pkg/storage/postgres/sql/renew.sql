@@ -7,3 +7,4 @@ UPDATE {{table}}
 SET locked_at = $4
 WHERE event_id = ANY($3::uuid[])
   AND status = 'DELIVERING' AND locked_by = $1 AND locked_at = ANY($2::timestamptz[])
+  AND created_at BETWEEN $5 AND $6 -- see mark_delivered.sql
