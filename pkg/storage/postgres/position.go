@@ -112,10 +112,9 @@ func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) p
 	return plan{floor: floor, claimedBefore: p.claimed}
 }
 
-// done records a claim's outcome: the snapshot's xmin and xmax, the highest
-// seq it claimed (0 for none) and whether it filled the batch. The caller
-// holds p.mu.
-func (p *position) done(pl plan, xmin, xmax uint64, highest int64, full bool, now time.Time) {
+// done records a claim's outcome: the snapshot's xmin and xmax, and the
+// lowest and highest seq it claimed (0 for none). The caller holds p.mu.
+func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now time.Time) {
 	if n := len(p.marks); n == 0 || p.marks[n-1].claimed < pl.claimedBefore {
 		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore})
 	}
@@ -131,10 +130,11 @@ func (p *position) done(pl plan, xmin, xmax uint64, highest int64, full bool, no
 		// a later mark, once its transactions end, covers theirs too.
 		p.marks = p.marks[len(p.marks)-maxMarks:]
 	}
-	if pl.sweep && !full {
-		// A sweep that found less than a batch has seen every row behind
-		// the position; one that filled its batch goes on with the next
-		// claim.
+	if pl.sweep && (lowest == 0 || lowest > pl.claimedBefore) {
+		// A sweep that found nothing behind the position has seen every
+		// row there (it reads in seq order). One that found some may have
+		// stopped at the batch's size or bytes: the next claim sweeps
+		// again from the same place.
 		p.sweptAt = now
 		p.sweepFrom = p.safe
 		p.sweeps++

@@ -405,7 +405,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		s.recycle(err)
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	events, highest, err := readEvents(results, p.Limit)
+	events, lowest, highest, err := readEvents(results, p.Limit)
 	if err == nil {
 		err = closeResults()
 	}
@@ -426,7 +426,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
 	}
 	if pos != nil {
-		pos.done(pl, xmin, xmax, highest, len(events) >= p.Limit, time.Now())
+		pos.done(pl, xmin, xmax, lowest, highest, time.Now())
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	return storage.Batch{Lease: lease, Events: events}, nil
@@ -491,19 +491,20 @@ const handBackTimeout = 5 * time.Second
 const claimLockClass = 0x6f72 // "or"
 
 // readEvents reads the claimed rows, which the claim returns in write
-// order, and the highest seq among them (0 for none).
+// order, the lowest seq among those that were not PENDING again (0 for
+// none: rows a sweep found behind the claim position) and the highest seq.
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, int64, error) {
+func readEvents(results pgx.BatchResults, limit int) (events []outbox.Event, lowest, highest int64, err error) {
 	rows, err := results.Query()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer rows.Close()
-	events := make([]outbox.Event, 0, limit)
+	events = make([]outbox.Event, 0, limit)
 	// Scanned into the same variables row after row: the addresses Scan
 	// takes would otherwise move each row's Event to the heap.
 	var (
@@ -512,15 +513,18 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, int64, err
 		attempts                   int
 		createdAt                  pgtype.Timestamptz
 		seq                        pgtype.Int8
-		highest                    int64
+		again                      pgtype.Bool
 		arena                      byteArena
 		strs                       = map[string]string{}
 	)
 	for rows.Next() {
 		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
 		// through database/sql's Scanner and the id's text form.
-		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq); err != nil {
-			return nil, 0, fmt.Errorf("read row: %w", err)
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again); err != nil {
+			return nil, 0, 0, fmt.Errorf("read row: %w", err)
+		}
+		if seq.Valid && !again.Bool && (lowest == 0 || seq.Int64 < lowest) {
+			lowest = seq.Int64
 		}
 		highest = max(highest, seq.Int64)
 		e := outbox.Event{
@@ -536,7 +540,7 @@ func readEvents(results pgx.BatchResults, limit int) ([]outbox.Event, int64, err
 		}
 		events = append(events, e)
 	}
-	return events, highest, rows.Err()
+	return events, lowest, highest, rows.Err()
 }
 
 // intern returns b as a string, the same string for the same bytes.

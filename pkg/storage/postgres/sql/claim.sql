@@ -55,8 +55,9 @@ WITH fresh AS (
 )
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed. seq
--- comes last: the relay moves its claim position with it.
+-- and whether the row came back to PENDING (the due index's condition) come
+-- last: the relay moves its claim position with them.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END, seq
+       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at
 FROM claimed
 ORDER BY seq, event_id

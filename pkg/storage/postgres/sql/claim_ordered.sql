@@ -134,6 +134,6 @@ WITH RECURSIVE after_cursor AS (
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END, seq
+       CASE WHEN isfinite(created_at) THEN created_at END, seq, false
 FROM claimed
 ORDER BY seq, event_id
