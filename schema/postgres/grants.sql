@@ -6,7 +6,9 @@
 -- outbox_relay     the relay: reads and updates rows (claim, settle, reap),
 --                  deletes finished ones (DELIVERED_RETENTION,
 --                  DEAD_RETENTION) and LISTENs for inserts (LISTEN and the
---                  retention lock, an advisory lock, need no grant).
+--                  retention lock, an advisory lock, need no grant); reads
+--                  the seq sequence's last value (not nextval), so that a
+--                  relay whose claims find nothing moves its claim position.
 -- outbox_producer  applications: insert events (and take seq values).
 -- outbox_admin     relay-cli: everything above plus DELETE, for prune.
 -- migrate needs CREATE on the schema; run it as the owner, not as these.
@@ -30,6 +32,7 @@ END
 $$;
 
 GRANT SELECT, UPDATE, DELETE ON {{table}} TO outbox_relay;
+GRANT SELECT ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_relay;
 GRANT INSERT ON {{table}} TO outbox_producer;
 GRANT USAGE ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{table}} TO outbox_admin;

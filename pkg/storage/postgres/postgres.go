@@ -400,8 +400,11 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		return storage.Batch{}, fmt.Errorf("claim batch: plan: %w", err)
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
-	var xmin, xmax uint64
-	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax); err != nil {
+	var (
+		xmin, xmax uint64
+		issued     pgtype.Int8
+	)
+	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax, &issued); err != nil {
 		s.recycle(err)
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
@@ -426,6 +429,12 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
 	}
 	if pos != nil {
+		if len(events) < p.Limit {
+			// Nothing more is due after the position: whatever seq was
+			// handed out is claimed by others or not yet committed, and
+			// the marks keep the position from passing the latter.
+			highest = max(highest, issued.Int64)
+		}
 		pos.done(pl, xmin, xmax, lowest, highest, time.Now())
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)

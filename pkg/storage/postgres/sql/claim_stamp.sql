@@ -5,5 +5,11 @@
 -- transaction and the next transaction id to be assigned: once every
 -- transaction below that next id has ended, every row written before this
 -- claim is visible, and the relay may move its claim position past them.
+-- Last, the highest seq handed out so far: a relay whose claims find
+-- nothing (others claim it all) moves its position up to it instead of
+-- stepping over the same claimed rows at every poll. NULL where the
+-- relay's role may not read the sequence (grants from before it needed to).
 SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-       pg_snapshot_xmax(pg_current_snapshot())::text::bigint
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+       CASE WHEN has_sequence_privilege('{{schema}}"{{name}}_seq"', 'SELECT')
+            THEN pg_sequence_last_value('{{schema}}"{{name}}_seq"') END

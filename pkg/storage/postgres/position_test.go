@@ -1,0 +1,49 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// A standby relay whose claims find nothing, because another relay claims
+// everything, must still move its claim position: otherwise each of its
+// polls steps over every row the other relay claimed since, which a
+// snapshot held open keeps in the index as dead entries.
+func TestAnIdleRelaysPositionFollowsTheOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := pgtest.New(t)
+	busy := tb.Store
+	idle, err := postgres.Open(ctx, tb.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(idle.Close)
+
+	const limit = 10
+	claim := func(s *postgres.Store, relay string) int {
+		b, err := s.Claim(ctx, storage.ClaimParams{RelayID: relay, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(b.Events)
+	}
+	claim(idle, "idle") // the idle relay starts where the table starts
+	tb.InsertN(t, 1000, "busy")
+	for claim(busy, "busy") > 0 {
+	}
+	claim(idle, "idle") // finds nothing: the busy relay took it all
+	claim(idle, "idle") // its mark is confirmed
+	if floor := idle.ClaimFloor("idle", limit); floor < 1000-8*limit {
+		t.Fatalf("the idle relay's next claim starts after seq %d, want at most %d events behind the 1000 others claimed", floor, 8*limit)
+	}
+}
