@@ -24,17 +24,18 @@ const (
 // checks doubles with each failed check, from 1 s up to 30 s, and starts
 // over after a batch is delivered.
 type brokerGate struct {
-	pub      publisher.Publisher
-	log      *slog.Logger
-	setState func(State)
+	pub publisher.Publisher
+	log *slog.Logger
+	// setDown reports the gate's state to the engine's health.
+	setDown func(bool)
 
 	mu      sync.Mutex
 	down    bool
 	backoff time.Duration
 }
 
-func newBrokerGate(pub publisher.Publisher, log *slog.Logger, setState func(State)) *brokerGate {
-	return &brokerGate{pub: pub, log: log, setState: setState, backoff: brokerBackoffMin}
+func newBrokerGate(pub publisher.Publisher, log *slog.Logger, setDown func(bool)) *brokerGate {
+	return &brokerGate{pub: pub, log: log, setDown: setDown, backoff: brokerBackoffMin}
 }
 
 func (g *brokerGate) isDown() bool {
@@ -72,7 +73,7 @@ func (g *brokerGate) close(err error) {
 		g.log.Warn("broker unavailable; pausing claims until it answers", "error", err)
 	}
 	g.down = true
-	g.setState(StatePaused)
+	g.setDown(true)
 }
 
 // worked resets the backoff after a delivery.
@@ -103,8 +104,8 @@ func (g *brokerGate) wait(ctx context.Context) {
 	g.mu.Lock()
 	g.down = false
 	// Under the lock, so that a batch failing at this moment cannot have
-	// its "paused" overwritten.
-	g.setState(StateActive)
+	// its "down" overwritten.
+	g.setDown(false)
 	g.mu.Unlock()
 	g.log.Info("broker available again; resuming")
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -66,13 +65,10 @@ type Engine struct {
 	log   *slog.Logger
 	obs   Observer
 
-	wake  chan struct{}
-	state atomic.Int32
-	// claimErr is why the last claim failed, nil after one succeeds: the
-	// reason behind StateError, for Health.
-	claimErr atomic.Pointer[error]
-	notify   debouncer
-	broker   *brokerGate
+	wake   chan struct{}
+	health *health
+	notify debouncer
+	broker *brokerGate
 	// isolation is held by a batch looking for the event that makes the
 	// broker drop its connection; claims wait meanwhile.
 	isolation sync.RWMutex
@@ -101,34 +97,22 @@ func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, err
 	if cfg.Broker != "" {
 		brokerLog = e.log.With("broker", cfg.Broker)
 	}
-	e.broker = newBrokerGate(pub, brokerLog, e.setState)
-	e.state.Store(int32(StateActive))
+	e.health = newHealth(e.obs.StateChanged)
+	e.broker = newBrokerGate(pub, brokerLog, e.health.setBrokerDown)
 	return e, nil
 }
 
 // State reports what the engine is doing now.
-func (e *Engine) State() State { return State(e.state.Load()) }
+func (e *Engine) State() State {
+	s, _ := e.health.get()
+	return s
+}
 
 // Health reports what the engine is doing now and, in StateError, why: the
 // error of the claim that failed last (nil only at the moment a claim
 // succeeds again). It may hold what the database said, and a storage URL
 // in it is not masked; redact it before showing it.
-func (e *Engine) Health() (State, error) {
-	s := e.State()
-	if s != StateError {
-		return s, nil
-	}
-	if err := e.claimErr.Load(); err != nil {
-		return s, *err
-	}
-	return s, nil
-}
-
-func (e *Engine) setState(s State) {
-	if State(e.state.Swap(int32(s))) != s {
-		e.obs.StateChanged(s)
-	}
-}
+func (e *Engine) Health() (State, error) { return e.health.get() }
 
 // Wake makes an idle engine claim at once instead of waiting out
 // PollInterval.
@@ -204,8 +188,7 @@ func (e *Engine) Run(ctx context.Context) {
 		e.isolation.RUnlock()
 		if err != nil {
 			<-slots
-			e.claimErr.Store(&err)
-			e.setState(StateError)
+			e.health.setClaimErr(err)
 			if ctx.Err() == nil {
 				e.log.Warn("claim failed; retrying", "error", err, "retry_in", storageBackoff)
 			}
@@ -214,12 +197,7 @@ func (e *Engine) Run(ctx context.Context) {
 			continue
 		}
 		storageBackoff = storageBackoffMin
-		if e.claimErr.Load() != nil {
-			e.claimErr.Store(nil)
-		}
-		if e.State() == StateError {
-			e.setState(StateActive)
-		}
+		e.health.setClaimErr(nil)
 		if len(c.batch.Events) == 0 {
 			<-slots
 			e.idle(ctx)
