@@ -141,6 +141,12 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 	}
 }
 
+// reset starts the position over from the table's beginning. The caller
+// holds p.mu.
+func (p *position) reset() {
+	p.claimed, p.safe, p.sweepFrom, p.marks = 0, 0, 0, nil
+}
+
 // maxMarks bounds the marks kept while a transaction holds the position
 // back; older marks only matter if it ends, and then the sweep finds its rows.
 const maxMarks = 4096

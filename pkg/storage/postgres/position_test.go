@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -45,5 +48,41 @@ func TestAnIdleRelaysPositionFollowsTheOthers(t *testing.T) {
 	claim(idle, "idle") // its mark is confirmed
 	if floor := idle.ClaimFloor("idle", limit); floor < 1000-8*limit {
 		t.Fatalf("the idle relay's next claim starts after seq %d, want at most %d events behind the 1000 others claimed", floor, 8*limit)
+	}
+}
+
+// A sequence restarted under running relays (TRUNCATE … RESTART IDENTITY)
+// gives new rows seq values behind every relay's position: the relay must
+// notice and start over, not leave them to the sweeps.
+func TestARestartedSequenceResetsThePosition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := pgtest.New(t)
+	p := storage.ClaimParams{RelayID: "relay", Limit: 10, SweepInterval: time.Hour}
+	tb.InsertN(t, 100, "before")
+	for {
+		b, err := tb.Store.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) == 0 {
+			break
+		}
+		if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.Exec(t, "TRUNCATE {{table}} RESTART IDENTITY")
+	ids := tb.InsertN(t, 3, "after")
+	var got []uuid.UUID
+	for range 2 { // the first claim sees the sequence went back
+		b, err := tb.Store.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, eventIDs(b.Events)...)
+	}
+	if len(got) != len(ids) {
+		t.Fatalf("claimed %v after the sequence restarted, want %v", got, ids)
 	}
 }

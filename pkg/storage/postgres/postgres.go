@@ -429,6 +429,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
 	}
 	if pos != nil {
+		wentBack := issued.Valid && issued.Int64 < pos.claimed
 		if len(events) < p.Limit {
 			// Nothing more is due after the position: whatever seq was
 			// handed out is claimed by others or not yet committed, and
@@ -436,6 +437,12 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 			highest = max(highest, issued.Int64)
 		}
 		pos.done(pl, xmin, xmax, lowest, highest, time.Now())
+		if wentBack {
+			// The sequence went back (TRUNCATE … RESTART IDENTITY, ALTER
+			// SEQUENCE … RESTART): every new row would lie behind the
+			// position. Start again from the beginning.
+			pos.reset()
+		}
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	return storage.Batch{Lease: lease, Events: events}, nil
