@@ -71,6 +71,12 @@ func TestInboxAppliesEachEventOnceAfterRelayCrashes(t *testing.T) {
 			func() string { return fmt.Sprintf("%d deliveries before kill %d; log:\n%s", target, kills+1, p.Log()) })
 		p.kill(t)
 		kills++
+		// A settle the killed relay sent may still be running in its
+		// server process, and commits there: count once it has ended, or
+		// events it delivers would be taken for ones left behind.
+		eventually.True(t, 30*time.Second, func() bool { return tb.Exec(t, `SELECT 1 FROM pg_stat_activity
+			WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, `"`+space+`"`) == 0 },
+			func() string { return "the killed relay's statements to end" })
 		if inFlight := published.distinct(t) - tb.Counts(t)[outbox.StatusDelivered]; inFlight > 0 {
 			caught++
 			t.Logf("kill %d: %d events in the stream but not marked delivered", kills, inFlight)
