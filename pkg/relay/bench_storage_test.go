@@ -84,9 +84,7 @@ func pgBenchTable(b *testing.B) benchTable {
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
 		add: func(b *testing.B, n int, eventType string) {
-			for done := 0; done < n; done += 10_000 {
-				tb.InsertN(b, min(10_000, n-done), eventType)
-			}
+			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
 		},
 		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE {{table}}") },
 		hold: func(b *testing.B) func() {
@@ -120,7 +118,7 @@ func pgBenchTable(b *testing.B) benchTable {
 					rows, err := tx.Query(ctx, strings.ReplaceAll(`UPDATE {{table}} SET status = 'DELIVERING', locked_by = 'loop',
 						locked_at = now(), updated_at = now()
 						WHERE event_id IN (SELECT event_id FROM {{table}} WHERE status = 'PENDING' AND available_at <= now()
-						ORDER BY available_at, created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+						ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
 						RETURNING event_id`, "{{table}}", tb.Name), batch)
 					if err != nil {
 						return err
@@ -151,9 +149,7 @@ func mysqlBenchTable(b *testing.B) benchTable {
 		store: tb.Store,
 		fill: func(b *testing.B, n int, eventType string, keys int) {
 			tb.Exec(b, "TRUNCATE TABLE {{table}}")
-			for done := 0; done < n; done += 10_000 {
-				tb.InsertN(b, min(10_000, n-done), eventType)
-			}
+			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
 			if keys > 0 {
 				tb.Exec(b, "UPDATE {{table}} SET partition_key = CONCAT('key-', seq % ?)", keys)
 			}
@@ -166,9 +162,7 @@ func mysqlBenchTable(b *testing.B) benchTable {
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
 		add: func(b *testing.B, n int, eventType string) {
-			for done := 0; done < n; done += 10_000 {
-				tb.InsertN(b, min(10_000, n-done), eventType)
-			}
+			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
 		},
 		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE TABLE {{table}}") },
 		hold: func(b *testing.B) func() {
@@ -284,4 +278,12 @@ func BenchmarkClaimLoop(b *testing.B) {
 	}
 	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "rows/s")
 	b.ReportMetric(0, "ns/op")
+}
+
+// inChunks calls insert for n events, 10,000 at a time: one statement of
+// a million rows would hold its parameters in memory at once.
+func inChunks(n int, insert func(k int)) {
+	for done := 0; done < n; done += 10_000 {
+		insert(min(10_000, n-done))
+	}
 }
