@@ -370,6 +370,11 @@ func openStore(c *cli.Context) (storage.Storage, error) {
 	if err != nil {
 		return nil, usagef("--storage-url: %w", err)
 	}
+	// Said because `migrate` on the default creates a table in a database
+	// the relay, configured elsewhere, may never look at.
+	if !c.IsSet("storage-url") {
+		fmt.Fprintf(c.App.ErrWriter, "relay-cli: STORAGE_URL is not set and no --storage-url given: using the default %s\n", redact.URL(storage.URLDefault))
+	}
 	return store, nil
 }
 

@@ -218,6 +218,28 @@ func TestMissingTableExits1AndSaysToMigrate(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "relay-cli migrate") {
 		t.Fatalf("want exit code 1 and a hint to run migrate:\n%s", r)
 	}
+	// The hint names the database looked in, so that migrate is run there.
+	if !strings.Contains(r.stderr, "in PostgreSQL at ") || !strings.Contains(r.stderr, " database ") {
+		t.Errorf("the error does not name the database it looked in:\n%s", r)
+	}
+	if strings.Contains(r.stderr, "STORAGE_URL is not set") {
+		t.Errorf("a --storage-url given is not the default:\n%s", r)
+	}
+}
+
+// Without STORAGE_URL or --storage-url, relay-cli says which default it
+// uses before it connects, and its errors name that database.
+func TestDefaultStorageURLIsAnnounced(t *testing.T) {
+	t.Parallel()
+	r := cmd{args: []string{"stats", "--table", "no_such_outbox_q"}}.run(t)
+	for _, w := range []string{
+		"STORAGE_URL is not set and no --storage-url given: using the default postgres://postgres@localhost:5432/postgres",
+		`table no_such_outbox_q in PostgreSQL at localhost:5432 database "postgres"`,
+	} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, r)
+		}
+	}
 }
 
 func TestHelpAndVersionExit0(t *testing.T) {

@@ -74,6 +74,11 @@ type config struct {
 	// notes say which Open Outbox settings were translated or ignored.
 	notes []string
 
+	// storageURLDefaulted is set when STORAGE_URL was not set: the start
+	// says so, since a variable misspelt or left out of a deployment
+	// otherwise sends the relay to a local database nobody meant.
+	storageURLDefaulted bool
+
 	// environ is the environment the config was read from. Drivers look
 	// up in it only what their URL names (the webhook's secret_env).
 	environ map[string]string
@@ -145,6 +150,7 @@ func loadConfig(environ map[string]string) (config, error) {
 	}
 	cfg.notes = notes
 	cfg.environ = environ
+	cfg.storageURLDefaulted = environ["STORAGE_URL"] == ""
 	if cfg.RelayID == "" {
 		cfg.RelayID = defaultRelayID()
 	}

@@ -147,6 +147,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	// Storage.Close takes no context; the shutdown stops waiting for it at
 	// the deadline.
 	closeStore := sd.add("the database pool", func(context.Context) error { store.Close(); return nil })
+	if cfg.storageURLDefaulted {
+		log.Warn("STORAGE_URL is not set: using the default " + redact.URL(storage.URLDefault) + "; set STORAGE_URL to the database that holds your outbox table")
+	}
 	// Said before the first query, which waits for the database: a relay
 	// that hangs here shows where it hangs.
 	log.Info("connecting to " + store.Describe())

@@ -134,18 +134,58 @@ func TestUnreachableDatabaseExits1AndSaysSo(t *testing.T) {
 
 func TestMissingTableSaysToMigrate(t *testing.T) {
 	t.Parallel()
-	for _, url := range []string{pgtest.URL(), mysqltest.DatabaseURL(mysqltest.NewDatabase(t))} {
+	mysqlDB := mysqltest.NewDatabase(t)
+	for _, c := range []struct{ url, where string }{
+		{pgtest.URL(), "PostgreSQL at "},
+		{mysqltest.DatabaseURL(mysqlDB), "MySQL at "},
+	} {
 		code, _, stderr := runRelay(t, map[string]string{
-			"STORAGE_URL":        url,
+			"STORAGE_URL":        c.url,
 			"STORAGE_TABLE_NAME": "no_such_outbox_table",
 			"PUBLISHER_URL":      "null://",
 			"HTTP_ADDR":          "127.0.0.1:0",
 		})
 		if code != 1 {
-			t.Fatalf("%s: exit code %d, want 1; stderr:\n%s", url, code, stderr)
+			t.Fatalf("%s: exit code %d, want 1; stderr:\n%s", c.url, code, stderr)
 		}
 		if !strings.Contains(stderr, "relay-cli migrate") || !strings.Contains(stderr, "STORAGE_AUTO_MIGRATE=true") {
 			t.Errorf("stderr does not say how to create the table:\n%s", stderr)
+		}
+		// Following "run relay-cli migrate" must not create the table in
+		// another database: the error names the one it looked in.
+		u, err := url.Parse(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := strings.TrimPrefix(u.Path, "/")
+		for _, w := range []string{c.where + u.Host, `database \"` + db + `\"`, "table no_such_outbox_table"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("the missing table's error does not name %s:\n%s", w, stderr)
+			}
+		}
+	}
+}
+
+// A relay started without STORAGE_URL (unset or misspelt) says that it uses
+// the default, and which one, and its missing-table error names that
+// database, so that nobody migrates the wrong one.
+func TestDefaultStorageURLIsAnnounced(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URLL":       pgtest.URL(),
+		"STORAGE_TABLE_NAME": "no_such_outbox_table",
+		"PUBLISHER_URL":      "null://",
+		"HTTP_ADDR":          "127.0.0.1:0",
+	})
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{
+		"STORAGE_URL is not set: using the default postgres://postgres@localhost:5432/postgres",
+		`table no_such_outbox_table in PostgreSQL at localhost:5432 database \"postgres\"`,
+	} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, stderr)
 		}
 	}
 }

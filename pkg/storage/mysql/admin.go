@@ -497,7 +497,7 @@ func (s *Store) adminError(ctx context.Context, what string, err error) error {
 	}
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
-		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, s.table, storage.ErrTableMissing)
+		return s.tableMissing(what)
 	}
 	return s.queryError(what, err)
 }

@@ -342,7 +342,25 @@ func (s *Store) Table() string { return s.table.String() }
 
 // Describe says where the table is, without the password.
 func (s *Store) Describe() string {
-	return fmt.Sprintf("MySQL at %s database %q as user %q, table %s", s.address(), s.database, s.cfg.User, s.table)
+	return fmt.Sprintf("%s as user %q, table %s", s.location(), s.cfg.User, s.table)
+}
+
+// location names the server and database the table is looked for in, never
+// the password. Errors about a missing table or an unreachable server carry
+// it, so that "run relay-cli migrate" cannot send anyone to the wrong
+// database.
+func (s *Store) location() string {
+	return fmt.Sprintf("MySQL at %s database %q", s.address(), s.database)
+}
+
+// tableMissing is the error for a table that is not in the database, with
+// where it was looked for and how to create it there.
+func (s *Store) tableMissing(what string) error {
+	if what != "" {
+		what += ": "
+	}
+	return fmt.Errorf("%stable %s in %s: %w; run `relay-cli migrate` with STORAGE_URL naming this database, or start the relay with STORAGE_AUTO_MIGRATE=true",
+		what, s.table.Name, s.location(), storage.ErrTableMissing)
 }
 
 func (s *Store) address() string {
@@ -385,8 +403,7 @@ func (s *Store) Check(ctx context.Context) error {
 		return s.queryError("check table", err)
 	}
 	if len(have) == 0 {
-		return fmt.Errorf("table %s in database %s: %w; run `relay-cli migrate` or start the relay with STORAGE_AUTO_MIGRATE=true",
-			s.table.Name, s.database, storage.ErrTableMissing)
+		return s.tableMissing("")
 	}
 	var missing []string
 	for _, c := range append(slices.Clone(requiredColumns), "seq", "state_at") {
@@ -446,7 +463,7 @@ func (s *Store) queryError(what string, err error) error {
 // connError explains a failure to reach the database or to log in, without
 // the password and without the table, which is not the problem.
 func (s *Store) connError(err error) error {
-	where := "MySQL at " + s.address()
+	where := s.location()
 	var myErr *mysql.MySQLError
 	var msg string
 	switch {
@@ -454,10 +471,10 @@ func (s *Store) connError(err error) error {
 		msg = fmt.Sprintf("%s refused the login of user %q (check the user and password in STORAGE_URL, and the hosts the account may connect from)",
 			where, s.cfg.User)
 	case errors.As(err, &myErr) && myErr.Number == errBadDB:
-		msg = fmt.Sprintf("%s has no database %q (check the database name in STORAGE_URL, or create it)", where, s.cfg.DBName)
+		msg = fmt.Sprintf("MySQL at %s has no database %q (check the database name in STORAGE_URL, or create it)", s.address(), s.cfg.DBName)
 	case errors.As(err, &myErr) && myErr.Number == errDBAccessDenied:
-		msg = fmt.Sprintf("%s does not let user %q use database %q (check the database name in STORAGE_URL, or grant the user access)",
-			where, s.cfg.User, s.cfg.DBName)
+		msg = fmt.Sprintf("MySQL at %s does not let user %q use database %q (check the database name in STORAGE_URL, or grant the user access)",
+			s.address(), s.cfg.User, s.cfg.DBName)
 	default:
 		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)", where, s.cfg.User)
 	}

@@ -391,7 +391,7 @@ func (s *Store) adminError(ctx context.Context, what string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		s.recycle(err) // the table may be gone, or the session's search_path stale
-		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, s.table, storage.ErrTableMissing)
+		return s.tableMissing(what)
 	}
 	return s.queryError(what, err)
 }

@@ -75,11 +75,6 @@ func (s *Store) MigratePartitioned(ctx context.Context, by string) (storage.Migr
 	return s.migrate(ctx, ddl)
 }
 
-func (s *Store) tableMissing() error {
-	return fmt.Errorf("table %s: %w; run `relay-cli migrate` or start the relay with STORAGE_AUTO_MIGRATE=true",
-		s.table, storage.ErrTableMissing)
-}
-
 // Partitioning says how the table is partitioned: "", "day" or "hour",
 // read from its partition key and the width of its time partitions.
 func (s *Store) Partitioning(ctx context.Context) (string, error) {
@@ -89,7 +84,7 @@ func (s *Store) Partitioning(ctx context.Context) (string, error) {
 		return "", s.queryError("read the partitioning of", err)
 	}
 	if !exists {
-		return "", s.tableMissing()
+		return "", s.tableMissing("")
 	}
 	if key == "" {
 		return "", nil

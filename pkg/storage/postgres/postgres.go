@@ -206,9 +206,27 @@ func (s *Store) Table() string { return s.table.String() }
 
 // Describe says where the table is, without the password.
 func (s *Store) Describe() string {
+	return fmt.Sprintf("%s as user %q, table %s", s.location(), s.pool.Config().ConnConfig.User, s.table)
+}
+
+// location names the server and database the table is looked for in, never
+// the password. Errors about a missing table or an unreachable server carry
+// it: a STORAGE_URL left unset or misspelt points at the default database,
+// and "run relay-cli migrate" without saying where would create the table
+// in the wrong one.
+func (s *Store) location() string {
 	cfg := s.pool.Config().ConnConfig
-	return fmt.Sprintf("PostgreSQL at %s:%d database %q as user %q, table %s",
-		cfg.Host, cfg.Port, cfg.Database, cfg.User, s.table)
+	return fmt.Sprintf("PostgreSQL at %s:%d database %q", cfg.Host, cfg.Port, cfg.Database)
+}
+
+// tableMissing is the error for a table that is not in the database, with
+// where it was looked for and how to create it there.
+func (s *Store) tableMissing(what string) error {
+	if what != "" {
+		what += ": "
+	}
+	return fmt.Errorf("%stable %s in %s: %w; run `relay-cli migrate` with STORAGE_URL naming this database, or start the relay with STORAGE_AUTO_MIGRATE=true",
+		what, s.table, s.location(), storage.ErrTableMissing)
 }
 
 // Pool exposes the connection pool, for tests and tools that need SQL the
@@ -258,8 +276,7 @@ func (s *Store) Check(ctx context.Context) error {
 		return s.queryError("check table", err)
 	}
 	if len(have) == 0 {
-		return fmt.Errorf("table %s: %w; run `relay-cli migrate` or start the relay with STORAGE_AUTO_MIGRATE=true",
-			s.table, storage.ErrTableMissing)
+		return s.tableMissing("")
 	}
 	var missing []string
 	for _, c := range append(slices.Clone(requiredColumns), "seq") {
@@ -319,7 +336,7 @@ func (s *Store) queryError(what string, err error) error {
 // the password and without the table, which is not the problem.
 func (s *Store) connError(err error) error {
 	cfg := s.pool.Config().ConnConfig
-	where := fmt.Sprintf("PostgreSQL at %s:%d", cfg.Host, cfg.Port)
+	where := s.location()
 	var pgErr *pgconn.PgError
 	var msg string
 	switch {
@@ -327,8 +344,8 @@ func (s *Store) connError(err error) error {
 		msg = fmt.Sprintf("%s refused the login of user %q (check the user and password in STORAGE_URL, and pg_hba.conf)",
 			where, cfg.User)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000": // invalid_catalog_name
-		msg = fmt.Sprintf("%s has no database %q (check the database name in STORAGE_URL, or create it)",
-			where, cfg.Database)
+		msg = fmt.Sprintf("PostgreSQL at %s:%d has no database %q (check the database name in STORAGE_URL, or create it)",
+			cfg.Host, cfg.Port, cfg.Database)
 	default:
 		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)",
 			where, cfg.User)
@@ -713,7 +730,7 @@ func (s *Store) Listen(ctx context.Context, onNotify func()) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("listen on table %s: %w", s.table, storage.ErrTableMissing)
+			return s.tableMissing("listen")
 		}
 		return s.queryError("find the notify channel of", err)
 	}
