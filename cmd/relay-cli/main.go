@@ -25,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/outbox-relay/relay/internal/spelling"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -130,7 +131,7 @@ func closestFlag(name string, flags []cli.Flag) string {
 		if len(n) < 2 {
 			continue // -h and -y: a one-letter flag is too easy to match
 		}
-		d := editDistance(name, n)
+		d := spelling.Distance(name, n)
 		limit := 1
 		if len(name) > 4 {
 			limit = 2
@@ -152,33 +153,6 @@ func closestFlag(name string, flags []cli.Flag) string {
 		return prefixed[0]
 	}
 	return ""
-}
-
-// editDistance counts the insertions, deletions, substitutions and swaps of
-// two neighbours that turn a into b (optimal string alignment).
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev2 := make([]int, len(rb)+1)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(rb)]
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {

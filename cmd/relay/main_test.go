@@ -45,6 +45,16 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 	}{
 		{"unknown publisher scheme", map[string]string{"PUBLISHER_URL": "carrier-pigeon://coop"},
 			[]string{"PUBLISHER_URL", `unknown publisher scheme "carrier-pigeon"`, "nats://", "null://", "stdout://"}},
+		// The drivers' names for their brokers and databases, and typing
+		// mistakes, get the scheme meant.
+		{"rabbitmq scheme", map[string]string{"PUBLISHER_URL": "rabbitmq://guest:" + secret + "@127.0.0.1:5672/"},
+			[]string{"PUBLISHER_URL", `unknown publisher scheme "rabbitmq"`, "did you mean amqp://?"}},
+		{"nat scheme", map[string]string{"PUBLISHER_URL": "nat://127.0.0.1:4222"},
+			[]string{"PUBLISHER_URL", "did you mean nats://?"}},
+		{"postgresql+ssl scheme", map[string]string{"STORAGE_URL": "postgresql+ssl://u:" + secret + "@db/app"},
+			[]string{"STORAGE_URL", "did you mean postgresql://?"}},
+		{"mariadb scheme", map[string]string{"STORAGE_URL": "mariadb://u:" + secret + "@db/app"},
+			[]string{"STORAGE_URL", "did you mean mysql://?"}},
 		{"unknown storage scheme", map[string]string{"STORAGE_URL": "oracle://u:" + secret + "@db/x"},
 			[]string{"STORAGE_URL", "postgres://", "mysql://"}},
 		{"MySQL table name injection", map[string]string{"STORAGE_URL": "mysql://u:" + secret + "@localhost/db?table=x%60y"},
@@ -102,6 +112,9 @@ func TestConfigurationErrorsExit2NamingTheSetting(t *testing.T) {
 			}
 			if strings.Contains(stderr, secret) {
 				t.Errorf("stderr leaks the password:\n%s", stderr)
+			}
+			if strings.Contains(stderr, "forgotten driver import") {
+				t.Errorf("stderr speaks of Go imports to someone running the binary:\n%s", stderr)
 			}
 		})
 	}

@@ -202,6 +202,10 @@ func Register(opener driver.Opener[Publisher], schemes ...string) {
 	drivers.Register(opener, schemes...)
 }
 
+// Alias makes an unknown scheme name suggest the driver's scheme ("rabbitmq"
+// → amqp) in the error that refuses it; driver packages call it from init.
+func Alias(name, scheme string) { drivers.Alias(name, scheme) }
+
 // RegisterConfig registers a driver in two steps under the given URL
 // schemes: parse turns the URL into the driver's Config, reporting every
 // mistake in it, and open makes the publisher from that Config.

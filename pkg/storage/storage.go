@@ -184,6 +184,10 @@ func Register(d Driver, schemes ...string) {
 	drivers.Register(d, schemes...)
 }
 
+// Alias makes an unknown scheme name suggest the driver's scheme ("mariadb"
+// → mysql) in the error that refuses it; driver packages call it from init.
+func Alias(name, scheme string) { drivers.Alias(name, scheme) }
+
 // Open opens the table rawURL names with the driver registered for its
 // scheme. It does not connect: call Check for that.
 func Open(ctx context.Context, rawURL string) (Storage, error) {

@@ -34,6 +34,9 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "amqp", "amqps")
+	// What people call the broker, for the unknown scheme's did-you-mean.
+	publisher.Alias("rabbitmq", "amqp")
+	publisher.Alias("rabbit", "amqp")
 }
 
 // Defaults for the URL options.

@@ -29,6 +29,8 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "nats", "tls")
+	// What people call the broker, for the unknown scheme's did-you-mean.
+	publisher.Alias("jetstream", "nats")
 }
 
 // Defaults for the URL options.

@@ -39,6 +39,10 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "redis", "rediss")
+	// Redis Cluster's and TLS spellings of other tools, for the unknown
+	// scheme's did-you-mean.
+	publisher.Alias("redis-cluster", "redis")
+	publisher.Alias("redis+tls", "rediss")
 	// go-redis prints connection trouble through the standard logger, as
 	// plain lines among the relay's JSON logs. Every failure it reports also
 	// comes back as an error, which the relay logs in its own format.

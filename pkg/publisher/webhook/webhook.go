@@ -47,6 +47,9 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "http", "https")
+	// What people call the driver, for the unknown scheme's did-you-mean.
+	publisher.Alias("webhook", "https")
+	publisher.Alias("webhooks", "https")
 }
 
 // Defaults for the URL options.

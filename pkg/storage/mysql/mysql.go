@@ -45,6 +45,8 @@ func init() {
 			return Open(ctx, u.String())
 		},
 	}, "mysql")
+	// MariaDB is served by this driver, under MySQL's scheme.
+	storage.Alias("mariadb", "mysql")
 }
 
 // ConnectTimeoutDefault bounds connecting when the URL sets no timeout.

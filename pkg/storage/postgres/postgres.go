@@ -42,6 +42,10 @@ func init() {
 			return Open(ctx, u.String())
 		},
 	}, "postgres", "postgresql")
+	// Short names other tools accept, for the unknown scheme's did-you-mean.
+	storage.Alias("pg", "postgres")
+	storage.Alias("pgsql", "postgres")
+	storage.Alias("psql", "postgres")
 }
 
 // ConnectTimeoutDefault bounds connecting when neither the URL's
