@@ -50,8 +50,8 @@ func retryDeadCommand() *cli.Command {
 			// mistake whether or not the database answers.
 			ask := filter.Empty() && !dryRun && !c.Bool("yes")
 			if ask && !isTerminal(c.App.Reader) {
-				return usagef("retry-dead without a filter would move every DEAD event back to PENDING; " +
-					"pass --yes to confirm, or narrow it with --id, --event-type, --since or --error-contains")
+				return usagef("retry-dead without a filter would move every DEAD event back to PENDING; "+
+					"pass --yes to confirm, or narrow it with %s", orList(deadFilterFlags))
 			}
 			store, err := openStore(c)
 			if err != nil {
@@ -87,6 +87,23 @@ func retryDeadCommand() *cli.Command {
 	}
 }
 
+// deadFilterFlags are the flags that narrow retry-dead, --id first; the
+// refusal without a filter lists them from here, so that a new filter
+// cannot be left out of it.
+var deadFilterFlags = []string{"id", "event-type", "since", "error-contains", "key"}
+
+// orList writes flag names as "--a, --b or --c".
+func orList(names []string) string {
+	flags := make([]string, len(names))
+	for i, n := range names {
+		flags[i] = "--" + n
+	}
+	if len(flags) < 2 {
+		return strings.Join(flags, "")
+	}
+	return strings.Join(flags[:len(flags)-1], ", ") + " or " + flags[len(flags)-1]
+}
+
 // deadFilter reads the filter flags. An empty value is refused rather than
 // taken as "no filter", which would widen the selection to every row.
 func deadFilter(c *cli.Context) (storage.DeadFilter, error) {
@@ -98,7 +115,7 @@ func deadFilter(c *cli.Context) (storage.DeadFilter, error) {
 		}
 		f.IDs = append(f.IDs, id)
 	}
-	for _, name := range []string{"event-type", "since", "error-contains", "key"} {
+	for _, name := range deadFilterFlags[1:] {
 		if c.IsSet(name) && strings.TrimSpace(c.String(name)) == "" {
 			return f, usagef("--%s must not be empty", name)
 		}

@@ -108,6 +108,10 @@ func TestRetryDeadWithoutFilterRefusesOffATerminal(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "--yes") {
 			t.Errorf("%v off a terminal, want exit 2 naming --yes:\n%s", args, r)
 		}
+		// Every filter is offered, --key included.
+		if !strings.Contains(r.stderr, "narrow it with --id, --event-type, --since, --error-contains or --key") {
+			t.Errorf("%v off a terminal does not list every filter:\n%s", args, r)
+		}
 	}
 	// From a pipe whose writer says yes: still not a terminal.
 	r := cmd{args: onTable(tb, "retry-dead"), stdin: strings.NewReader("y\n")}.run(t)
@@ -181,5 +185,21 @@ func TestRetryDeadWakesRelays(t *testing.T) {
 	}
 	if n.Channel != channel {
 		t.Errorf("notified %q, want %q", n.Channel, channel)
+	}
+}
+
+// Every flag of retry-dead that narrows it ("only …", but not --dry-run's
+// "only count") is a filter, so that
+// the refusal without a filter names it.
+func TestRetryDeadFilterFlagsAreEveryFilter(t *testing.T) {
+	t.Parallel()
+	var filters []string
+	for _, f := range retryDeadCommand().Flags {
+		if d, ok := f.(interface{ GetUsage() string }); ok && strings.HasPrefix(d.GetUsage(), "only ") && !strings.HasPrefix(d.GetUsage(), "only count") {
+			filters = append(filters, f.Names()[0])
+		}
+	}
+	if !slices.Equal(filters, deadFilterFlags) {
+		t.Errorf("filter flags %v, deadFilterFlags %v", filters, deadFilterFlags)
 	}
 }
