@@ -59,6 +59,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdin, stdout, stderr)
+	warnEnvSlips(app, os.Environ(), stderr)
 	reordered := reorderArgs(app, args)
 	err := app.RunContext(ctx, reordered)
 	if err == nil {

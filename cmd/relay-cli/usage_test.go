@@ -363,3 +363,27 @@ func readFile(t *testing.T, name string) string {
 	}
 	return string(b)
 }
+
+// A misspelt variable of relay-cli's is named with the one meant, before
+// anything else: STORAGE_URLL would leave relay-cli on the default database.
+func TestMisspeltVariablesAreNamed(t *testing.T) {
+	t.Parallel()
+	r := cmd{args: []string{"migrate", "--print"}, env: []string{
+		"STORAGE_URLL=" + pgtest.URL(), "CONSOLE_ADR=:9000", "BATCH_SIZE=100", "PGCONNECT_TIMEOUT=3",
+	}}.run(t)
+	if r.code != 0 {
+		t.Fatalf("migrate --print failed:\n%s", r)
+	}
+	for _, w := range []string{
+		"relay-cli: STORAGE_URLL is set but is not a variable relay-cli reads, and is ignored; did you mean STORAGE_URL?",
+		"did you mean CONSOLE_ADDR?",
+	} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, r)
+		}
+	}
+	// The relay's settings and pgx's variables are not relay-cli's slips.
+	if n := strings.Count(r.stderr, "did you mean"); n != 2 {
+		t.Errorf("%d variables named, want 2:\n%s", n, r)
+	}
+}

@@ -93,6 +93,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	cfg, err := loadConfig(environ)
 	if err != nil {
 		printConfigError(stderr, "relay", err)
+		// PUBLISHER_URLL leaves PUBLISHER_URL unset: say which was meant.
+		for _, w := range envSlipWarnings(environ) {
+			fmt.Fprintf(stderr, "  %s\n", w)
+		}
 		return 2
 	}
 	log := newLogger(cfg, stderr)
@@ -100,6 +104,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	log.Debug("garbage collector", "gogc", gogc, "gomemlimit", memLimit)
 	for _, note := range cfg.notes {
 		log.Info("Open Outbox setting: " + note)
+	}
+	for _, w := range envSlipWarnings(environ) {
+		log.Warn(w)
 	}
 	if err := serve(ctx, cfg, log); err != nil {
 		log.ErrorContext(asLastLine(context.Background()), "relay stopped with an error", "error", redact.URL(err.Error()))

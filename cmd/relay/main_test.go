@@ -179,6 +179,48 @@ func TestMissingTableSaysToMigrate(t *testing.T) {
 	}
 }
 
+// A variable that is no setting but close to one (BACH_SIZE), or to an Open
+// Outbox name the relay translates, is named at start with the setting it
+// probably meant; the environment's other variables, those of the libraries
+// the relay uses and a secret_env the URL names are not.
+func TestMisspeltVariablesAreNamed(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":                 pgtest.URL(),
+		"STORAGE_TABLE_NAME":          "no_such_outbox_table",
+		"PUBLISHER_URL":               "null://",
+		"HTTP_ADDR":                   "127.0.0.1:0",
+		"BACH_SIZE":                   "100",
+		"poll_interval":               "1s",
+		"KAFKA_COMPRESION":            "gzip",
+		"PATH":                        "/usr/bin",
+		"PGCONNECT_TIMEOUT":           "5",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+	})
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{
+		"BACH_SIZE is set but is not a setting of the relay, and is ignored; did you mean BATCH_SIZE?",
+		"poll_interval is set but is not a setting of the relay, and is ignored; did you mean POLL_INTERVAL?",
+		"did you mean KAFKA_COMPRESSION?",
+	} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, stderr)
+		}
+	}
+	if n := strings.Count(stderr, "is not a setting of the relay"); n != 3 {
+		t.Errorf("%d variables named, want 3:\n%s", n, stderr)
+	}
+
+	// A misspelt required variable: the configuration error and the
+	// variable meant.
+	code, _, stderr = runRelay(t, map[string]string{"PUBLISHER_URLL": "nats://127.0.0.1:4222", "HTTP_ADDR": "127.0.0.1:0"})
+	if code != 2 || !strings.Contains(stderr, "PUBLISHER_URL is not set") || !strings.Contains(stderr, "PUBLISHER_URLL is set but is not a setting of the relay, and is ignored; did you mean PUBLISHER_URL?") {
+		t.Errorf("PUBLISHER_URLL: exit %d, want 2 naming PUBLISHER_URL:\n%s", code, stderr)
+	}
+}
+
 // A relay started without STORAGE_URL (unset or misspelt) says that it uses
 // the default, and which one, and its missing-table error names that
 // database, so that nobody migrates the wrong one.

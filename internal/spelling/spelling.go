@@ -4,7 +4,10 @@
 // here, so that they all forgive the same slips.
 package spelling
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Distance counts the insertions, deletions, substitutions and swaps of two
 // neighbours that turn a into b (optimal string alignment).
@@ -56,4 +59,36 @@ func Closest(name string, candidates []string) string {
 		}
 	}
 	return best
+}
+
+// Slip is an environment variable that is set, is not one the program
+// reads, and is close to one it does.
+type Slip struct {
+	Name, Meant string
+}
+
+// EnvSlips returns, sorted by name, the variables of environ (NAME=value
+// strings, as os.Environ gives them) that are none of known but a slip of
+// one: BACH_SIZE for BATCH_SIZE. A misspelt optional setting is otherwise
+// ignored without a word, and the default it leaves in force is found only
+// when something goes wrong.
+func EnvSlips(environ []string, known []string) []Slip {
+	isKnown := make(map[string]bool, len(known))
+	for _, k := range known {
+		isKnown[k] = true
+	}
+	var out []Slip
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "" || isKnown[name] || seen[name] {
+			continue
+		}
+		seen[name] = true
+		if meant := Closest(name, known); meant != "" {
+			out = append(out, Slip{name, meant})
+		}
+	}
+	slices.SortFunc(out, func(a, b Slip) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

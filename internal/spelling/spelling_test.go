@@ -26,3 +26,18 @@ func TestClosest(t *testing.T) {
 		t.Errorf("a swap counts once, got %d", d)
 	}
 }
+
+func TestEnvSlips(t *testing.T) {
+	t.Parallel()
+	known := []string{"BATCH_SIZE", "STORAGE_URL", "LOG_LEVEL"}
+	got := EnvSlips([]string{"PATH=/bin", "BACH_SIZE=100", "STORAGE_URL=x", "STORAGE_URLL=y", "HOME=/root", "log_level=debug", "BACH_SIZE=1"}, known)
+	want := []Slip{{"BACH_SIZE", "BATCH_SIZE"}, {"STORAGE_URLL", "STORAGE_URL"}, {"log_level", "LOG_LEVEL"}}
+	if len(got) != len(want) {
+		t.Fatalf("EnvSlips = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("EnvSlips = %v, want %v", got, want)
+		}
+	}
+}

@@ -48,6 +48,15 @@ func init() {
 	storage.Alias("psql", "postgres")
 }
 
+// EnvVariables are the libpq variables pgx reads when it parses a URL, so
+// that the programs checking their environment for misspelt settings take
+// none of them for one.
+var EnvVariables = []string{
+	"PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGSERVICE", "PGSERVICEFILE",
+	"PGSSLMODE", "PGSSLCERT", "PGSSLKEY", "PGSSLROOTCERT", "PGSSLPASSWORD", "PGSSLSNI", "PGAPPNAME",
+	"PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS", "PGOPTIONS", "PGSSLNEGOTIATION", "PGMINPROTOCOLVERSION", "PGMAXPROTOCOLVERSION",
+}
+
 // ConnectTimeoutDefault bounds connecting when neither the URL's
 // connect_timeout nor PGCONNECT_TIMEOUT does.
 const ConnectTimeoutDefault = 10 * time.Second
