@@ -192,6 +192,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			consoleCommand(),
 		},
 	}
+	for _, cmd := range registered {
+		app.Commands = append(app.Commands, cmd())
+	}
 	for _, cmd := range app.Commands {
 		cmd.Flags = append(cmd.Flags, globalFlags()...)
 		cmd.OnUsageError = onUsageError
@@ -199,6 +202,12 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	}
 	return app
 }
+
+// registered are the commands whose files add them from init with
+// register, so that a new command is one file.
+var registered []func() *cli.Command
+
+func register(cmd func() *cli.Command) { registered = append(registered, cmd) }
 
 func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 

@@ -315,9 +315,9 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-// connect dials, opens the channel, checks or declares the exchange and
-// turns confirms on.
-func (p *Publisher) connect(ctx context.Context) (*session, error) {
+// dial opens a connection to the broker, with the URL's credentials,
+// vhost, heartbeat and TLS.
+func (p *Publisher) dial(ctx context.Context) (*amqp091.Connection, error) {
 	cfg := amqp091.Config{
 		// A fresh PlainAuth each time: amqp091 wipes the password from the
 		// one it used once the connection is open.
@@ -337,6 +337,16 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		// credentials (they go through SASL), but scrub it all the same.
 		return nil, fmt.Errorf("amqp: connect to RabbitMQ at %s (vhost %q): %s", p.cfg.Host, p.cfg.Vhost,
 			redact.Error(err, p.dialURL))
+	}
+	return conn, nil
+}
+
+// connect dials, opens the channel, checks or declares the exchange and
+// turns confirms on.
+func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	conn, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var ch *amqp091.Channel
 	err = p.answerWithin(conn, "set up the channel", func() error {
@@ -445,7 +455,7 @@ func (p *Publisher) checkExchange(ch *amqp091.Channel) error {
 }
 
 func (p *Publisher) missingExchange(err error) error {
-	return fmt.Errorf("amqp: exchange %q does not exist in vhost %q: create it or add declare=true to the URL: %w",
+	return fmt.Errorf("amqp: exchange %q does not exist in vhost %q: create it (relay-cli setup-broker) or add declare=true to the URL: %w",
 		p.cfg.Exchange, p.cfg.Vhost, err)
 }
 

@@ -648,7 +648,8 @@ func (p *Publisher) missingTopic(ctx context.Context, topic string, err error) e
 	var code kafkago.Error
 	switch {
 	case errors.Is(answer, kafkago.UnknownTopicOrPartition):
-		return publisher.Permanent(fmt.Errorf("topic %q does not exist and the cluster does not create topics on demand; create it (kafka-topics.sh --create --topic %s) or fix the event type or topic_prefix", topic, topic))
+		return publisher.Permanent(fmt.Errorf("topic %q does not exist and the cluster does not create topics on demand; create it (relay-cli setup-broker --event-type %q) or fix the event type or topic_prefix",
+			topic, strings.TrimPrefix(topic, p.cfg.TopicPrefix)))
 	case answer == nil:
 		return fmt.Errorf("kafka: topic %q exists, yet a broker called it unknown: %w", topic, err)
 	case errors.As(answer, &code):

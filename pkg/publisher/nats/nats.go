@@ -614,7 +614,10 @@ func (p *Publisher) noResponders(ctx context.Context, c *conn, subject string, e
 	defer cancel()
 	_, lookupErr := c.js.StreamNameBySubject(ctx, subject)
 	if errors.Is(lookupErr, jetstream.ErrStreamNotFound) {
-		return publisher.Permanent(fmt.Errorf("no JetStream stream captures subject %q; create one (nats stream add --subjects %q) or fix the event type or subject_prefix", subject, subject))
+		// The fix named is relay-cli's, which every user of the relay has;
+		// the nats CLI is a separate install.
+		return publisher.Permanent(fmt.Errorf("no JetStream stream captures subject %q; create one (relay-cli setup-broker --event-type %q) or fix the event type or subject_prefix",
+			subject, strings.TrimPrefix(subject, p.cfg.SubjectPrefix)))
 	}
 	if lookupErr != nil {
 		return publisher.Unavailable(fmt.Errorf("nats: server %s: no response from JetStream for %q: %w", c.server(), subject, err))
