@@ -387,3 +387,15 @@ func TestMisspeltVariablesAreNamed(t *testing.T) {
 		t.Errorf("%d variables named, want 2:\n%s", n, r)
 	}
 }
+
+// README.md's table of relay-cli commands has one row for every command,
+// so that a newcomer sees them all in one place.
+func TestReadmeListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	readme := readFile(t, "../../README.md")
+	for _, c := range newApp(nil, nil, nil).Commands {
+		if n := strings.Count(readme, "\n| `relay-cli "+c.Name+"` | "); n != 1 {
+			t.Errorf("README.md's command table has %d rows for relay-cli %s, want 1", n, c.Name)
+		}
+	}
+}
