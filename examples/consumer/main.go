@@ -10,7 +10,7 @@
 //
 //	bin/relay-cli migrate                              # the outbox table
 //	bin/relay-cli migrate --inbox                      # the consumer's inbox table (here in the same database)
-//	nats stream add ORDERS --subjects 'orders.>'       # where the relay publishes orders.* events
+//	PUBLISHER_URL=nats://127.0.0.1:4222 bin/relay-cli setup-broker --event-type 'orders.>' --name ORDERS  # where the relay publishes orders.* events
 //	PUBLISHER_URL=nats://127.0.0.1:4222 bin/relay &
 //	go run ./examples/consumer &
 //	go run ./examples/producer -order 42 -customer acme -amount 1999
@@ -137,7 +137,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		AckWait:       cfg.ackWait,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer %s on stream %s (create the stream first: nats stream add %s --subjects 'orders.>'): %w",
+		return fmt.Errorf("consumer %s on stream %s (create the stream first: relay-cli setup-broker --event-type 'orders.>' --name %s): %w",
 			cfg.durable, cfg.stream, cfg.stream, err)
 	}
 	// Messages in hand finish after a signal: their work is not cut off

@@ -54,14 +54,49 @@ func (p *Publisher) Provision(ctx context.Context, pp publisher.ProvisionParams)
 		case err != nil:
 			return out, fmt.Errorf("kafka: create topic %q: %w", t.Topic, err)
 		}
-		detail := "the cluster's default partitions"
-		if pp.Partitions > 0 && action == publisher.Created {
-			detail = fmt.Sprintf("%d partitions", pp.Partitions)
-		}
-		if action == publisher.Exists {
-			detail = "left as it is"
+		detail, err := p.holds(ctx, client, t.Topic)
+		if err != nil {
+			return out, err
 		}
 		out = append(out, publisher.Provisioned{Kind: "topic", Name: t.Topic, Action: action, Detail: detail})
 	}
 	return out, nil
+}
+
+// holds says how many partitions a topic has and how many records they
+// hold (end offset minus start offset, so records that retention removed
+// do not count), so that running Provision again shows what arrived.
+func (p *Publisher) holds(ctx context.Context, client *kafkago.Client, topic string) (string, error) {
+	meta, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return "", fmt.Errorf("kafka: metadata for topic %q: %w", topic, err)
+	}
+	var req []kafkago.OffsetRequest
+	for _, mt := range meta.Topics {
+		if mt.Name != topic {
+			continue
+		}
+		if mt.Error != nil {
+			return "", fmt.Errorf("kafka: metadata for topic %q: %w", topic, mt.Error)
+		}
+		for _, part := range mt.Partitions {
+			req = append(req, kafkago.FirstOffsetOf(part.ID), kafkago.LastOffsetOf(part.ID))
+		}
+	}
+	offsets, err := client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: req}})
+	if err != nil {
+		return "", fmt.Errorf("kafka: offsets of topic %q: %w", topic, err)
+	}
+	var records int64
+	for _, po := range offsets.Topics[topic] {
+		if po.Error != nil {
+			return "", fmt.Errorf("kafka: offsets of topic %q partition %d: %w", topic, po.Partition, po.Error)
+		}
+		records += po.LastOffset - po.FirstOffset
+	}
+	msgs := fmt.Sprintf("%d messages", records)
+	if records == 1 {
+		msgs = "1 message"
+	}
+	return fmt.Sprintf("%d partitions, %s", len(req)/2, msgs), nil
 }
