@@ -50,6 +50,11 @@ func migrateCommand() *cli.Command {
 			}
 			defer store.Close()
 			out := c.App.Writer
+			if !c.Bool("print") {
+				// Where the table goes, before it goes there: the relay
+				// finds it only in the database its own STORAGE_URL names.
+				fmt.Fprintf(c.App.ErrWriter, "relay-cli: migrating %s\n", store.Describe())
+			}
 			if by != "" {
 				return migratePartitioned(c, store, by)
 			}

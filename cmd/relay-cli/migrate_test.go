@@ -41,6 +41,10 @@ func TestMigrateCreatesThenFindsEverything(t *testing.T) {
 	if strings.Contains(first.stdout, "exists ") {
 		t.Errorf("first migrate found objects that existed:\n%s", first)
 	}
+	// It says where the table goes, so that it goes where the relay looks.
+	if !regexp.MustCompile(`relay-cli: migrating PostgreSQL at \S+:\d+ database "[^"]+" as user "[^"]*", table ` + regexp.QuoteMeta(name)).MatchString(first.stderr) {
+		t.Errorf("first migrate does not say which database it migrates:\n%s", first)
+	}
 	if !tableExists(t, tb, name) {
 		t.Fatalf("migrate did not create %s", name)
 	}

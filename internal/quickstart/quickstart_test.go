@@ -120,6 +120,11 @@ func TestReadmeQuickstart(t *testing.T) {
 			t.Errorf("the quickstart's output does not match %s\n%s", want, report)
 		}
 	}
+	// migrate says where the table went: the exported database.
+	db := strings.TrimPrefix(mustParse(t, storageURL).Path, "/")
+	if !strings.Contains(stderr.String(), `relay-cli: migrating PostgreSQL at `) || !strings.Contains(stderr.String(), `database "`+db+`"`) {
+		t.Errorf("migrate does not say it migrates database %s\n%s", db, report)
+	}
 	for _, bad := range []string{"STORAGE_URL is not set", "is not a setting", "did you mean"} {
 		if strings.Contains(stderr.String()+string(relayLog), bad) {
 			t.Errorf("the quickstart's output says %q\n%s", bad, report)
@@ -215,6 +220,15 @@ func cleanEnv(extra ...string) []string {
 		env = append(env, kv)
 	}
 	return append(env, extra...)
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 func freeAddr(t *testing.T) string {
