@@ -298,8 +298,8 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("table %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq), or check that STORAGE_TABLE_NAME names an outbox table",
-			s.table, strings.Join(missing, ", "))
+		return fmt.Errorf("table %s in %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq), or check that STORAGE_TABLE_NAME names an outbox table",
+			s.table, s.location(), strings.Join(missing, ", "))
 	}
 	return nil
 }
