@@ -3,9 +3,9 @@
 // waiting (stats, list, show), deletes finished rows (prune), lists and
 // maintains a partitioned table's partitions (partitions), gives dead events
 // another chance (retry-dead) and writes test events (emit). It is built to
-// run from a shell, a cron job or a Kubernetes Job: results go to stdout (as JSON with --json), messages to
-// stderr, and the exit code says what happened — 0 done, 1 runtime
-// failure, 2 usage error.
+// run from a shell, a cron job or a Kubernetes Job: results go to stdout (as
+// JSON with --json), messages to stderr, and the exit code says what
+// happened — 0 done, 1 runtime failure, 2 usage error.
 package main
 
 import (
