@@ -48,10 +48,14 @@ func (p *Publisher) Provision(ctx context.Context, pp publisher.ProvisionParams)
 		if err != nil {
 			return err
 		}
-		out = append(out, ex)
 		if pp.Name == "" {
+			// Said because the exchange alone keeps nothing: RabbitMQ
+			// returns what no queue is bound for, and the event fails.
+			ex.Detail += "; no queue named, so only queues already bound receive events"
+			out = append(out, ex)
 			return nil
 		}
+		out = append(out, ex)
 		q, err := p.declareQueue(conn, pp.Name)
 		if err != nil {
 			return err

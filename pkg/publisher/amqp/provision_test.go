@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -47,5 +48,12 @@ func TestProvisionDeclaresExchangeAndQueue(t *testing.T) {
 	if len(got) != 2 || got[0].Action != publisher.Exists || got[1].Action != publisher.Exists ||
 		got[1].Detail != "bound to exchange "+exchange+" with orders.#, 1 message" {
 		t.Fatalf("second Provision = %+v, want both as they were and 1 message", got)
+	}
+
+	// Without a queue the exchange alone is declared, and the answer says
+	// that it keeps nothing.
+	got, err = prov.Provision(ctx, publisher.ProvisionParams{EventTypes: []string{"orders.>"}})
+	if err != nil || len(got) != 1 || !strings.Contains(got[0].Detail, "no queue named") {
+		t.Fatalf("Provision without a queue = %+v, %v, want the exchange and a word on queues", got, err)
 	}
 }
