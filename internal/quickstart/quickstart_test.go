@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -98,17 +99,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	env := cleanEnv("HTTP_ADDR="+freeAddr(t), "CONSOLE_ADDR="+freeAddr(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sh := exec.CommandContext(ctx, "bash", "-e", "-c", strings.Join(script, "\n"))
-	sh.Dir, sh.Env = dir, env
-	var stdout, stderr bytes.Buffer
-	sh.Stdout, sh.Stderr = &stdout, &stderr
-	err := sh.Run()
-	out := stdout.String()
-	relayLog, _ := os.ReadFile(filepath.Join(dir, "relay.log"))
-	report := fmt.Sprintf("--- stdout:\n%s--- stderr:\n%s--- relay.log:\n%s", out, stderr.String(), relayLog)
-	if err != nil {
-		t.Fatalf("the quickstart failed: %v\n%s", err, report)
-	}
+	out, errOut, report := runScript(t, ctx, dir, script, env)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`table openoutbox_events is ready \(\d+ created, 0 already existed\)`),
 		regexp.MustCompile(`(?m)^created +stream OUTBOX +subjects orders\.>, duplicate window 2m0s, 0 messages$`),
@@ -122,17 +113,10 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 	// migrate says where the table went: the exported database.
 	db := strings.TrimPrefix(mustParse(t, storageURL).Path, "/")
-	if !strings.Contains(stderr.String(), `relay-cli: migrating PostgreSQL at `) || !strings.Contains(stderr.String(), `database "`+db+`"`) {
+	if !strings.Contains(errOut, `relay-cli: migrating PostgreSQL at `) || !strings.Contains(errOut, `database "`+db+`"`) {
 		t.Errorf("migrate does not say it migrates database %s\n%s", db, report)
 	}
-	for _, bad := range []string{"STORAGE_URL is not set", "is not a setting", "did you mean"} {
-		if strings.Contains(stderr.String()+string(relayLog), bad) {
-			t.Errorf("the quickstart's output says %q\n%s", bad, report)
-		}
-	}
-	if !strings.Contains(string(relayLog), `"msg":"relay stopped"`) {
-		t.Errorf("kill %%1 did not stop the relay cleanly\n%s", report)
-	}
+	checkClean(t, errOut, report)
 
 	// The console's last line: the event, DELIVERED.
 	consoleCmd := exec.CommandContext(ctx, "bash", "-c", "exec "+console)
@@ -160,6 +144,108 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 }
 
+// runScript runs the quickstart's lines in dir, as one shell script that
+// stops at the first failing line, and returns what they wrote on stdout
+// and stderr, and a report of both with the relay's log, for failures.
+func runScript(t *testing.T, ctx context.Context, dir string, script, env []string) (stdout, stderr, report string) {
+	t.Helper()
+	sh := exec.CommandContext(ctx, "bash", "-e", "-c", strings.Join(script, "\n"))
+	sh.Dir, sh.Env = dir, env
+	var out, errb bytes.Buffer
+	sh.Stdout, sh.Stderr = &out, &errb
+	err := sh.Run()
+	relayLog, _ := os.ReadFile(filepath.Join(dir, "relay.log"))
+	report = fmt.Sprintf("--- stdout:\n%s--- stderr:\n%s--- relay.log:\n%s", out.String(), errb.String(), relayLog)
+	if err != nil {
+		t.Fatalf("the quickstart failed: %v\n%s", err, report)
+	}
+	return out.String(), errb.String() + string(relayLog), report
+}
+
+// checkClean fails the test when the quickstart's stderr or the relay's log
+// shows a setting the quickstart got wrong, or the relay did not stop as
+// kill %1 should stop it.
+func checkClean(t *testing.T, stderr, report string) {
+	t.Helper()
+	for _, bad := range []string{"STORAGE_URL is not set", "is not a setting", "did you mean"} {
+		if strings.Contains(stderr, bad) {
+			t.Errorf("the quickstart's output says %q\n%s", bad, report)
+		}
+	}
+	if !strings.Contains(stderr, `"msg":"relay stopped"`) {
+		t.Errorf("kill %%1 did not stop the relay cleanly\n%s", report)
+	}
+}
+
+// rabbitMQLines are the README's two lines for RabbitMQ, in the list under
+// the quickstart.
+var rabbitMQLines = regexp.MustCompile("\\*\\*RabbitMQ\\*\\*: `(export PUBLISHER_URL='([^']*)')`;\\s*`(bin/relay-cli setup-broker [^`]*)`")
+
+// TestReadmeQuickstartOnRabbitMQ runs the quickstart with the README's two
+// lines for RabbitMQ in place of NATS's, against the local RabbitMQ: the
+// exchange and queue it names get names of this test's own (deleted at its
+// end), since the server is shared.
+func TestReadmeQuickstartOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rabbitMQLines.FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("README.md has no RabbitMQ lines (**RabbitMQ**: `export PUBLISHER_URL=…`; `bin/relay-cli setup-broker …`)")
+	}
+	readmeURL, setup := mustParse(t, m[2]), m[3]
+	if readmeURL.Query().Get("exchange") == "" || !strings.Contains(setup, "--name ") {
+		t.Fatalf("the RabbitMQ lines name no exchange or queue, which this test renames: %s; %s", m[1], setup)
+	}
+	suffix := randomHex()
+	exchange, queue := "quickstart-ex-"+suffix, "quickstart-q-"+suffix
+	t.Cleanup(func() { amqptest.DeleteQueue(t, queue); amqptest.DeleteExchange(t, exchange) })
+	query := readmeURL.Query()
+	query.Set("exchange", exchange)
+	publisherURL := amqptest.DriverURL("", query.Encode())
+	setup = regexp.MustCompile(`--name \S+`).ReplaceAllString(setup, "--name "+queue)
+
+	dir := t.TempDir()
+	build(t, dir)
+	storageURL := database(t)
+	var script []string
+	for _, line := range quickstart(t) {
+		switch {
+		case strings.HasPrefix(line, "make build"), strings.HasPrefix(line, "bin/relay-cli console"):
+			continue
+		case strings.HasPrefix(line, "export STORAGE_URL="):
+			line = "export STORAGE_URL='" + storageURL + "'"
+		case strings.HasPrefix(line, "export PUBLISHER_URL="):
+			line = "export PUBLISHER_URL='" + publisherURL + "'"
+		case strings.HasPrefix(line, "bin/relay-cli setup-broker"):
+			line = setup
+		}
+		script = append(script, line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, errOut, report := runScript(t, ctx, dir, script, cleanEnv("HTTP_ADDR="+freeAddr(t)))
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^created +exchange ` + exchange + ` +type topic`),
+		regexp.MustCompile(`(?m)^created +queue ` + queue + ` +bound to exchange ` + exchange + ` with orders\.#, 0 messages$`),
+		regexp.MustCompile(`(?m)^exists +queue ` + queue + ` +bound to exchange ` + exchange + ` with orders\.#, 1 message$`),
+		regexp.MustCompile(`(?m)^DELIVERED +1\b`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("the quickstart's output does not match %s\n%s", want, report)
+		}
+	}
+	checkClean(t, errOut, report)
+}
+
+func randomHex() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // build compiles the commands `make build` compiles into dir/bin.
 func build(t *testing.T, dir string) {
 	t.Helper()
@@ -181,9 +267,7 @@ func database(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "quickstart_" + hex.EncodeToString(b)
+	name := "quickstart_" + randomHex()
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatal(err)
 	}
