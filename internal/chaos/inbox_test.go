@@ -74,8 +74,10 @@ func TestInboxAppliesEachEventOnceAfterRelayCrashes(t *testing.T) {
 		// A settle the killed relay sent may still be running in its
 		// server process, and commits there: count once it has ended, or
 		// events it delivers would be taken for ones left behind.
-		eventually.True(t, 30*time.Second, func() bool { return tb.Exec(t, `SELECT 1 FROM pg_stat_activity
-			WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, `"`+space+`"`) == 0 },
+		eventually.True(t, 30*time.Second, func() bool {
+			return tb.Exec(t, `SELECT 1 FROM pg_stat_activity
+			WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, `"`+space+`"`) == 0
+		},
 			func() string { return "the killed relay's statements to end" })
 		if inFlight := published.distinct(t) - tb.Counts(t)[outbox.StatusDelivered]; inFlight > 0 {
 			caught++
