@@ -223,16 +223,3 @@ func URLWithTable(rawURL, table string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
-
-// TableOf returns the table rawURL names (its table parameter), or the
-// driver's default; "" when no driver serves the URL.
-func TableOf(rawURL string) string {
-	d, u, err := drivers.Lookup(rawURL)
-	if err != nil {
-		return ""
-	}
-	if t := u.Query().Get("table"); t != "" {
-		return t
-	}
-	return d.DefaultTable
-}

@@ -8,7 +8,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-var _ storage.Retainer = (*Store)(nil)
+var _ storage.RetentionLocker = (*Store)(nil)
 
 // WithRetentionLock runs fn while one connection holds the table's
 // retention lock (GET_LOCK, server-wide, no wait), so that one relay of a

@@ -48,9 +48,15 @@ func init() {
 // connect_timeout nor PGCONNECT_TIMEOUT does.
 const ConnectTimeoutDefault = 10 * time.Second
 
-// DefaultPoolMaxConns sizes the pool when the URL sets no pool_max_conns:
+// PoolMaxConnsDefault sizes the pool when the URL sets no pool_max_conns:
 // one claim, several settles in flight, the reaper and the stats reader.
-const DefaultPoolMaxConns = 10
+const PoolMaxConnsDefault = 10
+
+// DefaultPoolMaxConns is the former name of PoolMaxConnsDefault, from
+// before defaults were all named XxxDefault.
+//
+// Deprecated: use PoolMaxConnsDefault.
+const DefaultPoolMaxConns = PoolMaxConnsDefault
 
 // PoolMaxConnLifetimeDefault bounds a pooled connection's life when the URL
 // sets no pool_max_conn_lifetime (pgx's own default is an hour). A
@@ -115,7 +121,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	q.Del("table")
 	if !q.Has("pool_max_conns") {
-		q.Set("pool_max_conns", fmt.Sprint(DefaultPoolMaxConns))
+		q.Set("pool_max_conns", fmt.Sprint(PoolMaxConnsDefault))
 	}
 	if !q.Has("pool_max_conn_lifetime") {
 		q.Set("pool_max_conn_lifetime", PoolMaxConnLifetimeDefault.String())

@@ -7,7 +7,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-var _ storage.Retainer = (*Store)(nil)
+var _ storage.RetentionLocker = (*Store)(nil)
 
 // WithRetentionLock runs fn while one pooled connection holds the table's
 // retention lock (a session-level advisory lock), so that one relay of a
