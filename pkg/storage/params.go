@@ -158,10 +158,22 @@ type ReapParams struct {
 	LeaseTimeout time.Duration
 	// Limit bounds the rows changed by one statement.
 	Limit int
-	// MaxAttempts sends a row DEAD when its attempts, counting the expired
-	// lease, reach this number.
+	// MaxAttempts is the retry limit (RETRY_MAX_ATTEMPTS). Drivers do not
+	// compare attempts with it themselves: they apply DeadFrom.
 	MaxAttempts int
 }
+
+// DeadFrom is the reap rule, decided here for every driver: an expired
+// lease counts as an attempt, and a row whose attempts then reach
+// MaxAttempts is DEAD. So a reaped row goes DEAD when its attempts before
+// the reap are at least DeadFrom, and PENDING otherwise. Drivers pass the
+// number to their statement, which compares (attempts >= DeadFrom) and adds
+// the attempt; no statement works the limit out itself.
+func (p ReapParams) DeadFrom() int { return p.MaxAttempts - 1 }
+
+// Dead reports whether reaping a row that has attempts attempts sends it
+// DEAD: DeadFrom's rule, for a driver that counts its outcomes in Go.
+func (p ReapParams) Dead(attempts int) bool { return attempts >= p.DeadFrom() }
 
 // ReapResult counts what one Reap call changed.
 type ReapResult struct {

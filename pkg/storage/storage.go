@@ -79,10 +79,13 @@ type Queue interface {
 // Reaper is what the reaper needs.
 type Reaper interface {
 	// Reap takes back at most p.Limit leases older than p.LeaseTimeout by
-	// the database's clock, oldest first: attempts+1, last_error "lease
-	// expired (relay <locked_by>)", then PENDING (due now) or DEAD when
-	// attempts reach p.MaxAttempts. Rows in other states are never
-	// touched, whatever their locked_at.
+	// the database's clock, oldest first, skipping rows another statement
+	// has locked (so that reapers can run side by side): DEAD when the
+	// row's attempts are at least p.DeadFrom() (the rule is ReapParams',
+	// not the driver's), else PENDING and due now; either way attempts+1
+	// and last_error "lease expired (relay <locked_by>)". It returns how
+	// many rows went each way. Rows in other states are never touched,
+	// whatever their locked_at.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
 }
 

@@ -323,7 +323,7 @@ func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
 // Reap takes back at most p.Limit leases older than p.LeaseTimeout.
 func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
 	var r storage.ReapResult
-	err := s.pool.QueryRow(ctx, s.queries["reap"], p.LeaseTimeout.Microseconds(), p.Limit, p.MaxAttempts).
+	err := s.pool.QueryRow(ctx, s.queries["reap"], p.LeaseTimeout.Microseconds(), p.Limit, p.DeadFrom()).
 		Scan(&r.Requeued, &r.Dead)
 	if err != nil {
 		s.recycle(err)
