@@ -50,6 +50,22 @@ type Queue interface {
 	// land, and look behind the position for rows whose transactions
 	// committed late at least every p.SweepInterval, so that every due row
 	// is claimed within that time.
+	//
+	// With p.Ordering partition, an event is claimed only when every
+	// event written before it with its key (by seq) is DELIVERED, or DEAD
+	// under p.OnDead skip; under block a DEAD event holds the rest of its
+	// key. A key's events are claimed as a run from its first unfinished
+	// one, in order, stopping at one that is not due, at p.RunLimit events
+	// and at the batch's limits; a key with an event DELIVERING gives
+	// none. Keys (NULL and "" are no key) are walked bytewise from just
+	// after p.After to the end, then from the start up to p.After itself;
+	// events without a key alternate with keyed ones. Claims on one table
+	// take turns (a lock), so that two can never both see a key free. The
+	// batch's After is the last key the walk took (p.After when none), for
+	// the caller to pass back.
+	//
+	// p's zero fields mean their defaults: drivers start with
+	// p.WithDefaults() and keep no defaults of their own.
 	Claim(ctx context.Context, p ClaimParams) (Batch, error)
 	// MarkDelivered moves delivered rows to DELIVERED and returns how
 	// many it changed.

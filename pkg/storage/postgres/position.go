@@ -3,8 +3,6 @@ package postgres
 import (
 	"sync"
 	"time"
-
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // A claim position lets claims go forward instead of walking the pending
@@ -96,11 +94,9 @@ type plan struct {
 	claimedBefore int64
 }
 
-// next decides the claim's floor. The caller holds p.mu.
+// next decides the claim's floor. The caller holds p.mu, and passes the
+// claim's SweepInterval with its default filled in.
 func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) plan {
-	if sweepInterval <= 0 {
-		sweepInterval = storage.SweepIntervalDefault
-	}
 	if now.Sub(p.sweptAt) >= sweepInterval {
 		from := p.sweepFrom
 		if p.sweeps%fullSweepEvery == fullSweepEvery-1 {

@@ -31,6 +31,7 @@ import (
 // transaction ids, then the claiming statement. Knowing the stamp before reading the rows lets a claim
 // whose rows cannot be read in full hand them back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	p = p.WithDefaults()
 	b := &pgx.Batch{}
 	claim := s.queries["claim"]
 	var (
@@ -47,7 +48,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
 		}
-		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes)
+		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit)
 	} else {
 		// One relay's claims come one after another; the position is
 		// held for the claim's round trip.
@@ -108,11 +109,41 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		}
 		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
 	}
+	batch := storage.Batch{Lease: lease, Events: events}
 	if pos != nil {
 		pos.done(pl, xmin, xmax, lowest, highest, time.Now())
+	} else {
+		batch.After = walkEnd(p.After, events)
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-	return storage.Batch{Lease: lease, Events: events}, nil
+	batch.Lease = lease
+	return batch, nil
+}
+
+// walkEnd is where the next ordered claim's walk starts: the last key this
+// claim took in claim_ordered.sql's walk, which went through the keys after
+// after in bytewise order (Go's string order, the "C" collation's), then
+// wrapped around to the start and ended with after itself. The claim
+// returns its rows in write order, so the walk's end is found from the
+// keys: the highest wrapped key, or else the highest key past after.
+func walkEnd(after string, events []outbox.Event) string {
+	var past, wrapped string
+	for i := range events {
+		switch k := events[i].PartitionKey; {
+		case k == "":
+		case k > after:
+			past = max(past, k)
+		default:
+			wrapped = max(wrapped, k)
+		}
+	}
+	switch {
+	case wrapped != "":
+		return wrapped
+	case past != "":
+		return past
+	}
+	return after
 }
 
 // createdRange bounds the events' created_at; zero when an event's is
