@@ -88,6 +88,18 @@ type StatsParams struct {
 	EstimateDelivered bool
 }
 
+// WithDefaults checks p and returns it with its defaults filled in: every
+// driver's Stats starts here, so that none has rules of its own.
+func (p StatsParams) WithDefaults() (StatsParams, error) {
+	if p.TopTypes < 0 {
+		return p, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
+	}
+	if p.TopTypes == 0 {
+		p.TopTypes = StatsTopTypesDefault
+	}
+	return p, nil
+}
+
 // Stats is a consistent snapshot of the table for operators.
 type Stats struct {
 	Backlog
@@ -109,6 +121,14 @@ type Stats struct {
 	BlockedKeys []BlockedKey
 	// ObservedAt is the database's clock when the snapshot was taken.
 	ObservedAt time.Time
+}
+
+// EstimateDelivered sets Delivered from the table's estimated row count
+// (the database's statistics), less the exact counts of the other
+// statuses, which Stats must already hold.
+func (s *Stats) EstimateDelivered(tableRows int64) {
+	s.Delivered = max(0, tableRows-s.Pending()-s.Dead-s.Delivering)
+	s.DeliveredEstimated = true
 }
 
 // TypeBacklog is the PENDING backlog of one event type.
@@ -207,6 +227,14 @@ type RetryDeadParams struct {
 	DryRun bool
 }
 
+// Check reports what is wrong with p; every driver's RetryDead starts here.
+func (p RetryDeadParams) Check() error {
+	if p.Limit < 0 {
+		return fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
+	}
+	return nil
+}
+
 // ListParams selects rows to list, newest first. Every set filter must
 // match. A listing continues page by page with After (keyset pagination):
 // each page is one index range read, however deep it is, never an OFFSET.
@@ -229,6 +257,90 @@ type ListParams struct {
 	// After, when set, continues a listing after the row it names (see
 	// CursorOf), in the listing's order.
 	After *ListCursor
+}
+
+// WithDefaults checks p and returns it with its defaults filled in (Limit:
+// ListLimitDefault); every driver's List starts here.
+func (p ListParams) WithDefaults() (ListParams, error) {
+	if p.Limit <= 0 {
+		p.Limit = ListLimitDefault
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return p, fmt.Errorf("list: unknown status %q", p.Status)
+	}
+	return p, nil
+}
+
+// ListFilterKind names one of ListParams' filters.
+type ListFilterKind int
+
+// The filters of a listing, in the order Filters returns them, with the
+// values each carries in ListFilter.Values.
+const (
+	ListStatus        ListFilterKind = iota // the status, as a string
+	ListEventType                           // the event type
+	ListPartitionKey                        // the key, as a string
+	ListEventID                             // a uuid.UUID
+	ListCreatedFrom                         // a time.Time: created at or after it
+	ListCreatedBefore                       // a time.Time: created before it
+	ListErrorContains                       // text last_error contains, ignoring case
+	// ListAfter and ListBefore continue a listing past a cursor, oldest
+	// first and newest first: its CreatedAt, Seq and ID.
+	ListAfter
+	ListBefore
+)
+
+// ListFilter is one condition a listing applies.
+type ListFilter struct {
+	Kind   ListFilterKind
+	Values []any
+}
+
+// Filters are the conditions p sets, in a fixed order: the driver only
+// writes each kind as SQL (with one placeholder per value) and converts
+// the values to its arguments. Which filters apply, and which way a cursor
+// points, is decided here.
+func (p ListParams) Filters() []ListFilter {
+	var fs []ListFilter
+	add := func(k ListFilterKind, vals ...any) { fs = append(fs, ListFilter{Kind: k, Values: vals}) }
+	if p.Status != "" {
+		add(ListStatus, string(p.Status))
+	}
+	if p.EventType != "" {
+		add(ListEventType, p.EventType)
+	}
+	if p.PartitionKey != "" {
+		add(ListPartitionKey, p.PartitionKey)
+	}
+	if p.EventID != uuid.Nil {
+		add(ListEventID, p.EventID)
+	}
+	if !p.CreatedFrom.IsZero() {
+		add(ListCreatedFrom, p.CreatedFrom)
+	}
+	if !p.CreatedBefore.IsZero() {
+		add(ListCreatedBefore, p.CreatedBefore)
+	}
+	if p.ErrorContains != "" {
+		add(ListErrorContains, p.ErrorContains)
+	}
+	if c := p.After; c != nil {
+		k := ListBefore
+		if p.OldestFirst {
+			k = ListAfter
+		}
+		add(k, c.CreatedAt, c.Seq, c.ID)
+	}
+	return fs
+}
+
+// Direction is the listing's SQL sort direction: DESC, or ASC when
+// OldestFirst.
+func (p ListParams) Direction() string {
+	if p.OldestFirst {
+		return "ASC"
+	}
+	return "DESC"
 }
 
 // ListCursor names a row's place in List's order: created_at, then seq

@@ -27,10 +27,10 @@ import (
 // SELECT starts where the relay's previous claims ended, or sweeps from
 // the start of the due rows (cursor.go).
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
-	p = p.WithDefaults()
 	if p.Limit < 1 {
 		return storage.Batch{}, fmt.Errorf("claim batch: Limit must be positive, got %d", p.Limit)
 	}
+	p = p.WithDefaults()
 	if p.Ordering == storage.OrderingPartition {
 		return s.claimOrdered(ctx, p)
 	}

@@ -56,14 +56,12 @@ func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error)
 // holding leases, all from one snapshot (a read-only repeatable-read
 // transaction), so the numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	if p.TopTypes < 0 {
-		return storage.Stats{}, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
-	}
-	if p.TopTypes == 0 {
-		p.TopTypes = storage.StatsTopTypesDefault
+	p, err := p.WithDefaults()
+	if err != nil {
+		return storage.Stats{}, err
 	}
 	var st storage.Stats
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
 			if st.Backlog, err = s.backlog(ctx, tx); err != nil {
@@ -81,8 +79,7 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 				return err
 			}
 			if estimate != nil {
-				st.Delivered = max(0, *estimate-st.Pending()-st.Dead-st.Delivering)
-				st.DeliveredEstimated = true
+				st.EstimateDelivered(*estimate)
 			}
 			rows, err := tx.Query(ctx, s.queries["admin_stats_types"], p.TopTypes)
 			if err != nil {
@@ -167,8 +164,8 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 // listening relays claim them at once. It returns how many rows it moved,
 // or in a dry run how many it would move.
 func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
-	if p.Limit < 0 {
-		return 0, fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
+	if err := p.Check(); err != nil {
+		return 0, err
 	}
 	args := deadFilterArgs(p.DeadFilter, p.Limit)
 	if p.DryRun {
@@ -229,32 +226,28 @@ func deadFilterArgs(f storage.DeadFilter, limit int) []any {
 	return args
 }
 
-// adminListFilters are admin_list.sql's conditions, one per ListParams
+// adminListFilters are admin_list.sql's conditions, one per kind of
 // filter; %d is the argument's number.
-var adminListFilters = struct {
-	status, eventType, key, id, from, before, errorContains, after, before2 string
-}{
-	status:        "\n  AND status = $%d::text",
-	eventType:     "\n  AND event_type = $%d::text",
-	key:           "\n  AND partition_key = $%d::text",
-	id:            "\n  AND event_id = $%d::uuid",
-	from:          "\n  AND created_at >= $%d::timestamptz",
-	before:        "\n  AND created_at < $%d::timestamptz",
-	errorContains: "\n  AND strpos(lower(coalesce(last_error, '')), lower($%d::text)) > 0",
+var adminListFilters = map[storage.ListFilterKind]string{
+	storage.ListStatus:        "\n  AND status = $%d::text",
+	storage.ListEventType:     "\n  AND event_type = $%d::text",
+	storage.ListPartitionKey:  "\n  AND partition_key = $%d::text",
+	storage.ListEventID:       "\n  AND event_id = $%d::uuid",
+	storage.ListCreatedFrom:   "\n  AND created_at >= $%d::timestamptz",
+	storage.ListCreatedBefore: "\n  AND created_at < $%d::timestamptz",
+	storage.ListErrorContains: "\n  AND strpos(lower(coalesce(last_error, '')), lower($%d::text)) > 0",
 	// The cursor: rows after it in the listing's order.
-	after:   "\n  AND (created_at, COALESCE(seq, 0), event_id) > ($%d::timestamptz, $%d::bigint, $%d::uuid)",
-	before2: "\n  AND (created_at, COALESCE(seq, 0), event_id) < ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+	storage.ListAfter:  "\n  AND (created_at, COALESCE(seq, 0), event_id) > ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+	storage.ListBefore: "\n  AND (created_at, COALESCE(seq, 0), event_id) < ($%d::timestamptz, $%d::bigint, $%d::uuid)",
 }
 
 // List returns up to p.Limit rows that match p's filters, newest first
 // (or oldest first), after p.After when it is set, without payload and
 // headers.
 func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
-	if p.Limit <= 0 {
-		p.Limit = storage.ListLimitDefault
-	}
-	if p.Status != "" && !p.Status.Valid() {
-		return nil, fmt.Errorf("list: unknown status %q", p.Status)
+	p, err := p.WithDefaults()
+	if err != nil {
+		return nil, err
 	}
 	query, args := s.listQuery(p)
 	rows, err := s.pool.Query(ctx, query, args...)
@@ -290,40 +283,10 @@ func (s *Store) listQuery(p storage.ListParams) (string, []any) {
 		fmt.Fprintf(&filters, cond, nums...)
 		args = append(args, vals...)
 	}
-	f := adminListFilters
-	if p.Status != "" {
-		add(f.status, string(p.Status))
+	for _, f := range p.Filters() {
+		add(adminListFilters[f.Kind], f.Values...)
 	}
-	if p.EventType != "" {
-		add(f.eventType, p.EventType)
-	}
-	if p.PartitionKey != "" {
-		add(f.key, p.PartitionKey)
-	}
-	if p.EventID != uuid.Nil {
-		add(f.id, p.EventID)
-	}
-	if !p.CreatedFrom.IsZero() {
-		add(f.from, p.CreatedFrom)
-	}
-	if !p.CreatedBefore.IsZero() {
-		add(f.before, p.CreatedBefore)
-	}
-	if p.ErrorContains != "" {
-		add(f.errorContains, p.ErrorContains)
-	}
-	dir := "DESC"
-	if p.OldestFirst {
-		dir = "ASC"
-	}
-	if c := p.After; c != nil {
-		cond := f.before2
-		if p.OldestFirst {
-			cond = f.after
-		}
-		add(cond, c.CreatedAt, c.Seq, c.ID)
-	}
-	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", dir,
+	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction(),
 		"{{limit}}", fmt.Sprintf("$%d", len(args)+1)).Replace(s.queries["admin_list"])
 	args = append(args, p.Limit)
 	return query, args
