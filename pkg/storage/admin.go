@@ -235,6 +235,19 @@ func (p RetryDeadParams) Check() error {
 	return nil
 }
 
+// RunRetryDead is the part of RetryDead every driver shares: it checks p,
+// then returns count() in a dry run and move() otherwise. Each callback
+// runs the driver's statement for p's filter and limit.
+func RunRetryDead(p RetryDeadParams, count, move func() (int64, error)) (int64, error) {
+	if err := p.Check(); err != nil {
+		return 0, err
+	}
+	if p.DryRun {
+		return count()
+	}
+	return move()
+}
+
 // ListParams selects rows to list, newest first. Every set filter must
 // match. A listing continues page by page with After (keyset pagination):
 // each page is one index range read, however deep it is, never an OFFSET.
@@ -471,6 +484,60 @@ type EmitParams struct {
 	Headers      map[string]string
 	Count        int
 	AvailableIn  time.Duration
+}
+
+// AdminError is how every driver's Admin methods explain err, what being
+// what they were doing: an interruption as one (ctx's error, whatever the
+// driver saw), a missing table (missing(err), asked only then) as an error
+// wrapping ErrTableMissing that says to migrate, and anything else as the
+// driver's explain says.
+func AdminError(ctx context.Context, what, table string, err error,
+	missing func(error) bool, explain func(what string, err error) error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	if missing(err) {
+		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, table, ErrTableMissing)
+	}
+	return explain(what, err)
+}
+
+// AdminStatements runs a driver's own statements, by name, for the Admin
+// code drivers share (PruneWith). Each call runs one statement and returns
+// a number: the count the statement reads (Count) or the rows it changes
+// (Exec). Errors come back explained as the driver's Admin methods explain
+// theirs, saying what was being done.
+type AdminStatements interface {
+	Count(ctx context.Context, what, name string, args ...any) (int64, error)
+	Exec(ctx context.Context, what, name string, args ...any) (int64, error)
+}
+
+// PruneWith is all of Prune for a driver with four statements:
+// admin_prune_delivered and admin_prune_dead delete at most a batch (their
+// arguments: the age in microseconds, the batch size), and
+// admin_prune_delivered_count and admin_prune_dead_count count what they
+// would delete (the age). Which statement runs when, and how a prune is
+// batched, is RunPrune's.
+func PruneWith(ctx context.Context, st AdminStatements, p PruneParams) (PruneResult, error) {
+	// RunPrune refuses other statuses before either callback runs.
+	name := "admin_prune_" + strings.ToLower(string(p.Status))
+	what := "prune " + string(p.Status) + " rows"
+	age := p.OlderThan.Microseconds()
+	return RunPrune(ctx, p, func() (int64, error) {
+		return st.Count(ctx, what, name+"_count", age)
+	}, func(batchSize int) (int64, error) {
+		return st.Exec(ctx, what, name, age, batchSize)
+	})
+}
+
+// RunStats is the part of Stats every driver shares: it checks p and fills
+// its defaults, then read takes the snapshot.
+func RunStats(p StatsParams, read func(p StatsParams) (Stats, error)) (Stats, error) {
+	p, err := p.WithDefaults()
+	if err != nil {
+		return Stats{}, err
+	}
+	return read(p)
 }
 
 // RunPrune is the part of Prune every driver shares. It checks p (DELIVERED

@@ -61,12 +61,12 @@ func (s *Store) backlog(ctx context.Context, q querier, now any) (storage.Backlo
 // read-only REPEATABLE READ transaction) and judged by one instant, so the
 // numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	p, err := p.WithDefaults()
-	if err != nil {
-		return storage.Stats{}, err
-	}
+	return storage.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
+}
+
+func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
 	var st storage.Stats
-	err = s.inTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, s.queries["admin_now"]).Scan(&st.ObservedAt); err != nil {
 			return err
 		}
@@ -186,31 +186,36 @@ func eachRow(ctx context.Context, q querier, query string, args []any, fn func(*
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	// admin_prune_delivered or admin_prune_dead; RunPrune refuses other
-	// statuses before either callback runs.
-	query := "admin_prune_" + strings.ToLower(string(p.Status))
-	what := "prune " + string(p.Status) + " rows"
-	age := p.OlderThan.Microseconds()
-	return storage.RunPrune(ctx, p, func() (int64, error) {
-		var n int64
-		if err := s.db.QueryRowContext(ctx, s.queries[query+"_count"], age).Scan(&n); err != nil {
-			return 0, s.adminError(ctx, what, err)
+	return storage.PruneWith(ctx, adminStatements{s}, p)
+}
+
+// adminStatements runs the store's statements for storage's shared Admin
+// code. A statement that changes rows runs again after a deadlock or
+// lock-wait timeout, as every write of the driver does.
+type adminStatements struct{ s *Store }
+
+func (a adminStatements) Count(ctx context.Context, what, name string, args ...any) (int64, error) {
+	var n int64
+	err := a.s.db.QueryRowContext(ctx, a.s.queries[name], args...).Scan(&n)
+	if err != nil {
+		return 0, a.s.adminError(ctx, what, err)
+	}
+	return n, nil
+}
+
+func (a adminStatements) Exec(ctx context.Context, what, name string, args ...any) (int64, error) {
+	var n int64
+	err := withLockRetry(ctx, func() error {
+		r, err := a.s.db.ExecContext(ctx, a.s.queries[name], args...)
+		if err == nil {
+			n, err = r.RowsAffected()
 		}
-		return n, nil
-	}, func(batchSize int) (int64, error) {
-		var n int64
-		err := withLockRetry(ctx, func() error {
-			r, err := s.db.ExecContext(ctx, s.queries[query], age, batchSize)
-			if err == nil {
-				n, err = r.RowsAffected()
-			}
-			return err
-		})
-		if err != nil {
-			return 0, s.adminError(ctx, what, err)
-		}
-		return n, nil
+		return err
 	})
+	if err != nil {
+		return 0, a.s.adminError(ctx, what, err)
+	}
+	return n, nil
 }
 
 // RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
@@ -218,36 +223,34 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 // would move. Relays find them at their next poll: MySQL cannot notify
 // them.
 func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
-	if err := p.Check(); err != nil {
-		return 0, err
-	}
 	filter, args := s.deadFilter(p.DeadFilter)
 	limit := int64(math.MaxInt64)
 	if p.Limit > 0 {
 		limit = int64(p.Limit)
 	}
 	args = append(args, limit)
-	if p.DryRun {
+	return storage.RunRetryDead(p, func() (int64, error) {
 		var n int64
 		query := strings.Replace(s.queries["admin_retry_dead_count"], "{{filter}}", filter, 1)
 		if err := s.db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
 			return 0, s.adminError(ctx, "count dead rows", err)
 		}
 		return n, nil
-	}
-	query := strings.Replace(s.queries["admin_retry_dead"], "{{filter}}", filter, 1)
-	var n int64
-	err := withLockRetry(ctx, func() error {
-		r, err := s.db.ExecContext(ctx, query, args...)
-		if err == nil {
-			n, err = r.RowsAffected()
+	}, func() (int64, error) {
+		query := strings.Replace(s.queries["admin_retry_dead"], "{{filter}}", filter, 1)
+		var n int64
+		err := withLockRetry(ctx, func() error {
+			r, err := s.db.ExecContext(ctx, query, args...)
+			if err == nil {
+				n, err = r.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return 0, s.adminError(ctx, "retry dead rows", err)
 		}
-		return err
+		return n, nil
 	})
-	if err != nil {
-		return 0, s.adminError(ctx, "retry dead rows", err)
-	}
-	return n, nil
 }
 
 // deadFilter turns a filter into admin_dead_filter.sql's text and
@@ -476,12 +479,11 @@ func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, er
 // adminError explains err like queryError, and also says what to do about
 // a missing table and that an interruption was one.
 func (s *Store) adminError(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
-	}
+	return storage.AdminError(ctx, what, s.table.String(), err, tableMissing, s.queryError)
+}
+
+// tableMissing reports whether err says the table does not exist.
+func tableMissing(err error) bool {
 	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
-		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, s.table, storage.ErrTableMissing)
-	}
-	return s.queryError(what, err)
+	return errors.As(err, &myErr) && myErr.Number == errNoSuchTable
 }

@@ -56,12 +56,12 @@ func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error)
 // holding leases, all from one snapshot (a read-only repeatable-read
 // transaction), so the numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	p, err := p.WithDefaults()
-	if err != nil {
-		return storage.Stats{}, err
-	}
+	return storage.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
+}
+
+func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
 	var st storage.Stats
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
 			if st.Backlog, err = s.backlog(ctx, tx); err != nil {
@@ -139,24 +139,26 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	// admin_prune_delivered or admin_prune_dead; RunPrune refuses other
-	// statuses before either callback runs.
-	query := "admin_prune_" + strings.ToLower(string(p.Status))
-	what := "prune " + string(p.Status) + " rows"
-	age := p.OlderThan.Microseconds()
-	return storage.RunPrune(ctx, p, func() (int64, error) {
-		var n int64
-		if err := s.pool.QueryRow(ctx, s.queries[query+"_count"], age).Scan(&n); err != nil {
-			return 0, s.adminError(ctx, what, err)
-		}
-		return n, nil
-	}, func(batchSize int) (int64, error) {
-		tag, err := s.pool.Exec(ctx, s.queries[query], age, batchSize)
-		if err != nil {
-			return 0, s.adminError(ctx, what, err)
-		}
-		return tag.RowsAffected(), nil
-	})
+	return storage.PruneWith(ctx, adminStatements{s}, p)
+}
+
+// adminStatements runs the store's statements for storage's shared Admin
+// code, each on a pooled connection of its own.
+type adminStatements struct{ s *Store }
+
+func (a adminStatements) Count(ctx context.Context, what, name string, args ...any) (n int64, err error) {
+	if err = a.s.pool.QueryRow(ctx, a.s.queries[name], args...).Scan(&n); err != nil {
+		err = a.s.adminError(ctx, what, err)
+	}
+	return n, err
+}
+
+func (a adminStatements) Exec(ctx context.Context, what, name string, args ...any) (int64, error) {
+	tag, err := a.s.pool.Exec(ctx, a.s.queries[name], args...)
+	if err != nil {
+		return 0, a.s.adminError(ctx, what, err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
@@ -164,35 +166,33 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 // listening relays claim them at once. It returns how many rows it moved,
 // or in a dry run how many it would move.
 func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
-	if err := p.Check(); err != nil {
-		return 0, err
-	}
 	args := deadFilterArgs(p.DeadFilter, p.Limit)
-	if p.DryRun {
+	return storage.RunRetryDead(p, func() (int64, error) {
 		var n int64
 		if err := s.pool.QueryRow(ctx, s.queries["admin_retry_dead_count"], args...).Scan(&n); err != nil {
 			return 0, s.adminError(ctx, "count dead rows", err)
 		}
 		return n, nil
-	}
-	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, s.queries["admin_retry_dead"], args...)
-		if err != nil {
+	}, func() (int64, error) {
+		var n int64
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, s.queries["admin_retry_dead"], args...)
+			if err != nil {
+				return err
+			}
+			n = tag.RowsAffected()
+			if n == 0 {
+				return nil
+			}
+			// Delivered on commit, like the insert trigger's notification.
+			_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Quoted())
 			return err
+		})
+		if err != nil {
+			return 0, s.adminError(ctx, "retry dead rows", err)
 		}
-		n = tag.RowsAffected()
-		if n == 0 {
-			return nil
-		}
-		// Delivered on commit, like the insert trigger's notification.
-		_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Quoted())
-		return err
+		return n, nil
 	})
-	if err != nil {
-		return 0, s.adminError(ctx, "retry dead rows", err)
-	}
-	return n, nil
 }
 
 // deadFilterArgs turns a filter into the parameters of the retry-dead
@@ -348,15 +348,19 @@ func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, er
 // adminError explains err like queryError, and also says what to do about
 // a missing table and that an interruption was one.
 func (s *Store) adminError(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
-	}
+	return storage.AdminError(ctx, what, s.table.String(), err, s.isTableMissing, s.queryError)
+}
+
+// isTableMissing reports whether err says the table does not exist
+// (undefined_table), and then recycles the pool: the table may be gone, or
+// the sessions' search_path stale.
+func (s *Store) isTableMissing(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		s.recycle(err) // the table may be gone, or the session's search_path stale
-		return fmt.Errorf("%s: table %s: %w; run `relay-cli migrate`", what, s.table, storage.ErrTableMissing)
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		s.recycle(err)
+		return true
 	}
-	return s.queryError(what, err)
+	return false
 }
 
 func microseconds(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
