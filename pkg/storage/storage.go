@@ -195,6 +195,30 @@ type Driver struct {
 	Open func(ctx context.Context, u *url.URL) (Storage, error)
 }
 
+// NewDriver is the Driver of a database whose table names are checked by
+// parseTable (whatever it returns besides the error is not used here) and
+// whose tables open from the URL's text: CheckTable and Open follow from
+// those two, so that drivers only name them.
+func NewDriver[T any, S Storage](name, defaultTable string, parseTable func(string) (T, error),
+	open func(ctx context.Context, rawURL string) (S, error)) Driver {
+	return Driver{
+		Name:         name,
+		DefaultTable: defaultTable,
+		CheckTable: func(table string) error {
+			_, err := parseTable(table)
+			return err
+		},
+		Open: func(ctx context.Context, u *url.URL) (Storage, error) {
+			s, err := open(ctx, u.String())
+			if err != nil {
+				// Not a nil *S in a non-nil interface.
+				return nil, err
+			}
+			return s, nil
+		},
+	}
+}
+
 var drivers = driver.NewRegistry[Driver]("storage")
 
 // Register makes a driver available under the given URL schemes; driver

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,17 +27,7 @@ import (
 )
 
 func init() {
-	storage.Register(storage.Driver{
-		Name:         "PostgreSQL",
-		DefaultTable: schema.DefaultTable,
-		CheckTable: func(name string) error {
-			_, err := schema.ParseTable(name)
-			return err
-		},
-		Open: func(ctx context.Context, u *url.URL) (storage.Storage, error) {
-			return Open(ctx, u.String())
-		},
-	}, "postgres", "postgresql")
+	storage.Register(storage.NewDriver("PostgreSQL", schema.DefaultTable, schema.ParseTable, Open), "postgres", "postgresql")
 }
 
 // ConnectTimeoutDefault bounds connecting when neither the URL's
@@ -153,14 +142,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
-	entries, err := sqlFiles.ReadDir("sql")
+	queries, err := storage.LoadQueries(sqlFiles, "sql", func(q string) string { return schema.Expand(q, table) })
 	if err != nil {
 		return nil, err
-	}
-	queries := make(map[string]string, len(entries))
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".sql")
-		queries[name] = schema.Expand(mustReadSQL(name), table)
 	}
 	// Block mode stops a key at a DEAD event ahead of (or within) its run;
 	// the conditions are part of the text, not parameters, so each mode
@@ -178,15 +162,8 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	return queries, nil
 }
 
-// mustReadSQL returns the embedded sql/<name>.sql, unexpanded. The files
-// are part of the binary, so a missing one is a bug.
-func mustReadSQL(name string) string {
-	text, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(err)
-	}
-	return string(text)
-}
+// mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
+func mustReadSQL(name string) string { return storage.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
 
 // noDeadBefore is a condition, for block mode, that no DEAD event of key h.k
 // comes before the row alias names.
@@ -243,12 +220,6 @@ func (s *Store) Close() {
 	}
 }
 
-// requiredColumns are the Open Outbox contract's columns.
-var requiredColumns = []string{
-	"event_id", "event_type", "partition_key", "payload", "headers", "status", "attempts",
-	"last_error", "available_at", "locked_by", "locked_at", "delivered_at", "created_at", "updated_at",
-}
-
 // Check reaches the database and verifies that the table exists with every
 // column the relay uses. Its errors say what to do.
 func (s *Store) Check(ctx context.Context) error {
@@ -264,17 +235,7 @@ func (s *Store) Check(ctx context.Context) error {
 		return fmt.Errorf("table %s: %w; run `relay-cli migrate` or start the relay with STORAGE_AUTO_MIGRATE=true",
 			s.table, storage.ErrTableMissing)
 	}
-	var missing []string
-	for _, c := range append(slices.Clone(requiredColumns), "seq") {
-		if !slices.Contains(have, c) {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("table %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq), or check that STORAGE_TABLE_NAME names an outbox table",
-			s.table, strings.Join(missing, ", "))
-	}
-	return nil
+	return storage.CheckColumns(s.table.String(), have, "seq")
 }
 
 // sessionErrors are the SQLSTATEs with which a statement fails on a healthy
@@ -312,47 +273,38 @@ func (s *Store) recycle(err error) {
 // the pool's connections when a session setting may have caused err.
 func (s *Store) queryError(what string, err error) error {
 	s.recycle(err)
-	if isConnectionError(err) {
-		return s.connError(err)
-	}
-	return fmt.Errorf("%s %s: %w", what, s.table, err)
+	return storage.QueryError(s.server(), s.table.String(), what, err, connFailure)
 }
 
-// connError explains a failure to reach the database or to log in, without
-// the password and without the table, which is not the problem.
-func (s *Store) connError(err error) error {
+// server names the database for storage.ConnError.
+func (s *Store) server() storage.Server {
 	cfg := s.pool.Config().ConnConfig
-	where := fmt.Sprintf("PostgreSQL at %s:%d", cfg.Host, cfg.Port)
-	var pgErr *pgconn.PgError
-	var msg string
-	switch {
-	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"): // invalid authorization
-		msg = fmt.Sprintf("%s refused the login of user %q (check the user and password in STORAGE_URL, and pg_hba.conf)",
-			where, cfg.User)
-	case errors.As(err, &pgErr) && pgErr.Code == "3D000": // invalid_catalog_name
-		msg = fmt.Sprintf("%s has no database %q (check the database name in STORAGE_URL, or create it)",
-			where, cfg.Database)
-	default:
-		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)",
-			where, cfg.User)
+	return storage.Server{
+		Where: fmt.Sprintf("PostgreSQL at %s:%d", cfg.Host, cfg.Port),
+		User:  cfg.User, Database: cfg.Database, LoginHint: "pg_hba.conf", RawURL: s.rawURL,
 	}
-	return storage.Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, s.rawURL)))
 }
 
-// isConnectionError reports whether err means the database could not be
-// reached or refused the login, as opposed to a statement it rejected.
+// connFailure reports whether err means the database could not be reached
+// or refused the login, as opposed to a statement it rejected, and which.
 // Login failures are server errors too, but they arrive wrapped in a
 // ConnectError.
-func isConnectionError(err error) bool {
-	if err == nil {
-		return false
+func connFailure(err error) (storage.ConnFailure, bool) {
+	var (
+		connErr *pgconn.ConnectError
+		pgErr   *pgconn.PgError
+	)
+	switch {
+	case err == nil:
+		return storage.CannotReach, false
+	case !errors.As(err, &connErr) && errors.As(err, &pgErr):
+		return storage.CannotReach, false
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"): // invalid authorization
+		return storage.LoginRefused, true
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000": // invalid_catalog_name
+		return storage.NoDatabase, true
 	}
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr)
+	return storage.CannotReach, true
 }
 
 // Listen waits on a connection of its own for notifications on the table's
