@@ -1,12 +1,14 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
 	"slices"
 	"strings"
 
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 )
 
@@ -130,4 +132,77 @@ func ConnError(srv Server, why ConnFailure, err error) error {
 			srv.Where, srv.User)
 	}
 	return Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, srv.RawURL)))
+}
+
+// Producer is the part of a driver's producer writer (postgres.Writer,
+// mysql.Writer) that every driver shares: it prepares messages with
+// outbox.Prepare — ids, trace context, the header rules — and hands their
+// columns to the driver's insert, within the caller's transaction tx.
+type Producer[Tx any] struct {
+	insert func(ctx context.Context, tx Tx, c outbox.Columns) error
+}
+
+// NewProducer returns a Producer that writes through insert.
+func NewProducer[Tx any](insert func(ctx context.Context, tx Tx, c outbox.Columns) error) Producer[Tx] {
+	return Producer[Tx]{insert: insert}
+}
+
+// Write inserts events within tx, so that they commit or roll back with the
+// caller's business change. It fills in missing ids with UUIDv7s and adds
+// the W3C trace context of ctx (the traceparent header) unless an event
+// carries its own. No events: no statement.
+func (p Producer[Tx]) Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
+	if len(events) == 0 {
+		return nil
+	}
+	c, err := outbox.Prepare(ctx, events)
+	if err != nil {
+		return err
+	}
+	return p.insert(ctx, tx, c)
+}
+
+// WriterFor is a driver's NewWriter: the writer newWriter makes for the
+// table name, once the driver's parseTable accepts it.
+func WriterFor[T, W any](name string, parseTable func(string) (T, error), newWriter func(T) W) (W, error) {
+	t, err := parseTable(name)
+	if err != nil {
+		var none W
+		return none, err
+	}
+	return newWriter(t), nil
+}
+
+// RunMigrate is the part of Migrate every driver shares. withLock runs its
+// function while the driver holds its migration lock (on the connection or
+// in the transaction C it passes, where the driver's statements run);
+// objects lists the table's schema objects, and apply creates what is
+// missing given what exists. The result compares the objects before and
+// after.
+func RunMigrate[C any](withLock func(fn func(C) error) error, objects func(C) ([]string, error),
+	apply func(c C, existing []string) error) (MigrateResult, error) {
+	var res MigrateResult
+	err := withLock(func(c C) error {
+		before, err := objects(c)
+		if err != nil {
+			return err
+		}
+		if err := apply(c, before); err != nil {
+			return err
+		}
+		after, err := objects(c)
+		if err != nil {
+			return err
+		}
+		res = MigrateResult{}
+		for _, obj := range after {
+			if slices.Contains(before, obj) {
+				res.Existed = append(res.Existed, obj)
+			} else {
+				res.Created = append(res.Created, obj)
+			}
+		}
+		return nil
+	})
+	return res, err
 }
