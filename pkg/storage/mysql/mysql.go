@@ -87,8 +87,9 @@ type Store struct {
 }
 
 var (
-	_ storage.Storage     = (*Store)(nil)
-	_ storage.SQLDatabase = (*Store)(nil)
+	_ storage.Storage         = (*Store)(nil)
+	_ storage.SQLDatabase     = (*Store)(nil)
+	_ storage.RetentionLocker = (*Store)(nil)
 )
 
 // SQL returns the store's database/sql handle.

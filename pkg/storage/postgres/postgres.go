@@ -81,9 +81,10 @@ type Store struct {
 }
 
 var (
-	_ storage.Storage     = (*Store)(nil)
-	_ storage.Notifier    = (*Store)(nil)
-	_ storage.SQLDatabase = (*Store)(nil)
+	_ storage.Storage         = (*Store)(nil)
+	_ storage.Notifier        = (*Store)(nil)
+	_ storage.SQLDatabase     = (*Store)(nil)
+	_ storage.RetentionLocker = (*Store)(nil)
 )
 
 // Open creates a connection pool for rawURL without connecting yet; call
