@@ -6,6 +6,14 @@
 // one method taking a params struct, so new options do not change
 // signatures.
 //
+// Policy is decided here, once, and drivers apply it: the reap rule
+// (ReapParams.DeadFrom), the ordered claim's run limit (ClaimParams.RunLimit)
+// and every default (the params' WithDefaults), how listings filter
+// (ListParams.Filters), prunes batch (RunPrune), migrations report
+// (RunMigrate) and producers prepare events (Producer). A driver supplies
+// statements and says how its database reports errors; it keeps no rules
+// of its own.
+//
 // The rules every driver keeps are written on the methods below; the
 // storagetest package checks them. Two apply throughout:
 //   - Timestamps are kept and compared with microsecond precision. A lease
