@@ -289,24 +289,12 @@ func (a *byteArena) copy(b []byte) []byte {
 
 // MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
 func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["mark_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs),
-		createdFrom(p.Lease), createdTo(p.Lease))
-	if err != nil {
-		s.recycle(err)
-		return 0, fmt.Errorf("mark delivered: %w", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return s.settle(ctx, "mark delivered", "mark_delivered", p.Lease, uuidArray(p.IDs))
 }
 
 // DeleteDelivered deletes the lease's rows among p.IDs.
 func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["delete_delivered"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs),
-		createdFrom(p.Lease), createdTo(p.Lease))
-	if err != nil {
-		s.recycle(err)
-		return 0, fmt.Errorf("delete delivered: %w", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return s.settle(ctx, "delete delivered", "delete_delivered", p.Lease, uuidArray(p.IDs))
 }
 
 // MarkFailed records one failed attempt for each of the lease's rows in
@@ -320,33 +308,29 @@ func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, erro
 	for i, f := range p.Failures {
 		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
 	}
-	tag, err := s.pool.Exec(ctx, s.queries["mark_failed"], p.Lease.RelayID, p.Lease.Stamps(), ids, msgs, dead, delays,
-		createdFrom(p.Lease), createdTo(p.Lease))
-	if err != nil {
-		s.recycle(err)
-		return 0, fmt.Errorf("mark failed: %w", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return s.settle(ctx, "mark failed", "mark_failed", p.Lease, ids, msgs, dead, delays)
 }
 
 // Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
 func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["release"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs),
-		createdFrom(p.Lease), createdTo(p.Lease))
-	if err != nil {
-		s.recycle(err)
-		return 0, fmt.Errorf("release: %w", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return s.settle(ctx, "release", "release", p.Lease, uuidArray(p.IDs))
 }
 
 // Renew moves the lease's rows among p.IDs to the stamp p.To.
 func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.queries["renew"], p.Lease.RelayID, p.Lease.Stamps(), uuidArray(p.IDs), p.To,
-		createdFrom(p.Lease), createdTo(p.Lease))
+	return s.settle(ctx, "renew lease", "renew", p.Lease, uuidArray(p.IDs), p.To)
+}
+
+// settle runs one of the lease-guarded statements (sql/<name>.sql), whose
+// arguments are always the relay id, the lease's stamps, the rows' ids,
+// what the statement adds (more), then the lease's created_at bounds.
+func (s *Store) settle(ctx context.Context, what, name string, lease storage.Lease, ids any, more ...any) (int, error) {
+	args := append([]any{lease.RelayID, lease.Stamps(), ids}, more...)
+	args = append(args, createdFrom(lease), createdTo(lease))
+	tag, err := s.pool.Exec(ctx, s.queries[name], args...)
 	if err != nil {
 		s.recycle(err)
-		return 0, fmt.Errorf("renew lease: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	return int(tag.RowsAffected()), nil
 }
