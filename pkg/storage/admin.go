@@ -23,21 +23,25 @@ type Admin interface {
 	// Backlog reads the work waiting, cheaply enough to be called every few
 	// seconds on a table with a long delivered history.
 	Backlog(ctx context.Context) (Backlog, error)
-	// Stats reads a consistent snapshot of the table.
+	// Stats reads a consistent snapshot of the table, p checked and
+	// defaulted by RunStats.
 	Stats(ctx context.Context, p StatsParams) (Stats, error)
 	// List returns rows newest first (created_at, then the later insert
 	// first, then event_id), or oldest first when asked, without payload
-	// and headers; none match: an empty list and no error.
+	// and headers; none match: an empty list and no error. p is checked
+	// and defaulted by its WithDefaults, and its conditions are the ones
+	// p.Filters returns, in p.Direction().
 	List(ctx context.Context, p ListParams) ([]Row, error)
 	// Get returns every column of one row, or an error wrapping
 	// ErrEventNotFound.
 	Get(ctx context.Context, id uuid.UUID) (Row, error)
 	// Prune deletes DELIVERED or DEAD rows older than p.OlderThan in
-	// batches; in a dry run it only counts them.
+	// batches; in a dry run it only counts them. RunPrune (or PruneWith)
+	// decides the batches; the driver supplies the statements.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 	// RetryDead moves the DEAD rows p selects back to PENDING, attempts 0
 	// and due now, wakes the relays as an insert would, and returns how
-	// many it moved (or would move, in a dry run).
+	// many it moved (or would move, in a dry run: RunRetryDead decides).
 	RetryDead(ctx context.Context, p RetryDeadParams) (int64, error)
 	// DeliveryRate counts the deliveries of the last DeliveryRateMinutes
 	// minutes, minute by minute, from the DELIVERED rows' delivered_at.

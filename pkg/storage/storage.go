@@ -137,12 +137,15 @@ type SQLDatabase interface {
 // Schema is what creating and checking the table needs.
 type Schema interface {
 	// Migrate creates the table, its indexes and whatever else the driver
-	// needs, where missing; running it twice changes nothing.
+	// needs, where missing; running it twice changes nothing. RunMigrate
+	// tells what was created from what existed.
 	Migrate(ctx context.Context) (MigrateResult, error)
 	// Check verifies that the database answers and the table is usable. A
-	// missing table is an error wrapping ErrTableMissing; a database that
-	// cannot be reached or refuses the login wraps ErrUnreachable and does
-	// not mention the table.
+	// missing table is an error wrapping ErrTableMissing; a table without
+	// every column of ContractColumns, and of those the driver adds, is
+	// CheckColumns' error; a database that cannot be reached or refuses
+	// the login wraps ErrUnreachable (ConnError) and does not mention the
+	// table.
 	Check(ctx context.Context) error
 	// SchemaSQL is the DDL Migrate applies, for teams that run migrations
 	// with their own tools.
