@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -73,8 +72,8 @@ type Engine struct {
 	// broker drop its connection; claims wait meanwhile.
 	isolation sync.RWMutex
 
-	// cursor is the last key an ordered claim took; only the claim loop
-	// touches it.
+	// cursor is where the next ordered claim's walk starts, as the last
+	// one returned it (Batch.After); only the claim loop touches it.
 	cursor string
 }
 
@@ -254,33 +253,10 @@ func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 	})
 	end(len(c.batch.Events), err)
 	if err == nil && e.cfg.Ordering == storage.OrderingPartition {
-		e.cursor = nextCursor(e.cursor, c.batch.Events)
+		// The driver knows where its walk over keys ended.
+		e.cursor = c.batch.After
 	}
 	return c, err
-}
-
-// nextCursor is where the next ordered claim starts its walk over keys: past
-// the last key this claim took. The walk went through the keys after the
-// old cursor in order, then wrapped around to the start.
-func nextCursor(old string, events []outbox.Event) string {
-	var afterOld, wrapped string
-	for _, ev := range events {
-		k := ev.PartitionKey
-		switch {
-		case k == "":
-		case k > old:
-			afterOld = max(afterOld, k)
-		default:
-			wrapped = max(wrapped, k)
-		}
-	}
-	switch {
-	case wrapped != "":
-		return wrapped
-	case afterOld != "":
-		return afterOld
-	}
-	return old
 }
 
 // idle waits for a wakeup, the poll interval, or the end of ctx.

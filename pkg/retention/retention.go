@@ -7,7 +7,7 @@
 // loop runs on such a table even when nothing is to be deleted.
 //
 // One relay of a table does the work at a time: each cycle runs under the
-// table's retention lock (storage.Retainer) and is skipped by relays that
+// table's retention lock (storage.RetentionLocker) and is skipped by relays that
 // do not get it. It never touches PENDING or DELIVERING rows: pruning
 // refuses them, and partition maintenance keeps every partition that holds
 // one.
@@ -83,7 +83,7 @@ func (c Config) Validate() error {
 }
 
 // Store is what retention needs of the table; a storage that is also a
-// storage.Retainer or storage.Partitioner is used as one.
+// storage.RetentionLocker or storage.Partitioner is used as one.
 type Store interface {
 	Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error)
 }
@@ -195,7 +195,7 @@ func (r *Runner) RunOnce(ctx context.Context) (Report, error) {
 		return r.prune(ctx, &rep)
 	}
 	var err error
-	if lock, ok := r.store.(storage.Retainer); ok {
+	if lock, ok := r.store.(storage.RetentionLocker); ok {
 		var ran bool
 		ran, err = lock.WithRetentionLock(ctx, cycle)
 		rep.Skipped = !ran && err == nil

@@ -142,7 +142,7 @@ func TestRemovesExactlyWhatIsPastItsAge(t *testing.T) {
 }
 
 // lockedStore is a storage whose Prune calls a hook first; it is still the
-// driver's storage.Retainer.
+// driver's storage.RetentionLocker.
 type lockedStore struct {
 	storage.Storage
 	beforePrune func()
@@ -156,7 +156,7 @@ func (s lockedStore) Prune(ctx context.Context, p storage.PruneParams) (storage.
 }
 
 func (s lockedStore) WithRetentionLock(ctx context.Context, fn func(context.Context) error) (bool, error) {
-	return s.Storage.(storage.Retainer).WithRetentionLock(ctx, fn)
+	return s.Storage.(storage.RetentionLocker).WithRetentionLock(ctx, fn)
 }
 
 // Two relays of a table: while one prunes, the other's cycle is skipped,

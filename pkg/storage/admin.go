@@ -23,21 +23,25 @@ type Admin interface {
 	// Backlog reads the work waiting, cheaply enough to be called every few
 	// seconds on a table with a long delivered history.
 	Backlog(ctx context.Context) (Backlog, error)
-	// Stats reads a consistent snapshot of the table.
+	// Stats reads a consistent snapshot of the table, p checked and
+	// defaulted by RunStats.
 	Stats(ctx context.Context, p StatsParams) (Stats, error)
 	// List returns rows newest first (created_at, then the later insert
 	// first, then event_id), or oldest first when asked, without payload
-	// and headers; none match: an empty list and no error.
+	// and headers; none match: an empty list and no error. p is checked
+	// and defaulted by its WithDefaults, and its conditions are the ones
+	// p.Filters returns, in p.Direction().
 	List(ctx context.Context, p ListParams) ([]Row, error)
 	// Get returns every column of one row, or an error wrapping
 	// ErrEventNotFound.
 	Get(ctx context.Context, id uuid.UUID) (Row, error)
 	// Prune deletes DELIVERED or DEAD rows older than p.OlderThan in
-	// batches; in a dry run it only counts them.
+	// batches; in a dry run it only counts them. RunPrune (or PruneWith)
+	// decides the batches; the driver supplies the statements.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 	// RetryDead moves the DEAD rows p selects back to PENDING, attempts 0
 	// and due now, wakes the relays as an insert would, and returns how
-	// many it moved (or would move, in a dry run).
+	// many it moved (or would move, in a dry run: RunRetryDead decides).
 	RetryDead(ctx context.Context, p RetryDeadParams) (int64, error)
 	// DeliveryRate counts the deliveries of the last DeliveryRateMinutes
 	// minutes, minute by minute, from the DELIVERED rows' delivered_at.
@@ -88,6 +92,18 @@ type StatsParams struct {
 	EstimateDelivered bool
 }
 
+// WithDefaults checks p and returns it with its defaults filled in: every
+// driver's Stats starts here, so that none has rules of its own.
+func (p StatsParams) WithDefaults() (StatsParams, error) {
+	if p.TopTypes < 0 {
+		return p, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
+	}
+	if p.TopTypes == 0 {
+		p.TopTypes = StatsTopTypesDefault
+	}
+	return p, nil
+}
+
 // Stats is a consistent snapshot of the table for operators.
 type Stats struct {
 	Backlog
@@ -109,6 +125,14 @@ type Stats struct {
 	BlockedKeys []BlockedKey
 	// ObservedAt is the database's clock when the snapshot was taken.
 	ObservedAt time.Time
+}
+
+// EstimateDelivered sets Delivered from the table's estimated row count
+// (the database's statistics), less the exact counts of the other
+// statuses, which Stats must already hold.
+func (s *Stats) EstimateDelivered(tableRows int64) {
+	s.Delivered = max(0, tableRows-s.Pending()-s.Dead-s.Delivering)
+	s.DeliveredEstimated = true
 }
 
 // TypeBacklog is the PENDING backlog of one event type.
@@ -207,6 +231,27 @@ type RetryDeadParams struct {
 	DryRun bool
 }
 
+// Check reports what is wrong with p; every driver's RetryDead starts here.
+func (p RetryDeadParams) Check() error {
+	if p.Limit < 0 {
+		return fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
+	}
+	return nil
+}
+
+// RunRetryDead is the part of RetryDead every driver shares: it checks p,
+// then returns count() in a dry run and move() otherwise. Each callback
+// runs the driver's statement for p's filter and limit.
+func RunRetryDead(p RetryDeadParams, count, move func() (int64, error)) (int64, error) {
+	if err := p.Check(); err != nil {
+		return 0, err
+	}
+	if p.DryRun {
+		return count()
+	}
+	return move()
+}
+
 // ListParams selects rows to list, newest first. Every set filter must
 // match. A listing continues page by page with After (keyset pagination):
 // each page is one index range read, however deep it is, never an OFFSET.
@@ -229,6 +274,90 @@ type ListParams struct {
 	// After, when set, continues a listing after the row it names (see
 	// CursorOf), in the listing's order.
 	After *ListCursor
+}
+
+// WithDefaults checks p and returns it with its defaults filled in (Limit:
+// ListLimitDefault); every driver's List starts here.
+func (p ListParams) WithDefaults() (ListParams, error) {
+	if p.Limit <= 0 {
+		p.Limit = ListLimitDefault
+	}
+	if p.Status != "" && !p.Status.Valid() {
+		return p, fmt.Errorf("list: unknown status %q", p.Status)
+	}
+	return p, nil
+}
+
+// ListFilterKind names one of ListParams' filters.
+type ListFilterKind int
+
+// The filters of a listing, in the order Filters returns them, with the
+// values each carries in ListFilter.Values.
+const (
+	ListStatus        ListFilterKind = iota // the status, as a string
+	ListEventType                           // the event type
+	ListPartitionKey                        // the key, as a string
+	ListEventID                             // a uuid.UUID
+	ListCreatedFrom                         // a time.Time: created at or after it
+	ListCreatedBefore                       // a time.Time: created before it
+	ListErrorContains                       // text last_error contains, ignoring case
+	// ListAfter and ListBefore continue a listing past a cursor, oldest
+	// first and newest first: its CreatedAt, Seq and ID.
+	ListAfter
+	ListBefore
+)
+
+// ListFilter is one condition a listing applies.
+type ListFilter struct {
+	Kind   ListFilterKind
+	Values []any
+}
+
+// Filters are the conditions p sets, in a fixed order: the driver only
+// writes each kind as SQL (with one placeholder per value) and converts
+// the values to its arguments. Which filters apply, and which way a cursor
+// points, is decided here.
+func (p ListParams) Filters() []ListFilter {
+	var fs []ListFilter
+	add := func(k ListFilterKind, vals ...any) { fs = append(fs, ListFilter{Kind: k, Values: vals}) }
+	if p.Status != "" {
+		add(ListStatus, string(p.Status))
+	}
+	if p.EventType != "" {
+		add(ListEventType, p.EventType)
+	}
+	if p.PartitionKey != "" {
+		add(ListPartitionKey, p.PartitionKey)
+	}
+	if p.EventID != uuid.Nil {
+		add(ListEventID, p.EventID)
+	}
+	if !p.CreatedFrom.IsZero() {
+		add(ListCreatedFrom, p.CreatedFrom)
+	}
+	if !p.CreatedBefore.IsZero() {
+		add(ListCreatedBefore, p.CreatedBefore)
+	}
+	if p.ErrorContains != "" {
+		add(ListErrorContains, p.ErrorContains)
+	}
+	if c := p.After; c != nil {
+		k := ListBefore
+		if p.OldestFirst {
+			k = ListAfter
+		}
+		add(k, c.CreatedAt, c.Seq, c.ID)
+	}
+	return fs
+}
+
+// Direction is the listing's SQL sort direction: DESC, or ASC when
+// OldestFirst.
+func (p ListParams) Direction() string {
+	if p.OldestFirst {
+		return "ASC"
+	}
+	return "DESC"
 }
 
 // ListCursor names a row's place in List's order: created_at, then seq
@@ -359,6 +488,73 @@ type EmitParams struct {
 	Headers      map[string]string
 	Count        int
 	AvailableIn  time.Duration
+}
+
+// AdminError is how every driver's Admin methods explain err, what being
+// what they were doing: an interruption as one (ctx's error, whatever the
+// driver saw), a missing table (missing(err), asked only then) as an error
+// wrapping ErrTableMissing that says to migrate, and anything else as the
+// driver's explain says.
+func AdminError(ctx context.Context, what, table, where string, err error,
+	missing func(error) bool, explain func(what string, err error) error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	if missing(err) {
+		return TableMissing(what, table, where)
+	}
+	return explain(what, err)
+}
+
+// TableMissing is the error for a table that is not in the database, with
+// where it was looked for (Server.Location) and how to create it there:
+// a STORAGE_URL left unset or misspelt points at the default database, and
+// "run relay-cli migrate" without saying where would create the table in
+// the wrong one. what, when set, says what was being done.
+func TableMissing(what, table, where string) error {
+	if what != "" {
+		what += ": "
+	}
+	return fmt.Errorf("%stable %s in %s: %w; run `relay-cli migrate` with STORAGE_URL naming this database, or start the relay with STORAGE_AUTO_MIGRATE=true",
+		what, table, where, ErrTableMissing)
+}
+
+// AdminStatements runs a driver's own statements, by name, for the Admin
+// code drivers share (PruneWith). Each call runs one statement and returns
+// a number: the count the statement reads (Count) or the rows it changes
+// (Exec). Errors come back explained as the driver's Admin methods explain
+// theirs, saying what was being done.
+type AdminStatements interface {
+	Count(ctx context.Context, what, name string, args ...any) (int64, error)
+	Exec(ctx context.Context, what, name string, args ...any) (int64, error)
+}
+
+// PruneWith is all of Prune for a driver with four statements:
+// admin_prune_delivered and admin_prune_dead delete at most a batch (their
+// arguments: the age in microseconds, the batch size), and
+// admin_prune_delivered_count and admin_prune_dead_count count what they
+// would delete (the age). Which statement runs when, and how a prune is
+// batched, is RunPrune's.
+func PruneWith(ctx context.Context, st AdminStatements, p PruneParams) (PruneResult, error) {
+	// RunPrune refuses other statuses before either callback runs.
+	name := "admin_prune_" + strings.ToLower(string(p.Status))
+	what := "prune " + string(p.Status) + " rows"
+	age := p.OlderThan.Microseconds()
+	return RunPrune(ctx, p, func() (int64, error) {
+		return st.Count(ctx, what, name+"_count", age)
+	}, func(batchSize int) (int64, error) {
+		return st.Exec(ctx, what, name, age, batchSize)
+	})
+}
+
+// RunStats is the part of Stats every driver shares: it checks p and fills
+// its defaults, then read takes the snapshot.
+func RunStats(p StatsParams, read func(p StatsParams) (Stats, error)) (Stats, error) {
+	p, err := p.WithDefaults()
+	if err != nil {
+		return Stats{}, err
+	}
+	return read(p)
 }
 
 // RunPrune is the part of Prune every driver shares. It checks p (DELIVERED

@@ -55,9 +55,18 @@ type ClaimParams struct {
 	Ordering Ordering
 	// OnDead says whether a DEAD event holds its key back (partition only).
 	OnDead DeadPolicy
-	// After is the last key the previous ordered claim took; the next one
-	// starts after it so that every key gets its turn.
+	// After is where an ordered claim's walk over keys starts: the
+	// previous claim's Batch.After, passed back unchanged ("" at first).
+	// The walk takes the keys after it in bytewise order, then wraps
+	// around to the start and ends with After itself, so that every key
+	// gets its turn.
 	After string
+	// RunLimit bounds the events of one key an ordered claim takes. A
+	// batch of whole runs from a few keys would leave the other keys to
+	// the next claim, which can then proceed while this batch is at the
+	// broker, and the cap bounds the publishing rounds per batch. 0 means
+	// RunLimitDefault.
+	RunLimit int
 	// SweepInterval bounds how long a row whose transaction committed
 	// behind the relay's claim position (a producer's long transaction)
 	// may wait: at least this often a claim also looks behind it, at a
@@ -69,6 +78,22 @@ type ClaimParams struct {
 // SweepIntervalDefault is ClaimParams.SweepInterval's default: events of
 // transactions that commit late wait at most this long (plus one claim).
 const SweepIntervalDefault = 10 * time.Second
+
+// RunLimitDefault is ClaimParams.RunLimit's default. With 100 active keys,
+// runs of 20 took ordered throughput from 52 % to 90 % of unordered.
+const RunLimitDefault = 20
+
+// WithDefaults returns p with its zero fields set to their defaults. Every
+// driver's Claim starts with it, so that no driver has defaults of its own.
+func (p ClaimParams) WithDefaults() ClaimParams {
+	if p.RunLimit <= 0 {
+		p.RunLimit = RunLimitDefault
+	}
+	if p.SweepInterval <= 0 {
+		p.SweepInterval = SweepIntervalDefault
+	}
+	return p
+}
 
 // Ordering is the ORDERING setting.
 type Ordering string
@@ -98,6 +123,12 @@ const (
 type Batch struct {
 	Lease  Lease
 	Events []outbox.Event
+	// After is where the next ordered claim's walk starts (its
+	// ClaimParams.After): the last key this claim took in its walk, or
+	// ClaimParams.After when it took none. The driver, which knows its
+	// walk, sets it; the relay only passes it back. Unordered claims
+	// leave it empty.
+	After string
 }
 
 // Bytes is the batch's payload and header bytes, as its events carry them
@@ -158,10 +189,22 @@ type ReapParams struct {
 	LeaseTimeout time.Duration
 	// Limit bounds the rows changed by one statement.
 	Limit int
-	// MaxAttempts sends a row DEAD when its attempts, counting the expired
-	// lease, reach this number.
+	// MaxAttempts is the retry limit (RETRY_MAX_ATTEMPTS). Drivers do not
+	// compare attempts with it themselves: they apply DeadFrom.
 	MaxAttempts int
 }
+
+// DeadFrom is the reap rule, decided here for every driver: an expired
+// lease counts as an attempt, and a row whose attempts then reach
+// MaxAttempts is DEAD. So a reaped row goes DEAD when its attempts before
+// the reap are at least DeadFrom, and PENDING otherwise. Drivers pass the
+// number to their statement, which compares (attempts >= DeadFrom) and adds
+// the attempt; no statement works the limit out itself.
+func (p ReapParams) DeadFrom() int { return p.MaxAttempts - 1 }
+
+// Dead reports whether reaping a row that has attempts attempts sends it
+// DEAD: DeadFrom's rule, for a driver that counts its outcomes in Go.
+func (p ReapParams) Dead(attempts int) bool { return attempts >= p.DeadFrom() }
 
 // ReapResult counts what one Reap call changed.
 type ReapResult struct {

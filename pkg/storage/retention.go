@@ -1,15 +1,18 @@
 package storage
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
-// Retainer is offered by a storage that can keep the deletion of expired
+// RetentionLocker is offered by a storage that can keep the deletion of expired
 // rows (the relay's DELIVERED_RETENTION and DEAD_RETENTION) to one process
 // at a time per table, with a lock the database holds for a session: a
 // PostgreSQL advisory lock, a MySQL named lock (GET_LOCK). It is optional:
 // without it every relay of a table prunes, which is safe (pruning skips
 // rows another statement holds and never deletes a row that changed) but
 // does the same work several times.
-type Retainer interface {
+type RetentionLocker interface {
 	// WithRetentionLock runs fn while holding the table's retention lock
 	// and returns true. When another session holds the lock it returns
 	// false at once, without running fn: retention is that session's job
@@ -17,3 +20,26 @@ type Retainer interface {
 	// when the session's connection is lost.
 	WithRetentionLock(ctx context.Context, fn func(context.Context) error) (ran bool, err error)
 }
+
+// RunLocked is WithRetentionLock for every driver. lock tries the table's
+// retention lock without waiting and returns how to let go of it, or nil
+// when another session holds it; fn then runs while the lock is held, and
+// its error says it was the retention of table that failed.
+func RunLocked(ctx context.Context, table string, lock func() (unlock func(), err error),
+	fn func(context.Context) error) (ran bool, err error) {
+	unlock, err := lock()
+	if err != nil || unlock == nil {
+		return false, err
+	}
+	defer unlock()
+	if err := fn(ctx); err != nil {
+		return true, fmt.Errorf("retention on %s: %w", table, err)
+	}
+	return true, nil
+}
+
+// Retainer is the former name of RetentionLocker, which says what it is: a
+// lock, not the retention itself.
+//
+// Deprecated: use RetentionLocker.
+type Retainer = RetentionLocker

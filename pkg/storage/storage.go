@@ -6,6 +6,14 @@
 // one method taking a params struct, so new options do not change
 // signatures.
 //
+// Policy is decided here, once, and drivers apply it: the reap rule
+// (ReapParams.DeadFrom), the ordered claim's run limit (ClaimParams.RunLimit)
+// and every default (the params' WithDefaults), how listings filter
+// (ListParams.Filters), prunes batch (RunPrune), migrations report
+// (RunMigrate) and producers prepare events (Producer). A driver supplies
+// statements and says how its database reports errors; it keeps no rules
+// of its own.
+//
 // The rules every driver keeps are written on the methods below; the
 // storagetest package checks them. Two apply throughout:
 //   - Timestamps are kept and compared with microsecond precision. A lease
@@ -50,6 +58,22 @@ type Queue interface {
 	// land, and look behind the position for rows whose transactions
 	// committed late at least every p.SweepInterval, so that every due row
 	// is claimed within that time.
+	//
+	// With p.Ordering partition, an event is claimed only when every
+	// event written before it with its key (by seq) is DELIVERED, or DEAD
+	// under p.OnDead skip; under block a DEAD event holds the rest of its
+	// key. A key's events are claimed as a run from its first unfinished
+	// one, in order, stopping at one that is not due, at p.RunLimit events
+	// and at the batch's limits; a key with an event DELIVERING gives
+	// none. Keys (NULL and "" are no key) are walked bytewise from just
+	// after p.After to the end, then from the start up to p.After itself;
+	// events without a key alternate with keyed ones. Claims on one table
+	// take turns (a lock), so that two can never both see a key free. The
+	// batch's After is the last key the walk took (p.After when none), for
+	// the caller to pass back.
+	//
+	// p's zero fields mean their defaults: drivers start with
+	// p.WithDefaults() and keep no defaults of their own.
 	Claim(ctx context.Context, p ClaimParams) (Batch, error)
 	// MarkDelivered moves delivered rows to DELIVERED and returns how
 	// many it changed.
@@ -79,10 +103,13 @@ type Queue interface {
 // Reaper is what the reaper needs.
 type Reaper interface {
 	// Reap takes back at most p.Limit leases older than p.LeaseTimeout by
-	// the database's clock, oldest first: attempts+1, last_error "lease
-	// expired (relay <locked_by>)", then PENDING (due now) or DEAD when
-	// attempts reach p.MaxAttempts. Rows in other states are never
-	// touched, whatever their locked_at.
+	// the database's clock, oldest first, skipping rows another statement
+	// has locked (so that reapers can run side by side): DEAD when the
+	// row's attempts are at least p.DeadFrom() (the rule is ReapParams',
+	// not the driver's), else PENDING and due now; either way attempts+1
+	// and last_error "lease expired (relay <locked_by>)". It returns how
+	// many rows went each way. Rows in other states are never touched,
+	// whatever their locked_at.
 	Reap(ctx context.Context, p ReapParams) (ReapResult, error)
 }
 
@@ -110,12 +137,15 @@ type SQLDatabase interface {
 // Schema is what creating and checking the table needs.
 type Schema interface {
 	// Migrate creates the table, its indexes and whatever else the driver
-	// needs, where missing; running it twice changes nothing.
+	// needs, where missing; running it twice changes nothing. RunMigrate
+	// tells what was created from what existed.
 	Migrate(ctx context.Context) (MigrateResult, error)
 	// Check verifies that the database answers and the table is usable. A
-	// missing table is an error wrapping ErrTableMissing; a database that
-	// cannot be reached or refuses the login wraps ErrUnreachable and does
-	// not mention the table.
+	// missing table is an error wrapping ErrTableMissing; a table without
+	// every column of ContractColumns, and of those the driver adds, is
+	// CheckColumns' error; a database that cannot be reached or refuses
+	// the login wraps ErrUnreachable (ConnError) and does not mention the
+	// table.
 	Check(ctx context.Context) error
 	// SchemaSQL is the DDL Migrate applies, for teams that run migrations
 	// with their own tools.
@@ -176,6 +206,30 @@ type Driver struct {
 	Open func(ctx context.Context, u *url.URL) (Storage, error)
 }
 
+// NewDriver is the Driver of a database whose table names are checked by
+// parseTable (whatever it returns besides the error is not used here) and
+// whose tables open from the URL's text: CheckTable and Open follow from
+// those two, so that drivers only name them.
+func NewDriver[T any, S Storage](name, defaultTable string, parseTable func(string) (T, error),
+	open func(ctx context.Context, rawURL string) (S, error)) Driver {
+	return Driver{
+		Name:         name,
+		DefaultTable: defaultTable,
+		CheckTable: func(table string) error {
+			_, err := parseTable(table)
+			return err
+		},
+		Open: func(ctx context.Context, u *url.URL) (Storage, error) {
+			s, err := open(ctx, u.String())
+			if err != nil {
+				// Not a nil *S in a non-nil interface.
+				return nil, err
+			}
+			return s, nil
+		},
+	}
+}
+
 var drivers = driver.NewRegistry[Driver]("storage")
 
 // Register makes a driver available under the given URL schemes; driver
@@ -226,17 +280,4 @@ func URLWithTable(rawURL, table string) string {
 	q.Set("table", table)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// TableOf returns the table rawURL names (its table parameter), or the
-// driver's default; "" when no driver serves the URL.
-func TableOf(rawURL string) string {
-	d, u, err := drivers.Lookup(rawURL)
-	if err != nil {
-		return ""
-	}
-	if t := u.Query().Get("table"); t != "" {
-		return t
-	}
-	return d.DefaultTable
 }

@@ -122,9 +122,6 @@ func (p Partitioning) PartitionName(t Table, start time.Time) string {
 // Start is the start of the partition that holds created_at at.
 func (p Partitioning) Start(at time.Time) time.Time { return at.UTC().Truncate(p.Step) }
 
-// DefaultPartition is the name of t's default partition.
-func DefaultPartition(t Table) string { return t.Name + "_default" }
-
 // RenderPartitioned returns the schema DDL for t partitioned by by ("day"
 // or "hour"): the table is created with PARTITION BY RANGE (created_at) and
 // the primary key (event_id, created_at), followed by its default

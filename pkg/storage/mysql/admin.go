@@ -61,12 +61,10 @@ func (s *Store) backlog(ctx context.Context, q querier, now any) (storage.Backlo
 // read-only REPEATABLE READ transaction) and judged by one instant, so the
 // numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	if p.TopTypes < 0 {
-		return storage.Stats{}, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
-	}
-	if p.TopTypes == 0 {
-		p.TopTypes = storage.StatsTopTypesDefault
-	}
+	return storage.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
+}
+
+func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
 	var st storage.Stats
 	err := s.inTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, s.queries["admin_now"]).Scan(&st.ObservedAt); err != nil {
@@ -98,8 +96,7 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 			return err
 		}
 		if estimate.Valid {
-			st.Delivered = max(0, estimate.Int64-st.Pending()-st.Dead-st.Delivering)
-			st.DeliveredEstimated = true
+			st.EstimateDelivered(estimate.Int64)
 		}
 		st.TopTypes = []storage.TypeBacklog{}
 		err = eachRow(ctx, tx, s.queries["admin_stats_types"], []any{now, p.TopTypes}, func(r *sql.Rows) error {
@@ -189,31 +186,36 @@ func eachRow(ctx context.Context, q querier, query string, args []any, fn func(*
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	// admin_prune_delivered or admin_prune_dead; RunPrune refuses other
-	// statuses before either callback runs.
-	query := "admin_prune_" + strings.ToLower(string(p.Status))
-	what := "prune " + string(p.Status) + " rows"
-	age := p.OlderThan.Microseconds()
-	return storage.RunPrune(ctx, p, func() (int64, error) {
-		var n int64
-		if err := s.db.QueryRowContext(ctx, s.queries[query+"_count"], age).Scan(&n); err != nil {
-			return 0, s.adminError(ctx, what, err)
+	return storage.PruneWith(ctx, adminStatements{s}, p)
+}
+
+// adminStatements runs the store's statements for storage's shared Admin
+// code. A statement that changes rows runs again after a deadlock or
+// lock-wait timeout, as every write of the driver does.
+type adminStatements struct{ s *Store }
+
+func (a adminStatements) Count(ctx context.Context, what, name string, args ...any) (int64, error) {
+	var n int64
+	err := a.s.db.QueryRowContext(ctx, a.s.queries[name], args...).Scan(&n)
+	if err != nil {
+		return 0, a.s.adminError(ctx, what, err)
+	}
+	return n, nil
+}
+
+func (a adminStatements) Exec(ctx context.Context, what, name string, args ...any) (int64, error) {
+	var n int64
+	err := withLockRetry(ctx, func() error {
+		r, err := a.s.db.ExecContext(ctx, a.s.queries[name], args...)
+		if err == nil {
+			n, err = r.RowsAffected()
 		}
-		return n, nil
-	}, func(batchSize int) (int64, error) {
-		var n int64
-		err := withLockRetry(ctx, func() error {
-			r, err := s.db.ExecContext(ctx, s.queries[query], age, batchSize)
-			if err == nil {
-				n, err = r.RowsAffected()
-			}
-			return err
-		})
-		if err != nil {
-			return 0, s.adminError(ctx, what, err)
-		}
-		return n, nil
+		return err
 	})
+	if err != nil {
+		return 0, a.s.adminError(ctx, what, err)
+	}
+	return n, nil
 }
 
 // RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
@@ -221,36 +223,34 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 // would move. Relays find them at their next poll: MySQL cannot notify
 // them.
 func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
-	if p.Limit < 0 {
-		return 0, fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
-	}
 	filter, args := s.deadFilter(p.DeadFilter)
 	limit := int64(math.MaxInt64)
 	if p.Limit > 0 {
 		limit = int64(p.Limit)
 	}
 	args = append(args, limit)
-	if p.DryRun {
+	return storage.RunRetryDead(p, func() (int64, error) {
 		var n int64
 		query := strings.Replace(s.queries["admin_retry_dead_count"], "{{filter}}", filter, 1)
 		if err := s.db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
 			return 0, s.adminError(ctx, "count dead rows", err)
 		}
 		return n, nil
-	}
-	query := strings.Replace(s.queries["admin_retry_dead"], "{{filter}}", filter, 1)
-	var n int64
-	err := withLockRetry(ctx, func() error {
-		r, err := s.db.ExecContext(ctx, query, args...)
-		if err == nil {
-			n, err = r.RowsAffected()
+	}, func() (int64, error) {
+		query := strings.Replace(s.queries["admin_retry_dead"], "{{filter}}", filter, 1)
+		var n int64
+		err := withLockRetry(ctx, func() error {
+			r, err := s.db.ExecContext(ctx, query, args...)
+			if err == nil {
+				n, err = r.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return 0, s.adminError(ctx, "retry dead rows", err)
 		}
-		return err
+		return n, nil
 	})
-	if err != nil {
-		return 0, s.adminError(ctx, "retry dead rows", err)
-	}
-	return n, nil
 }
 
 // deadFilter turns a filter into admin_dead_filter.sql's text and
@@ -283,79 +283,66 @@ func (s *Store) deadFilter(f storage.DeadFilter) (string, []any) {
 	return filter, append(args, eventType, eventType, since, since, contains, contains, key, key, from, from, before, before)
 }
 
-// adminListFilters are admin_list.sql's conditions, one per ListParams
-// filter, each with as many ? as it takes arguments.
-var adminListFilters = struct {
-	status, eventType, key, id, from, before, errorContains, after, before2 string
-}{
-	status:        "\n  AND status = ?",
-	eventType:     "\n  AND event_type = ?",
-	key:           "\n  AND partition_key = ?",
-	id:            "\n  AND event_id = ?",
-	from:          "\n  AND created_at >= CAST(? AS DATETIME(6))",
-	before:        "\n  AND created_at < CAST(? AS DATETIME(6))",
-	errorContains: "\n  AND LOCATE(LOWER(?), LOWER(COALESCE(last_error, ''))) > 0",
+// adminListFilters are admin_list.sql's conditions, one per kind of
+// filter, each with as many ? as listArgs gives it arguments.
+var adminListFilters = map[storage.ListFilterKind]string{
+	storage.ListStatus:        "\n  AND status = ?",
+	storage.ListEventType:     "\n  AND event_type = ?",
+	storage.ListPartitionKey:  "\n  AND partition_key = ?",
+	storage.ListEventID:       "\n  AND event_id = ?",
+	storage.ListCreatedFrom:   "\n  AND created_at >= CAST(? AS DATETIME(6))",
+	storage.ListCreatedBefore: "\n  AND created_at < CAST(? AS DATETIME(6))",
+	storage.ListErrorContains: "\n  AND LOCATE(LOWER(?), LOWER(COALESCE(last_error, ''))) > 0",
 	// The cursor: rows after it in the listing's order. Spelled out rather
 	// than as a row comparison, which MariaDB does not read as a range.
-	after:   "\n  AND (created_at > CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq > ?))",
-	before2: "\n  AND (created_at < CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq < ?))",
+	storage.ListAfter:  "\n  AND (created_at > CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq > ?))",
+	storage.ListBefore: "\n  AND (created_at < CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq < ?))",
+}
+
+// listArgs are f's arguments as the server compares them: keys and ids as
+// bytes (the columns are binary), times as UTC text. A cursor's seq alone
+// names its row, since seq is unique here: its id is not needed.
+func listArgs(f storage.ListFilter) []any {
+	switch f.Kind {
+	case storage.ListAfter, storage.ListBefore:
+		at := stamp(f.Values[0].(time.Time))
+		return []any{at, at, f.Values[1]}
+	case storage.ListPartitionKey:
+		return []any{[]byte(f.Values[0].(string))}
+	}
+	args := make([]any, len(f.Values))
+	for i, v := range f.Values {
+		switch v := v.(type) {
+		case uuid.UUID:
+			args[i] = v[:]
+		case time.Time:
+			args[i] = stamp(v)
+		default:
+			args[i] = v
+		}
+	}
+	return args
 }
 
 // List returns up to p.Limit rows that match p's filters, newest first
 // (or oldest first), after p.After when it is set, without payload and
 // headers. seq is unique here, so a cursor's created_at and seq name a row.
 func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
-	if p.Limit <= 0 {
-		p.Limit = storage.ListLimitDefault
-	}
-	if p.Status != "" && !p.Status.Valid() {
-		return nil, fmt.Errorf("list: unknown status %q", p.Status)
+	p, err := p.WithDefaults()
+	if err != nil {
+		return nil, err
 	}
 	var (
 		filters strings.Builder
 		args    []any
 	)
-	add := func(cond string, vals ...any) {
-		filters.WriteString(cond)
-		args = append(args, vals...)
+	for _, f := range p.Filters() {
+		filters.WriteString(adminListFilters[f.Kind])
+		args = append(args, listArgs(f)...)
 	}
-	f := adminListFilters
-	if p.Status != "" {
-		add(f.status, string(p.Status))
-	}
-	if p.EventType != "" {
-		add(f.eventType, p.EventType)
-	}
-	if p.PartitionKey != "" {
-		add(f.key, []byte(p.PartitionKey))
-	}
-	if p.EventID != uuid.Nil {
-		add(f.id, p.EventID[:])
-	}
-	if !p.CreatedFrom.IsZero() {
-		add(f.from, stamp(p.CreatedFrom))
-	}
-	if !p.CreatedBefore.IsZero() {
-		add(f.before, stamp(p.CreatedBefore))
-	}
-	if p.ErrorContains != "" {
-		add(f.errorContains, p.ErrorContains)
-	}
-	dir := "DESC"
-	if p.OldestFirst {
-		dir = "ASC"
-	}
-	if c := p.After; c != nil {
-		cond := f.before2
-		if p.OldestFirst {
-			cond = f.after
-		}
-		at := stamp(c.CreatedAt)
-		add(cond, at, at, c.Seq)
-	}
-	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", dir).Replace(s.queries["admin_list"])
+	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction()).Replace(s.queries["admin_list"])
 	list := []storage.Row{}
-	err := eachRow(ctx, s.db, query, append(args, p.Limit), func(r *sql.Rows) error {
+	err = eachRow(ctx, s.db, query, append(args, p.Limit), func(r *sql.Rows) error {
 		row, err := scanRow(r, false)
 		list = append(list, row)
 		return err
@@ -492,12 +479,11 @@ func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, er
 // adminError explains err like queryError, and also says what to do about
 // a missing table and that an interruption was one.
 func (s *Store) adminError(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
-	}
+	return storage.AdminError(ctx, what, s.table.Name, s.location(), err, isTableMissing, s.queryError)
+}
+
+// isTableMissing reports whether err says the table does not exist.
+func isTableMissing(err error) bool {
 	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number == errNoSuchTable {
-		return s.tableMissing(what)
-	}
-	return s.queryError(what, err)
+	return errors.As(err, &myErr) && myErr.Number == errNoSuchTable
 }

@@ -5,8 +5,6 @@ import (
 	"math"
 	"sync"
 	"time"
-
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // Where the unordered claims of each relay have got to.
@@ -97,11 +95,9 @@ type cursors struct {
 	byRelay map[string]*claimCursor
 }
 
-// plan says where relayID's next claim starts.
+// plan says where relayID's next claim starts. sweepInterval is the
+// claim's, with its default filled in.
 func (cs *cursors) plan(relayID string, sweepInterval time.Duration, now time.Time) claimPlan {
-	if sweepInterval <= 0 {
-		sweepInterval = storage.SweepIntervalDefault
-	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.byRelay == nil {

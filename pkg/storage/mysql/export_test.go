@@ -17,5 +17,6 @@ func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr erro
 // unordered claim would run, so that a test can ask the server what it
 // costs (ANALYZE): a claim's transaction cannot be observed from outside.
 func (s *Store) ClaimStatement(p storage.ClaimParams) (string, []any) {
+	p = p.WithDefaults()
 	return s.claimQuery(s.cursors.plan(p.RelayID, p.SweepInterval, time.Now()), p.Limit)
 }

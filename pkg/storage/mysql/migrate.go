@@ -28,12 +28,9 @@ func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
 // keeps two migrations from running at once, and every step checks first,
 // so a migration cut short is finished by the next.
 func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
-	var res storage.MigrateResult
-	err := s.withMigrationLock(ctx, func(conn *sql.Conn) error {
-		before, err := s.schemaObjects(ctx, conn)
-		if err != nil {
-			return err
-		}
+	withLock := func(fn func(*sql.Conn) error) error { return s.withMigrationLock(ctx, fn) }
+	objects := func(conn *sql.Conn) ([]string, error) { return s.schemaObjects(ctx, conn) }
+	res, err := storage.RunMigrate(withLock, objects, func(conn *sql.Conn, before []string) error {
 		if !slices.Contains(before, "table "+s.table.Name) {
 			for _, stmt := range schema.Statements(schema.Render(s.table)) {
 				if _, err := conn.ExecContext(ctx, stmt); err != nil {
@@ -51,17 +48,6 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 			}
 			if _, err := conn.ExecContext(ctx, u.SQL); err != nil {
 				return fmt.Errorf("add %s: %w", u.Object, err)
-			}
-		}
-		after, err := s.schemaObjects(ctx, conn)
-		if err != nil {
-			return err
-		}
-		for _, obj := range after {
-			if slices.Contains(before, obj) {
-				res.Existed = append(res.Existed, obj)
-			} else {
-				res.Created = append(res.Created, obj)
 			}
 		}
 		return nil

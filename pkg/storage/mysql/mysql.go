@@ -34,17 +34,7 @@ import (
 )
 
 func init() {
-	storage.Register(storage.Driver{
-		Name:         "MySQL",
-		DefaultTable: schema.DefaultTable,
-		CheckTable: func(name string) error {
-			_, err := schema.ParseTable(name)
-			return err
-		},
-		Open: func(ctx context.Context, u *url.URL) (storage.Storage, error) {
-			return Open(ctx, u.String())
-		},
-	}, "mysql")
+	storage.Register(storage.NewDriver("MySQL", schema.DefaultTable, schema.ParseTable, Open), "mysql")
 	// MariaDB is served by this driver, under MySQL's scheme.
 	storage.Alias("mariadb", "mysql")
 }
@@ -99,8 +89,9 @@ type Store struct {
 }
 
 var (
-	_ storage.Storage     = (*Store)(nil)
-	_ storage.SQLDatabase = (*Store)(nil)
+	_ storage.Storage         = (*Store)(nil)
+	_ storage.SQLDatabase     = (*Store)(nil)
+	_ storage.RetentionLocker = (*Store)(nil)
 )
 
 // SQL returns the store's database/sql handle.
@@ -303,16 +294,7 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
-	entries, err := sqlFiles.ReadDir("sql")
-	if err != nil {
-		return nil, err
-	}
-	queries := make(map[string]string, len(entries))
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".sql")
-		queries[name] = schema.Expand(withoutComments(mustReadSQL(name)), table)
-	}
-	return queries, nil
+	return storage.LoadQueries(sqlFiles, "sql", func(q string) string { return schema.Expand(withoutComments(q), table) })
 }
 
 // withoutComments drops the comment lines of a query. They would travel
@@ -329,15 +311,8 @@ func withoutComments(query string) string {
 	return strings.Join(lines, "\n")
 }
 
-// mustReadSQL returns the embedded sql/<name>.sql, unexpanded. The files
-// are part of the binary, so a missing one is a bug.
-func mustReadSQL(name string) string {
-	text, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(err)
-	}
-	return string(text)
-}
+// mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
+func mustReadSQL(name string) string { return storage.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
 
 // Table returns the table's name, as given (table or database.table).
 func (s *Store) Table() string { return s.table.String() }
@@ -352,17 +327,15 @@ func (s *Store) Describe() string {
 // it, so that "run relay-cli migrate" cannot send anyone to the wrong
 // database.
 func (s *Store) location() string {
+	// The table's database, which a schema-qualified table name may set
+	// apart from the URL's (the one ConnError names).
 	return fmt.Sprintf("MySQL at %s database %q", s.address(), s.database)
 }
 
 // tableMissing is the error for a table that is not in the database, with
 // where it was looked for and how to create it there.
 func (s *Store) tableMissing(what string) error {
-	if what != "" {
-		what += ": "
-	}
-	return fmt.Errorf("%stable %s in %s: %w; run `relay-cli migrate` with STORAGE_URL naming this database, or start the relay with STORAGE_AUTO_MIGRATE=true",
-		what, s.table.Name, s.location(), storage.ErrTableMissing)
+	return storage.TableMissing(what, s.table.Name, s.location())
 }
 
 func (s *Store) address() string {
@@ -379,12 +352,6 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Close closes every connection.
 func (s *Store) Close() { _ = s.db.Close() }
 
-// requiredColumns are the Open Outbox contract's columns.
-var requiredColumns = []string{
-	"event_id", "event_type", "partition_key", "payload", "headers", "status", "attempts",
-	"last_error", "available_at", "locked_by", "locked_at", "delivered_at", "created_at", "updated_at",
-}
-
 // Check reaches the database and verifies that the table exists with every
 // column the relay uses. Its errors say what to do.
 func (s *Store) Check(ctx context.Context) error {
@@ -393,13 +360,13 @@ func (s *Store) Check(ctx context.Context) error {
 		return s.queryError("check table", err)
 	}
 	defer rows.Close()
-	have := map[string]bool{}
+	var have []string
 	for rows.Next() {
 		var c string
 		if err := rows.Scan(&c); err != nil {
 			return s.queryError("check table", err)
 		}
-		have[strings.ToLower(c)] = true
+		have = append(have, strings.ToLower(c))
 	}
 	if err := rows.Err(); err != nil {
 		return s.queryError("check table", err)
@@ -407,15 +374,8 @@ func (s *Store) Check(ctx context.Context) error {
 	if len(have) == 0 {
 		return s.tableMissing("")
 	}
-	var missing []string
-	for _, c := range append(slices.Clone(requiredColumns), "seq", "state_at") {
-		if !have[c] {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("table %s in %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (seq, state_at), or check that STORAGE_TABLE_NAME names an outbox table",
-			s.table, s.location(), strings.Join(missing, ", "))
+	if err := storage.CheckColumns(s.table.Name, s.location(), have, "seq", "state_at"); err != nil {
+		return err
 	}
 	// A table an older release migrated has the columns but not what this
 	// one claims through: its statements name these indexes.
@@ -423,6 +383,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if err != nil {
 		return s.queryError("check table", err)
 	}
+	var missing []string
 	for _, want := range []string{
 		"expression state_at", "index " + s.table.Name + "_state_seq_idx", "index " + s.table.Name + "_key_order_seq_idx",
 	} {
@@ -456,50 +417,39 @@ const (
 // queryError explains err: a database that cannot be reached, or a
 // statement the server refused (such as a missing privilege).
 func (s *Store) queryError(what string, err error) error {
-	if isConnectionError(err) {
-		return s.connError(err)
-	}
-	return fmt.Errorf("%s %s: %w", what, s.table, err)
+	return storage.QueryError(s.server(), s.table.String(), what, err, connFailure)
 }
 
-// connError explains a failure to reach the database or to log in, without
-// the password and without the table, which is not the problem.
-func (s *Store) connError(err error) error {
-	where := s.location()
+// server names the database for storage.ConnError.
+func (s *Store) server() storage.Server {
+	return storage.Server{
+		Where: "MySQL at " + s.address(),
+		User:  s.cfg.User, Database: s.cfg.DBName, LoginHint: "the hosts the account may connect from", RawURL: s.rawURL,
+	}
+}
+
+// connFailure reports whether err means the database could not be reached
+// or refused the login, as opposed to a statement it rejected, and which.
+func connFailure(err error) (storage.ConnFailure, bool) {
 	var myErr *mysql.MySQLError
-	var msg string
 	switch {
-	case errors.As(err, &myErr) && (myErr.Number == errAccessDenied || myErr.Number == errHostNotPrivileged):
-		msg = fmt.Sprintf("%s refused the login of user %q (check the user and password in STORAGE_URL, and the hosts the account may connect from)",
-			where, s.cfg.User)
-	case errors.As(err, &myErr) && myErr.Number == errBadDB:
-		msg = fmt.Sprintf("MySQL at %s has no database %q (check the database name in STORAGE_URL, or create it)", s.address(), s.cfg.DBName)
-	case errors.As(err, &myErr) && myErr.Number == errDBAccessDenied:
-		msg = fmt.Sprintf("MySQL at %s does not let user %q use database %q (check the database name in STORAGE_URL, or grant the user access)",
-			s.address(), s.cfg.User, s.cfg.DBName)
-	default:
-		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)", where, s.cfg.User)
+	case err == nil:
+		return storage.CannotReach, false
+	case !errors.As(err, &myErr):
+		return storage.CannotReach, !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+			!errors.Is(err, sql.ErrNoRows) && !errors.Is(err, sql.ErrTxDone)
 	}
-	return storage.Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, s.rawURL)))
-}
-
-// isConnectionError reports whether err means the database could not be
-// reached or refused the login, as opposed to a statement it rejected.
-func isConnectionError(err error) bool {
-	if err == nil {
-		return false
+	switch myErr.Number {
+	case errAccessDenied, errHostNotPrivileged:
+		return storage.LoginRefused, true
+	case errBadDB:
+		return storage.NoDatabase, true
+	case errDBAccessDenied:
+		return storage.DatabaseDenied, true
+	case errTooManyConns, errUserLimitReached, errServerShutdown, errConnKilled:
+		return storage.CannotReach, true
 	}
-	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) {
-		switch myErr.Number {
-		case errAccessDenied, errDBAccessDenied, errBadDB, errHostNotPrivileged,
-			errTooManyConns, errUserLimitReached, errServerShutdown, errConnKilled:
-			return true
-		}
-		return false
-	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, sql.ErrNoRows) &&
-		!errors.Is(err, sql.ErrTxDone)
+	return storage.CannotReach, false
 }
 
 // retryable reports whether err is a lock conflict that InnoDB resolved by

@@ -18,7 +18,7 @@ import (
 // Ordered claims (ORDERING=partition). An event may be claimed only when
 // every event written before it with its key (by seq) is DELIVERED
 // or — with ORDERING_ON_DEAD=skip — DEAD; a key's events are claimed as a
-// run in order, at most runMax of them. The rules are PostgreSQL's
+// run in order, at most p.RunLimit of them. The rules are PostgreSQL's
 // (claim_ordered.sql there); MySQL has neither LATERAL joins nor partial
 // indexes, so the walk over keys is driven from here, a chunk of keys per
 // statement, and reads only a few entries of key_order_seq_idx per key.
@@ -29,11 +29,6 @@ import (
 // free and claim parts of it. The lease goes on with one UPDATE, which
 // commits by itself: the picks need no row locks while the lock is held,
 // since only a claim moves a row out of PENDING.
-
-// runMax bounds the events of one key in one claim: a batch of whole runs
-// from a few keys leaves the other keys for the next claim, which can then
-// proceed while this batch is at the broker. claim_ordered_run.sql says 20.
-const runMax = 20
 
 // errNoLock says an ordered claim gave up waiting for the claims of other
 // relays.
@@ -67,7 +62,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	}()
 
 	lease := storage.Lease{RelayID: p.RelayID, LockedAt: now}
-	keyed, err := s.walkKeys(ctx, conn, p, now)
+	keyed, keys, err := s.walkKeys(ctx, conn, p, now)
 	if err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
@@ -77,18 +72,21 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	}
 	// Keyed and unkeyed events alternate, so neither crowds out the other.
 	// Each list is taken from its start, so a key's picks stay the first
-	// places of its run.
+	// places of its run. walked[i] is how many keyed picks ids[:i+1] holds.
 	ids := make([]uuid.UUID, 0, p.Limit)
+	walked := make([]int, 0, p.Limit)
 	for i := 0; len(ids) < p.Limit && (i < len(keyed) || i < len(unkeyed)); i++ {
 		if i < len(keyed) {
 			ids = append(ids, keyed[i])
+			walked = append(walked, i+1)
 		}
 		if i < len(unkeyed) && len(ids) < p.Limit {
 			ids = append(ids, unkeyed[i])
+			walked = append(walked, min(i+1, len(keyed)))
 		}
 	}
 	if len(ids) == 0 {
-		return storage.Batch{Lease: lease}, nil
+		return storage.Batch{Lease: lease, After: p.After}, nil
 	}
 	if p.MaxBytes > 0 {
 		// A prefix of the picks: every key's picks stay the first places
@@ -96,6 +94,12 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		if ids, err = s.fitting(ctx, conn, ids, p.MaxBytes); err != nil {
 			return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 		}
+	}
+	// The next claim's walk starts after the last key this one took: the
+	// key of the last keyed pick that the byte limit kept.
+	after := p.After
+	if n := walked[len(ids)-1]; n > 0 {
+		after = keys[n-1]
 	}
 
 	args := append([]any{p.RelayID, stamp(now), stamp(now)}, idArgs(ids)...)
@@ -118,7 +122,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
 	}
 	sortBySeq(events, seqs)
-	return storage.Batch{Lease: lease, Events: events}, nil
+	return storage.Batch{Lease: lease, Events: events, After: after}, nil
 }
 
 // fitting keeps the longest prefix of ids whose payloads and headers add up
@@ -145,9 +149,13 @@ func (s *Store) fitting(ctx context.Context, conn *sql.Conn, ids []uuid.UUID, ma
 
 // walkKeys picks the runs of keyed events, at most p.Limit events, walking
 // the keys with PENDING events in bytewise order from just after p.After
-// to the end, then from the start up to p.After itself.
-func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimParams, now time.Time) ([]uuid.UUID, error) {
-	var picks []uuid.UUID
+// to the end, then from the start up to p.After itself. It returns the
+// picks in walk order and each one's key.
+func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimParams, now time.Time) ([]uuid.UUID, []string, error) {
+	var (
+		picks   []uuid.UUID
+		keyOfID []string
+	)
 	chunk := min(p.Limit, 64)
 	walk := func(after string, upTo *string) error {
 		for len(picks) < p.Limit {
@@ -155,7 +163,7 @@ func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimPar
 			if err != nil || len(keys) == 0 {
 				return err
 			}
-			runs, err := s.runs(ctx, conn, keys, p.OnDead, now)
+			runs, err := s.runs(ctx, conn, keys, p.OnDead, p.RunLimit, now)
 			if err != nil {
 				return err
 			}
@@ -165,6 +173,7 @@ func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimPar
 						return nil
 					}
 					picks = append(picks, id)
+					keyOfID = append(keyOfID, k)
 				}
 			}
 			if len(keys) < chunk {
@@ -176,15 +185,15 @@ func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimPar
 		return nil
 	}
 	if err := walk(p.After, nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p.After != "" {
 		upTo := p.After
 		if err := walk("", &upTo); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return picks, nil
+	return picks, keyOfID, nil
 }
 
 // nextKeys returns at most n keys with PENDING events after after (and up
@@ -219,14 +228,14 @@ func (s *Store) nextKeys(ctx context.Context, conn *sql.Conn, after string, upTo
 
 // runs returns, for each of keys that is free, the events it may claim:
 // its PENDING events from the first on, in order, while they are due (and,
-// under block, no DEAD event precedes them), at most runMax. A key with an
-// event DELIVERING gets none.
-func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead storage.DeadPolicy, now time.Time) (map[string][]uuid.UUID, error) {
+// under block, no DEAD event precedes them), at most runLimit. A key with
+// an event DELIVERING gets none.
+func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead storage.DeadPolicy, runLimit int, now time.Time) (map[string][]uuid.UUID, error) {
 	branch := s.queries["claim_ordered_run"]
-	perKey := 3
+	perKey := 4
 	if onDead == storage.DeadBlock {
 		branch = strings.Replace(branch, "{{held}}", s.queries["claim_ordered_held"], 1)
-		perKey = 4
+		perKey = 5
 	} else {
 		branch = strings.Replace(branch, "{{held}}", "0", 1)
 	}
@@ -238,7 +247,7 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 		if onDead == storage.DeadBlock {
 			args = append(args, []byte(k))
 		}
-		args = append(args, []byte(k))
+		args = append(args, []byte(k), runLimit)
 	}
 	rows, err := conn.QueryContext(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
 	if err != nil {
@@ -276,7 +285,7 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 		slices.SortFunc(cs, func(a, b candidate) int { return cmp.Compare(a.seq, b.seq) })
 		var run []uuid.UUID
 		for _, c := range cs {
-			if c.busy || !c.due || c.held || len(run) == runMax {
+			if c.busy || !c.due || c.held {
 				break
 			}
 			run = append(run, c.id)

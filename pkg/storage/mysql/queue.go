@@ -30,6 +30,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	if p.Limit < 1 {
 		return storage.Batch{}, fmt.Errorf("claim batch: Limit must be positive, got %d", p.Limit)
 	}
+	p = p.WithDefaults()
 	if p.Ordering == storage.OrderingPartition {
 		return s.claimOrdered(ctx, p)
 	}
@@ -419,7 +420,7 @@ func (s *Store) reapOnce(ctx context.Context, p storage.ReapParams) (storage.Rea
 			return r, fmt.Errorf("event_id: %w", err)
 		}
 		ids = append(ids, u)
-		if attempts+1 >= p.MaxAttempts {
+		if p.Dead(attempts) {
 			r.Dead++
 		} else {
 			r.Requeued++
@@ -432,7 +433,7 @@ func (s *Store) reapOnce(ctx context.Context, p storage.ReapParams) (storage.Rea
 	if len(ids) == 0 {
 		return r, nil
 	}
-	args := append([]any{p.MaxAttempts}, idArgs(ids)...)
+	args := append([]any{p.DeadFrom()}, idArgs(ids)...)
 	if _, err := tx.ExecContext(ctx, expandList(s.queries["reap"], "{{ids}}", len(ids)), args...); err != nil {
 		return storage.ReapResult{}, err
 	}

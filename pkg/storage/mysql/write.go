@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )
 
@@ -17,8 +18,10 @@ type Tx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// Writer writes events into one outbox table.
+// Writer writes events into one outbox table. Its Write, which prepares
+// the events, is storage.Producer's.
 type Writer struct {
+	storage.Producer[Tx]
 	table  schema.Table
 	insert string // insert.sql, {{rows}} still to fill in
 	row    string
@@ -26,19 +29,17 @@ type Writer struct {
 
 // NewWriter returns a Writer for table ("table" or "database.table").
 func NewWriter(table string) (*Writer, error) {
-	t, err := schema.ParseTable(table)
-	if err != nil {
-		return nil, err
-	}
-	return newWriter(t), nil
+	return storage.WriterFor(table, schema.ParseTable, newWriter)
 }
 
 func newWriter(t schema.Table) *Writer {
-	return &Writer{
+	w := &Writer{
 		table:  t,
 		insert: schema.Expand(withoutComments(mustReadSQL("insert")), t),
 		row:    withoutComments(mustReadSQL("insert_row")),
 	}
+	w.Producer = storage.NewProducer(w.WriteColumns)
+	return w
 }
 
 var defaultWriter = newWriter(schema.Table{Name: schema.DefaultTable})
@@ -52,18 +53,6 @@ var defaultWriter = newWriter(schema.Table{Name: schema.DefaultTable})
 // same transaction.
 func Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
 	return defaultWriter.Write(ctx, tx, events...)
-}
-
-// Write inserts events into w's table within tx; see the package function.
-func (w *Writer) Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
-	if len(events) == 0 {
-		return nil
-	}
-	c, err := outbox.Prepare(ctx, events)
-	if err != nil {
-		return err
-	}
-	return w.WriteColumns(ctx, tx, c)
 }
 
 // WriteChunkEvents bounds the events of one INSERT statement: a server

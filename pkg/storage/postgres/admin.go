@@ -56,12 +56,10 @@ func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error)
 // holding leases, all from one snapshot (a read-only repeatable-read
 // transaction), so the numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	if p.TopTypes < 0 {
-		return storage.Stats{}, fmt.Errorf("stats: TopTypes must not be negative, got %d", p.TopTypes)
-	}
-	if p.TopTypes == 0 {
-		p.TopTypes = storage.StatsTopTypesDefault
-	}
+	return storage.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
+}
+
+func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
 	var st storage.Stats
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
@@ -81,8 +79,7 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 				return err
 			}
 			if estimate != nil {
-				st.Delivered = max(0, *estimate-st.Pending()-st.Dead-st.Delivering)
-				st.DeliveredEstimated = true
+				st.EstimateDelivered(*estimate)
 			}
 			rows, err := tx.Query(ctx, s.queries["admin_stats_types"], p.TopTypes)
 			if err != nil {
@@ -142,24 +139,26 @@ func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	// admin_prune_delivered or admin_prune_dead; RunPrune refuses other
-	// statuses before either callback runs.
-	query := "admin_prune_" + strings.ToLower(string(p.Status))
-	what := "prune " + string(p.Status) + " rows"
-	age := p.OlderThan.Microseconds()
-	return storage.RunPrune(ctx, p, func() (int64, error) {
-		var n int64
-		if err := s.pool.QueryRow(ctx, s.queries[query+"_count"], age).Scan(&n); err != nil {
-			return 0, s.adminError(ctx, what, err)
-		}
-		return n, nil
-	}, func(batchSize int) (int64, error) {
-		tag, err := s.pool.Exec(ctx, s.queries[query], age, batchSize)
-		if err != nil {
-			return 0, s.adminError(ctx, what, err)
-		}
-		return tag.RowsAffected(), nil
-	})
+	return storage.PruneWith(ctx, adminStatements{s}, p)
+}
+
+// adminStatements runs the store's statements for storage's shared Admin
+// code, each on a pooled connection of its own.
+type adminStatements struct{ s *Store }
+
+func (a adminStatements) Count(ctx context.Context, what, name string, args ...any) (n int64, err error) {
+	if err = a.s.pool.QueryRow(ctx, a.s.queries[name], args...).Scan(&n); err != nil {
+		err = a.s.adminError(ctx, what, err)
+	}
+	return n, err
+}
+
+func (a adminStatements) Exec(ctx context.Context, what, name string, args ...any) (int64, error) {
+	tag, err := a.s.pool.Exec(ctx, a.s.queries[name], args...)
+	if err != nil {
+		return 0, a.s.adminError(ctx, what, err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // RetryDead moves the DEAD rows p selects back to PENDING with attempts 0,
@@ -167,35 +166,33 @@ func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.Prune
 // listening relays claim them at once. It returns how many rows it moved,
 // or in a dry run how many it would move.
 func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
-	if p.Limit < 0 {
-		return 0, fmt.Errorf("retry dead: Limit must not be negative, got %d", p.Limit)
-	}
 	args := deadFilterArgs(p.DeadFilter, p.Limit)
-	if p.DryRun {
+	return storage.RunRetryDead(p, func() (int64, error) {
 		var n int64
 		if err := s.pool.QueryRow(ctx, s.queries["admin_retry_dead_count"], args...).Scan(&n); err != nil {
 			return 0, s.adminError(ctx, "count dead rows", err)
 		}
 		return n, nil
-	}
-	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, s.queries["admin_retry_dead"], args...)
-		if err != nil {
+	}, func() (int64, error) {
+		var n int64
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, s.queries["admin_retry_dead"], args...)
+			if err != nil {
+				return err
+			}
+			n = tag.RowsAffected()
+			if n == 0 {
+				return nil
+			}
+			// Delivered on commit, like the insert trigger's notification.
+			_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Quoted())
 			return err
+		})
+		if err != nil {
+			return 0, s.adminError(ctx, "retry dead rows", err)
 		}
-		n = tag.RowsAffected()
-		if n == 0 {
-			return nil
-		}
-		// Delivered on commit, like the insert trigger's notification.
-		_, err = tx.Exec(ctx, s.queries["admin_notify"], s.table.Quoted())
-		return err
+		return n, nil
 	})
-	if err != nil {
-		return 0, s.adminError(ctx, "retry dead rows", err)
-	}
-	return n, nil
 }
 
 // deadFilterArgs turns a filter into the parameters of the retry-dead
@@ -229,32 +226,28 @@ func deadFilterArgs(f storage.DeadFilter, limit int) []any {
 	return args
 }
 
-// adminListFilters are admin_list.sql's conditions, one per ListParams
+// adminListFilters are admin_list.sql's conditions, one per kind of
 // filter; %d is the argument's number.
-var adminListFilters = struct {
-	status, eventType, key, id, from, before, errorContains, after, before2 string
-}{
-	status:        "\n  AND status = $%d::text",
-	eventType:     "\n  AND event_type = $%d::text",
-	key:           "\n  AND partition_key = $%d::text",
-	id:            "\n  AND event_id = $%d::uuid",
-	from:          "\n  AND created_at >= $%d::timestamptz",
-	before:        "\n  AND created_at < $%d::timestamptz",
-	errorContains: "\n  AND strpos(lower(coalesce(last_error, '')), lower($%d::text)) > 0",
+var adminListFilters = map[storage.ListFilterKind]string{
+	storage.ListStatus:        "\n  AND status = $%d::text",
+	storage.ListEventType:     "\n  AND event_type = $%d::text",
+	storage.ListPartitionKey:  "\n  AND partition_key = $%d::text",
+	storage.ListEventID:       "\n  AND event_id = $%d::uuid",
+	storage.ListCreatedFrom:   "\n  AND created_at >= $%d::timestamptz",
+	storage.ListCreatedBefore: "\n  AND created_at < $%d::timestamptz",
+	storage.ListErrorContains: "\n  AND strpos(lower(coalesce(last_error, '')), lower($%d::text)) > 0",
 	// The cursor: rows after it in the listing's order.
-	after:   "\n  AND (created_at, COALESCE(seq, 0), event_id) > ($%d::timestamptz, $%d::bigint, $%d::uuid)",
-	before2: "\n  AND (created_at, COALESCE(seq, 0), event_id) < ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+	storage.ListAfter:  "\n  AND (created_at, COALESCE(seq, 0), event_id) > ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+	storage.ListBefore: "\n  AND (created_at, COALESCE(seq, 0), event_id) < ($%d::timestamptz, $%d::bigint, $%d::uuid)",
 }
 
 // List returns up to p.Limit rows that match p's filters, newest first
 // (or oldest first), after p.After when it is set, without payload and
 // headers.
 func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, error) {
-	if p.Limit <= 0 {
-		p.Limit = storage.ListLimitDefault
-	}
-	if p.Status != "" && !p.Status.Valid() {
-		return nil, fmt.Errorf("list: unknown status %q", p.Status)
+	p, err := p.WithDefaults()
+	if err != nil {
+		return nil, err
 	}
 	query, args := s.listQuery(p)
 	rows, err := s.pool.Query(ctx, query, args...)
@@ -290,40 +283,10 @@ func (s *Store) listQuery(p storage.ListParams) (string, []any) {
 		fmt.Fprintf(&filters, cond, nums...)
 		args = append(args, vals...)
 	}
-	f := adminListFilters
-	if p.Status != "" {
-		add(f.status, string(p.Status))
+	for _, f := range p.Filters() {
+		add(adminListFilters[f.Kind], f.Values...)
 	}
-	if p.EventType != "" {
-		add(f.eventType, p.EventType)
-	}
-	if p.PartitionKey != "" {
-		add(f.key, p.PartitionKey)
-	}
-	if p.EventID != uuid.Nil {
-		add(f.id, p.EventID)
-	}
-	if !p.CreatedFrom.IsZero() {
-		add(f.from, p.CreatedFrom)
-	}
-	if !p.CreatedBefore.IsZero() {
-		add(f.before, p.CreatedBefore)
-	}
-	if p.ErrorContains != "" {
-		add(f.errorContains, p.ErrorContains)
-	}
-	dir := "DESC"
-	if p.OldestFirst {
-		dir = "ASC"
-	}
-	if c := p.After; c != nil {
-		cond := f.before2
-		if p.OldestFirst {
-			cond = f.after
-		}
-		add(cond, c.CreatedAt, c.Seq, c.ID)
-	}
-	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", dir,
+	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction(),
 		"{{limit}}", fmt.Sprintf("$%d", len(args)+1)).Replace(s.queries["admin_list"])
 	args = append(args, p.Limit)
 	return query, args
@@ -385,15 +348,19 @@ func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, er
 // adminError explains err like queryError, and also says what to do about
 // a missing table and that an interruption was one.
 func (s *Store) adminError(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
-	}
+	return storage.AdminError(ctx, what, s.table.String(), s.location(), err, s.isTableMissing, s.queryError)
+}
+
+// isTableMissing reports whether err says the table does not exist
+// (undefined_table), and then recycles the pool: the table may be gone, or
+// the sessions' search_path stale.
+func (s *Store) isTableMissing(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		s.recycle(err) // the table may be gone, or the session's search_path stale
-		return s.tableMissing(what)
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		s.recycle(err)
+		return true
 	}
-	return s.queryError(what, err)
+	return false
 }
 
 func microseconds(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -20,31 +20,20 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 }
 
 func (s *Store) migrate(ctx context.Context, ddl string) (storage.MigrateResult, error) {
-	var res storage.MigrateResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.queries["migrate_begin"], schema.MigrationLockKey); err != nil {
-			return err
-		}
-		before, err := s.schemaObjects(ctx, tx)
-		if err != nil {
-			return err
-		}
-		// Simple protocol: the schema is several statements.
-		if _, err := tx.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return err
-		}
-		after, err := s.schemaObjects(ctx, tx)
-		if err != nil {
-			return err
-		}
-		for _, obj := range after {
-			if slices.Contains(before, obj) {
-				res.Existed = append(res.Existed, obj)
-			} else {
-				res.Created = append(res.Created, obj)
+	inLockedTx := func(fn func(pgx.Tx) error) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.queries["migrate_begin"], schema.MigrationLockKey); err != nil {
+				return err
 			}
-		}
-		return nil
+			return fn(tx)
+		})
+	}
+	objects := func(tx pgx.Tx) ([]string, error) { return s.schemaObjects(ctx, tx) }
+	res, err := storage.RunMigrate(inLockedTx, objects, func(tx pgx.Tx, _ []string) error {
+		// The DDL creates only what is missing itself. Simple protocol:
+		// it is several statements.
+		_, err := tx.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol)
+		return err
 	})
 	if err != nil {
 		return res, s.queryError("migrate table", err)

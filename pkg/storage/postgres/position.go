@@ -3,8 +3,6 @@ package postgres
 import (
 	"sync"
 	"time"
-
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // A claim position lets claims go forward instead of walking the pending
@@ -67,24 +65,16 @@ type position struct {
 }
 
 // positions keeps a position per relay id: one store may serve several
-// relays in one process (tests do), each of which claims in turn.
-type positions struct {
-	mu sync.Mutex
-	by map[string]*position
-}
+// relays in one process (tests do), each of which claims in turn. Entries
+// are only ever added, so a sync.Map (relay id → *position) fits.
+type positions struct{ by sync.Map }
 
 func (ps *positions) of(relayID string) *position {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.by == nil {
-		ps.by = map[string]*position{}
+	if p, ok := ps.by.Load(relayID); ok {
+		return p.(*position)
 	}
-	p := ps.by[relayID]
-	if p == nil {
-		p = &position{sweptAt: time.Now()}
-		ps.by[relayID] = p
-	}
-	return p
+	p, _ := ps.by.LoadOrStore(relayID, &position{sweptAt: time.Now()})
+	return p.(*position)
 }
 
 // plan is what one claim does: start after floor; sweep says whether it is
@@ -96,11 +86,9 @@ type plan struct {
 	claimedBefore int64
 }
 
-// next decides the claim's floor. The caller holds p.mu.
+// next decides the claim's floor. The caller holds p.mu, and passes the
+// claim's SweepInterval with its default filled in.
 func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) plan {
-	if sweepInterval <= 0 {
-		sweepInterval = storage.SweepIntervalDefault
-	}
 	if now.Sub(p.sweptAt) >= sweepInterval {
 		from := p.sweepFrom
 		if p.sweeps%fullSweepEvery == fullSweepEvery-1 {

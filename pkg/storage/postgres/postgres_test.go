@@ -451,8 +451,8 @@ func TestOpenDefaults(t *testing.T) {
 	if got := s.Table(); got != schema.DefaultTable {
 		t.Errorf("default table = %q, want %q", got, schema.DefaultTable)
 	}
-	if got := s.Pool().Config().MaxConns; got != postgres.DefaultPoolMaxConns {
-		t.Errorf("pool size = %d, want %d", got, postgres.DefaultPoolMaxConns)
+	if got := s.Pool().Config().MaxConns; got != postgres.PoolMaxConnsDefault {
+		t.Errorf("pool size = %d, want %d", got, postgres.PoolMaxConnsDefault)
 	}
 	if got := s.Pool().Config().ConnConfig.ConnectTimeout; got != postgres.ConnectTimeoutDefault {
 		t.Errorf("connect timeout = %s, want %s (a silent server must not hang a start)", got, postgres.ConnectTimeoutDefault)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -45,23 +46,23 @@ func (r rowsAffected) LastInsertId() (int64, error) {
 }
 func (r rowsAffected) RowsAffected() (int64, error) { return int64(r), nil }
 
-// Writer writes events into one outbox table.
+// Writer writes events into one outbox table. Its Write, which prepares
+// the events, is storage.Producer's.
 type Writer struct {
+	storage.Producer[Tx]
 	table schema.Table
 	query string
 }
 
 // NewWriter returns a Writer for table ("table" or "schema.table").
 func NewWriter(table string) (*Writer, error) {
-	t, err := schema.ParseTable(table)
-	if err != nil {
-		return nil, err
-	}
-	return newWriter(t), nil
+	return storage.WriterFor(table, schema.ParseTable, newWriter)
 }
 
 func newWriter(t schema.Table) *Writer {
-	return &Writer{table: t, query: schema.Expand(mustReadSQL("insert"), t)}
+	w := &Writer{table: t, query: schema.Expand(mustReadSQL("insert"), t)}
+	w.Producer = storage.NewProducer(w.WriteColumns)
+	return w
 }
 
 var defaultWriter = newWriter(schema.Table{Name: schema.DefaultTable})
@@ -72,18 +73,6 @@ var defaultWriter = newWriter(schema.Table{Name: schema.DefaultTable})
 // ctx (the traceparent header) unless an event carries its own.
 func Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
 	return defaultWriter.Write(ctx, tx, events...)
-}
-
-// Write inserts events into w's table within tx; see the package function.
-func (w *Writer) Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
-	if len(events) == 0 {
-		return nil
-	}
-	c, err := outbox.Prepare(ctx, events)
-	if err != nil {
-		return err
-	}
-	return w.WriteColumns(ctx, tx, c)
 }
 
 // WriteColumns inserts events prepared by outbox.Prepare, or built by hand

@@ -183,7 +183,10 @@ func testOrderedClaimComparesKeysBytewise(t *testing.T, h Harness) {
 			if got := b.Events[0].PartitionKey; got != sorted[i] {
 				t.Fatalf("claimed event's key = %q, want %q", got, sorted[i])
 			}
-			cursor = b.Events[0].PartitionKey
+			if b.After != sorted[i] {
+				t.Fatalf("Batch.After = %q after a claim of key %q, want that key", b.After, sorted[i])
+			}
+			cursor = b.After
 			deliver(t, s, b)
 		}
 	}
@@ -204,6 +207,87 @@ func testOrderedClaimComparesKeysBytewise(t *testing.T, h Harness) {
 		t.Fatalf("with keys \"k\" and \"e\" in flight the claim took %v, want every other key's event %v (and not %v)", got, others, waiting)
 	}
 }
+
+// testOrderedClaimReturnsWhereTheWalkEnded: Batch.After is the last key the
+// claim's walk took — past ClaimParams.After, then wrapped around — or
+// ClaimParams.After itself when the claim took no key.
+func testOrderedClaimReturnsWhereTheWalkEnded(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	insert(t, tb, event{PartitionKey: "c"}, event{PartitionKey: "a"}, event{PartitionKey: "e"},
+		event{PartitionKey: "b"}, event{PartitionKey: "d"})
+	after := ""
+	for _, want := range []struct {
+		keys  []string
+		after string
+	}{
+		{[]string{"a", "b"}, "b"},
+		{[]string{"c", "d"}, "d"},
+		{[]string{"e"}, "e"},
+	} {
+		b := claimOrdered(t, s, storage.DeadSkip, after, 2)
+		if got := eventKeys(b.Events); !slices.Equal(sorted(got), want.keys) || b.After != want.after {
+			t.Fatalf("claim after %q took keys %q and returned After %q, want keys %q and After %q",
+				after, got, b.After, want.keys, want.after)
+		}
+		deliver(t, s, b)
+		after = b.After
+	}
+
+	// Keys past the cursor first, then from the start: the walk wrapped,
+	// and it ended at the last key it took after wrapping.
+	insert(t, tb, event{PartitionKey: "b"}, event{PartitionKey: "f"}, event{PartitionKey: "a"})
+	b := claimOrdered(t, s, storage.DeadSkip, "c", 10)
+	if got := eventKeys(b.Events); !slices.Equal(sorted(got), []string{"a", "b", "f"}) || b.After != "b" {
+		t.Fatalf("claim after \"c\" took keys %q and returned After %q, want a, b and f and After \"b\"", got, b.After)
+	}
+	deliver(t, s, b)
+
+	// Nothing keyed: the walk did not move.
+	insert(t, tb, event{})
+	b = claimOrdered(t, s, storage.DeadSkip, "m", 10)
+	if len(b.Events) != 1 || b.After != "m" {
+		t.Fatalf("claim of one unkeyed event took %d events and returned After %q, want 1 and \"m\"", len(b.Events), b.After)
+	}
+	deliver(t, s, b)
+	if b := claimOrdered(t, s, storage.DeadSkip, "m", 10); len(b.Events) != 0 || b.After != "m" {
+		t.Fatalf("empty claim took %d events and returned After %q, want none and \"m\"", len(b.Events), b.After)
+	}
+}
+
+// testOrderedClaimCapsRunsAtRunLimit: a key gives a claim at most
+// RunLimit events, RunLimitDefault when it is zero.
+func testOrderedClaimCapsRunsAtRunLimit(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	events := make([]event, storage.RunLimitDefault+5)
+	for i := range events {
+		events[i] = event{PartitionKey: "k"}
+	}
+	ids := insert(t, tb, events...)
+	for _, c := range []struct{ runLimit, want int }{{3, 3}, {0, storage.RunLimitDefault}} {
+		b, err := s.Claim(ctx, storage.ClaimParams{RelayID: "relay-1", Limit: 100,
+			Ordering: storage.OrderingPartition, OnDead: storage.DeadSkip, RunLimit: c.runLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := eventIDs(b.Events); !slices.Equal(got, ids[:c.want]) {
+			t.Fatalf("RunLimit %d: claimed %d events of the key, want its first %d", c.runLimit, len(got), c.want)
+		}
+		deliver(t, s, b)
+		ids = ids[c.want:]
+	}
+}
+
+func eventKeys(events []outbox.Event) []string {
+	keys := make([]string, len(events))
+	for i, e := range events {
+		keys[i] = e.PartitionKey
+	}
+	return keys
+}
+
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
 func mapKeys(m map[string]uuid.UUID, keys []string) []uuid.UUID {
 	out := make([]uuid.UUID, len(keys))
@@ -373,6 +457,7 @@ func testOrderedClaimsKeepKeysInOrderUnderConcurrency(t *testing.T, h Harness) {
 			var ok, failed, released []uuid.UUID
 			crashed, failedKey := map[string]bool{}, map[string]bool{}
 			expect := map[string]int{}
+			cursor = b.After
 			mu.Lock()
 			for _, e := range b.Events {
 				k := e.PartitionKey
@@ -380,7 +465,6 @@ func testOrderedClaimsKeepKeysInOrderUnderConcurrency(t *testing.T, h Harness) {
 					ok = append(ok, e.ID)
 					continue
 				}
-				cursor = k
 				want, seen := expect[k]
 				if !seen {
 					want = next[k]

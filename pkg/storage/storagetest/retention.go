@@ -42,12 +42,12 @@ func testPrunePausesBetweenBatches(t *testing.T, h Harness) {
 // lock at a time; another table's lock is its own.
 func testRetentionLockIsExclusive(t *testing.T, h Harness) {
 	tb := h.New(t)
-	first, ok := tb.Storage().(storage.Retainer)
+	first, ok := tb.Storage().(storage.RetentionLocker)
 	if !ok {
-		t.Skip("the driver offers no storage.Retainer")
+		t.Skip("the driver offers no storage.RetentionLocker")
 	}
-	second := openSecond(t, tb).(storage.Retainer)
-	other := h.New(t).Storage().(storage.Retainer)
+	second := openSecond(t, tb).(storage.RetentionLocker)
+	other := h.New(t).Storage().(storage.RetentionLocker)
 
 	var inner, elsewhere bool
 	ran, err := first.WithRetentionLock(ctx, func(ctx context.Context) error {

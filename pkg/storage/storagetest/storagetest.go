@@ -68,6 +68,8 @@ var tests = []struct {
 	{"Ordered/WaitsOutABackoff", testOrderedClaimWaitsOutABackoff},
 	{"Ordered/RespectsTheLimit", testOrderedClaimRespectsTheLimit},
 	{"Ordered/ComparesKeysBytewise", testOrderedClaimComparesKeysBytewise},
+	{"Ordered/ReturnsWhereTheWalkEnded", testOrderedClaimReturnsWhereTheWalkEnded},
+	{"Ordered/CapsRunsAtRunLimit", testOrderedClaimCapsRunsAtRunLimit},
 	{"Ordered/OnDeadSkipOrBlock", testOrderedClaimOnDead},
 	{"Ordered/KeysStayInOrderUnderConcurrency", testOrderedClaimsKeepKeysInOrderUnderConcurrency},
 

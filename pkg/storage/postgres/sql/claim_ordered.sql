@@ -18,7 +18,9 @@
 -- took ('' at first). The walk over keys starts after it and wraps around,
 -- so every key gets its turn. $4 most bytes (payload + headers; 0: no
 -- limit), cut as in the unordered claim: in pick order, which keeps each
--- key's picks a prefix of its run.
+-- key's picks a prefix of its run. $5 most events of one key
+-- (storage.ClaimParams.RunLimit). The driver works out where the next
+-- claim's walk starts from the keys this one returns (Batch.After).
 WITH RECURSIVE after_cursor AS (
     (SELECT partition_key COLLATE "C" AS k, status, available_at, seq
      FROM {{table}}
@@ -65,7 +67,7 @@ WITH RECURSIVE after_cursor AS (
       {{dead_holds_head}}
 ), keyed AS (
     -- For each of those keys, the run of due PENDING events from the start,
-    -- stopping at the first that is not, and at 20 events. A batch then
+    -- stopping at the first that is not, and at $5 events. A batch then
     -- holds whole runs of a few keys when keys have long backlogs, leaving
     -- other keys for the next claim while this batch is at the broker, and
     -- many keys when each has few events. The walk stops as soon as the
@@ -86,7 +88,7 @@ WITH RECURSIVE after_cursor AS (
                     FROM {{table}} run
                     WHERE partition_key COLLATE "C" = h.k AND status IN ('PENDING', 'DELIVERING')
                     ORDER BY seq
-                    LIMIT 20
+                    LIMIT $5
                 ) run
                 WINDOW w AS (ORDER BY seq ROWS UNBOUNDED PRECEDING)
             ) x

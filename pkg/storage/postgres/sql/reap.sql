@@ -1,7 +1,8 @@
--- Take back expired leases. A lease that expired counts as a failed attempt,
--- so an event that crashes every relay that claims it ends DEAD instead of
--- looping forever. SKIP LOCKED lets any number of reapers run at once, and a
--- row settled meanwhile no longer matches.
+-- Take back expired leases: at most $2 older than $1 microseconds, oldest
+-- first. The expired lease counts as an attempt; rows that already have $3
+-- attempts (storage.ReapParams.DeadFrom, where the limit is worked out) go
+-- DEAD, the others PENDING. SKIP LOCKED lets any number of reapers run at
+-- once, and a row settled meanwhile no longer matches.
 WITH expired AS (
     SELECT event_id
     FROM {{table}}
@@ -11,7 +12,7 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE {{table}} AS t
-    SET status = CASE WHEN t.attempts + 1 >= $3 THEN 'DEAD' ELSE 'PENDING' END,
+    SET status = CASE WHEN t.attempts >= $3 THEN 'DEAD' ELSE 'PENDING' END,
         attempts = t.attempts + 1,
         last_error = 'lease expired (relay ' || coalesce(t.locked_by, 'unknown') || ')',
         available_at = now(), locked_by = NULL, locked_at = NULL, updated_at = now()

@@ -1,4 +1,4 @@
-package relay
+package postgres
 
 import (
 	"testing"
@@ -6,7 +6,9 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
-func TestNextCursorFollowsTheWalkOverKeys(t *testing.T) {
+// The claim returns its rows in write order, not walk order: walkEnd must
+// find the walk's end from the keys alone, wrapping included.
+func TestWalkEndFollowsTheWalkOverKeys(t *testing.T) {
 	events := func(keys ...string) []outbox.Event {
 		out := make([]outbox.Event, len(keys))
 		for i, k := range keys {
@@ -15,9 +17,9 @@ func TestNextCursorFollowsTheWalkOverKeys(t *testing.T) {
 		return out
 	}
 	cases := []struct {
-		name, old string
-		keys      []string
-		want      string
+		name, after string
+		keys        []string
+		want        string
 	}{
 		{"first claim", "", []string{"b", "a", "c"}, "c"},
 		{"past the cursor", "b", []string{"d", "c"}, "d"},
@@ -27,8 +29,8 @@ func TestNextCursorFollowsTheWalkOverKeys(t *testing.T) {
 		{"the cursor key itself after wrapping", "m", []string{"z", "m"}, "m"},
 	}
 	for _, c := range cases {
-		if got := nextCursor(c.old, events(c.keys...)); got != c.want {
-			t.Errorf("%s: nextCursor(%q, %v) = %q, want %q", c.name, c.old, c.keys, got, c.want)
+		if got := walkEnd(c.after, events(c.keys...)); got != c.want {
+			t.Errorf("%s: walkEnd(%q, %v) = %q, want %q", c.name, c.after, c.keys, got, c.want)
 		}
 	}
 }

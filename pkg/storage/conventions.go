@@ -1,0 +1,212 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/redact"
+)
+
+// What every driver does the same way: reading its SQL files, checking
+// the table's columns, explaining a database it cannot reach. Drivers
+// call these so that the wording, and the rules behind it, are written
+// once.
+
+// LoadQueries reads every dir/*.sql file of fsys (a driver's embedded SQL),
+// keyed by its name without ".sql", each passed through expand, which
+// fills in the table's name (and whatever else the driver's files leave
+// open).
+func LoadQueries(fsys fs.FS, dir string, expand func(query string) string) (map[string]string, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	queries := make(map[string]string, len(entries))
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".sql")
+		if !ok {
+			continue
+		}
+		queries[name] = expand(MustReadQuery(fsys, path.Join(dir, e.Name())))
+	}
+	return queries, nil
+}
+
+// MustReadQuery returns the SQL file at name in fsys, unexpanded. A
+// driver's SQL files are embedded in the binary, so a missing one is a bug.
+func MustReadQuery(fsys fs.FS, name string) string {
+	text, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		panic(err)
+	}
+	return string(text)
+}
+
+// ContractColumns are the Open Outbox table contract's columns: every
+// driver's Check requires them.
+var ContractColumns = []string{
+	"event_id", "event_type", "partition_key", "payload", "headers", "status", "attempts",
+	"last_error", "available_at", "locked_by", "locked_at", "delivered_at", "created_at", "updated_at",
+}
+
+// CheckColumns is Check's verdict on a table that exists with the columns
+// have (lower case): an error naming what it lacks of ContractColumns and
+// of added, the columns the driver's migration adds to the contract's
+// table (seq, …), or nil.
+func CheckColumns(table, where string, have []string, added ...string) error {
+	var missing []string
+	for _, c := range append(slices.Clone(ContractColumns), added...) {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("table %s in %s lacks column(s) %s; run `relay-cli migrate` to add what the relay adds (%s), or check that STORAGE_TABLE_NAME names an outbox table",
+		table, where, strings.Join(missing, ", "), strings.Join(added, ", "))
+}
+
+// ConnFailure is why a database could not be reached or would not let the
+// relay in, as ConnError reports it.
+type ConnFailure int
+
+// Connection failures.
+const (
+	// CannotReach: no answer, or any failure not listed below.
+	CannotReach ConnFailure = iota
+	// LoginRefused: the server refused the user's login.
+	LoginRefused
+	// NoDatabase: the server has no database of the URL's name.
+	NoDatabase
+	// DatabaseDenied: the user may not use the database.
+	DatabaseDenied
+)
+
+// Server names the database a driver connects to, for ConnError.
+type Server struct {
+	// Where is the server, for people: "PostgreSQL at db:5432".
+	Where          string
+	User, Database string
+	// LoginHint is where else than the user and password to look when
+	// the login is refused: "pg_hba.conf".
+	LoginHint string
+	// RawURL is the storage URL, whose password ConnError keeps out of
+	// its message.
+	RawURL string
+}
+
+// Location is the server and the database, as errors name where they
+// looked: "PostgreSQL at db:5432 database "app"".
+func (s Server) Location() string { return fmt.Sprintf("%s database %q", s.Where, s.Database) }
+
+// QueryError explains err, from a statement run on table while doing what:
+// a database that could not be reached or refused the login (classify
+// says whether it is one, and which) as ConnError does, anything else as
+// the statement's error.
+func QueryError(srv Server, table, what string, err error, classify func(error) (ConnFailure, bool)) error {
+	if why, ok := classify(err); ok {
+		return ConnError(srv, why, err)
+	}
+	return fmt.Errorf("%s %s: %w", what, table, err)
+}
+
+// ConnError explains err, a failure to reach srv or to log in, with what
+// to check: the same words from every driver, without the password and
+// without the table, which is not the problem. It is marked Unreachable.
+func ConnError(srv Server, why ConnFailure, err error) error {
+	var msg string
+	switch why {
+	case LoginRefused:
+		msg = fmt.Sprintf("%s refused the login of user %q (check the user and password in STORAGE_URL, and %s)",
+			srv.Location(), srv.User, srv.LoginHint)
+	case NoDatabase:
+		msg = fmt.Sprintf("%s has no database %q (check the database name in STORAGE_URL, or create it)",
+			srv.Where, srv.Database)
+	case DatabaseDenied:
+		msg = fmt.Sprintf("%s does not let user %q use database %q (check the database name in STORAGE_URL, or grant the user access)",
+			srv.Where, srv.User, srv.Database)
+	default:
+		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)",
+			srv.Location(), srv.User)
+	}
+	return Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, srv.RawURL)))
+}
+
+// Producer is the part of a driver's producer writer (postgres.Writer,
+// mysql.Writer) that every driver shares: it prepares messages with
+// outbox.Prepare — ids, trace context, the header rules — and hands their
+// columns to the driver's insert, within the caller's transaction tx.
+type Producer[Tx any] struct {
+	insert func(ctx context.Context, tx Tx, c outbox.Columns) error
+}
+
+// NewProducer returns a Producer that writes through insert.
+func NewProducer[Tx any](insert func(ctx context.Context, tx Tx, c outbox.Columns) error) Producer[Tx] {
+	return Producer[Tx]{insert: insert}
+}
+
+// Write inserts events within tx, so that they commit or roll back with the
+// caller's business change. It fills in missing ids with UUIDv7s and adds
+// the W3C trace context of ctx (the traceparent header) unless an event
+// carries its own. No events: no statement.
+func (p Producer[Tx]) Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
+	if len(events) == 0 {
+		return nil
+	}
+	c, err := outbox.Prepare(ctx, events)
+	if err != nil {
+		return err
+	}
+	return p.insert(ctx, tx, c)
+}
+
+// WriterFor is a driver's NewWriter: the writer newWriter makes for the
+// table name, once the driver's parseTable accepts it.
+func WriterFor[T, W any](name string, parseTable func(string) (T, error), newWriter func(T) W) (W, error) {
+	t, err := parseTable(name)
+	if err != nil {
+		var none W
+		return none, err
+	}
+	return newWriter(t), nil
+}
+
+// RunMigrate is the part of Migrate every driver shares. withLock runs its
+// function while the driver holds its migration lock (on the connection or
+// in the transaction C it passes, where the driver's statements run);
+// objects lists the table's schema objects, and apply creates what is
+// missing given what exists. The result compares the objects before and
+// after.
+func RunMigrate[C any](withLock func(fn func(C) error) error, objects func(C) ([]string, error),
+	apply func(c C, existing []string) error) (MigrateResult, error) {
+	var res MigrateResult
+	err := withLock(func(c C) error {
+		before, err := objects(c)
+		if err != nil {
+			return err
+		}
+		if err := apply(c, before); err != nil {
+			return err
+		}
+		after, err := objects(c)
+		if err != nil {
+			return err
+		}
+		res = MigrateResult{}
+		for _, obj := range after {
+			if slices.Contains(before, obj) {
+				res.Existed = append(res.Existed, obj)
+			} else {
+				res.Created = append(res.Created, obj)
+			}
+		}
+		return nil
+	})
+	return res, err
+}

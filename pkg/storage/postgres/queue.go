@@ -1,0 +1,375 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// The engine's side of the store (storage.Queue and storage.Reaper): claims
+// and the lease-guarded settles. The store itself — opening, checking,
+// errors, notifications — is in postgres.go.
+
+// Claim moves up to p.Limit due rows to DELIVERING and returns them in
+// write order (seq), so that events sharing a partition key are published
+// in the order they were written. Unordered claims go forward from the
+// relay's claim position (position.go).
+//
+// The claim goes out as one pipeline, which PostgreSQL runs as one implicit
+// transaction in one round trip: for ordered claims first a per-table
+// advisory lock, for unordered ones the planner settings of claim_plan.sql;
+// then the lease stamp (the transaction's now()) with the snapshot's
+// transaction ids, then the claiming statement. Knowing the stamp before reading the rows lets a claim
+// whose rows cannot be read in full hand them back at once.
+func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	p = p.WithDefaults()
+	b := &pgx.Batch{}
+	claim := s.queries["claim"]
+	var (
+		pos *position
+		pl  plan
+	)
+	if p.Ordering == storage.OrderingPartition {
+		// Ordered claims take turns: the claim statement's snapshot is
+		// taken after the lock is held, so it sees every run another
+		// relay claimed and cannot take a later part of it.
+		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
+		b.Queue(s.queries["claim_stamp"])
+		claim = s.queries["claim_ordered_skip"]
+		if p.OnDead == storage.DeadBlock {
+			claim = s.queries["claim_ordered_block"]
+		}
+		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit)
+	} else {
+		// One relay's claims come one after another; the position is
+		// held for the claim's round trip.
+		pos = s.positions.of(p.RelayID)
+		pos.mu.Lock()
+		defer pos.mu.Unlock()
+		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
+		b.Queue(s.queries["claim_plan"])
+		b.Queue(s.queries["claim_stamp"])
+		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor)
+	}
+
+	results := s.pool.SendBatch(ctx, b)
+	// Closed once only: after an error, pgx's Close touches the
+	// connection's statement cache even when called again, by which time
+	// the connection is back in the pool and may serve another goroutine.
+	closed := false
+	closeResults := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		return results.Close()
+	}
+	defer func() { _ = closeResults() }()
+	if p.Ordering == storage.OrderingPartition {
+		if _, err := results.Exec(); err != nil {
+			s.recycle(err)
+			return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
+		}
+	} else if _, err := results.Exec(); err != nil {
+		s.recycle(err)
+		return storage.Batch{}, fmt.Errorf("claim batch: plan: %w", err)
+	}
+	lease := storage.Lease{RelayID: p.RelayID}
+	var (
+		xmin, xmax uint64
+		issued     pgtype.Int8
+	)
+	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax, &issued); err != nil {
+		s.recycle(err)
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	events, lowest, highest, err := readEvents(results, p.Limit)
+	if err == nil {
+		err = closeResults()
+	}
+	if err != nil {
+		// The claim's connection goes back to the pool first: on a pool of
+		// one, handing back would otherwise wait for it until it timed out.
+		_ = closeResults()
+		claimErr := fmt.Errorf("claim batch: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server refused the claim, so the pipeline's implicit
+			// transaction rolled back and no row is leased: nothing to hand
+			// back, and a hand-back failing for the same reason would only
+			// blur the error.
+			s.recycle(err)
+			return storage.Batch{}, claimErr
+		}
+		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
+	}
+	batch := storage.Batch{Lease: lease, Events: events}
+	if pos != nil {
+		wentBack := issued.Valid && issued.Int64 < pos.claimed
+		if len(events) < p.Limit {
+			// Nothing more is due after the position: whatever seq was
+			// handed out is claimed by others or not yet committed, and
+			// the marks keep the position from passing the latter.
+			highest = max(highest, issued.Int64)
+		}
+		pos.done(pl, xmin, xmax, lowest, highest, time.Now())
+		if wentBack {
+			// The sequence went back (TRUNCATE … RESTART IDENTITY, ALTER
+			// SEQUENCE … RESTART): every new row would lie behind the
+			// position. Start again from the beginning.
+			pos.reset()
+		}
+	} else {
+		batch.After = walkEnd(p.After, events)
+	}
+	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
+	batch.Lease = lease
+	return batch, nil
+}
+
+// walkEnd is where the next ordered claim's walk starts: the last key this
+// claim took in claim_ordered.sql's walk, which went through the keys after
+// after in bytewise order (Go's string order, the "C" collation's), then
+// wrapped around to the start and ended with after itself. The claim
+// returns its rows in write order, so the walk's end is found from the
+// keys: the highest wrapped key, or else the highest key past after.
+func walkEnd(after string, events []outbox.Event) string {
+	var past, wrapped string
+	for i := range events {
+		switch k := events[i].PartitionKey; {
+		case k == "":
+		case k > after:
+			past = max(past, k)
+		default:
+			wrapped = max(wrapped, k)
+		}
+	}
+	switch {
+	case wrapped != "":
+		return wrapped
+	case past != "":
+		return past
+	}
+	return after
+}
+
+// createdRange bounds the events' created_at; zero when an event's is
+// unknown (±infinity reads as zero) or there are none.
+func createdRange(events []outbox.Event) (from, to time.Time) {
+	for i, e := range events {
+		if e.CreatedAt.IsZero() {
+			return time.Time{}, time.Time{}
+		}
+		if i == 0 || e.CreatedAt.Before(from) {
+			from = e.CreatedAt
+		}
+		if i == 0 || e.CreatedAt.After(to) {
+			to = e.CreatedAt
+		}
+	}
+	return from, to
+}
+
+// createdFrom and createdTo are a lease's created_at bounds for the settle
+// statements: -infinity and infinity when unknown, so that every row
+// matches.
+func createdFrom(l storage.Lease) pgtype.Timestamptz {
+	if l.CreatedFrom.IsZero() || l.CreatedTo.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: l.CreatedFrom, Valid: true}
+}
+
+func createdTo(l storage.Lease) pgtype.Timestamptz {
+	if l.CreatedFrom.IsZero() || l.CreatedTo.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: l.CreatedTo, Valid: true}
+}
+
+// handBack releases every row of a claim that failed after the claiming
+// statement may have committed, and returns the claim's error with what
+// became of them.
+func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, s.queries["release_lease"], lease.RelayID, lease.LockedAt)
+	if err != nil {
+		s.recycle(err)
+		return fmt.Errorf("%w (handing its rows back failed too, the reaper will take them back: %v)", claimErr, err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		return fmt.Errorf("%w (its %d rows were handed back)", claimErr, n)
+	}
+	return claimErr
+}
+
+// handBackTimeout bounds handing back the rows of a failed claim.
+const handBackTimeout = 5 * time.Second
+
+// claimLockClass is the high half of the ordered-claim advisory lock key;
+// the low half is the table's OID.
+const claimLockClass = 0x6f72 // "or"
+
+// readEvents reads the claimed rows, which the claim returns in write
+// order, the lowest seq among those that were not PENDING again (0 for
+// none: rows a sweep found behind the claim position) and the highest seq.
+//
+// It is on the hot path, and written to allocate per batch rather than per
+// event: the columns are read without a copy (valid until the next row),
+// payloads and headers copied into a few shared chunks, and repeated event
+// types and keys share one string.
+func readEvents(results pgx.BatchResults, limit int) (events []outbox.Event, lowest, highest int64, err error) {
+	rows, err := results.Query()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer rows.Close()
+	events = make([]outbox.Event, 0, limit)
+	// Scanned into the same variables row after row: the addresses Scan
+	// takes would otherwise move each row's Event to the heap.
+	var (
+		id                         [16]byte
+		typ, key, payload, headers pgtype.DriverBytes
+		attempts                   int
+		createdAt                  pgtype.Timestamptz
+		seq                        pgtype.Int8
+		again                      pgtype.Bool
+		arena                      byteArena
+		strs                       = map[string]string{}
+	)
+	for rows.Next() {
+		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
+		// through database/sql's Scanner and the id's text form.
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again); err != nil {
+			return nil, 0, 0, fmt.Errorf("read row: %w", err)
+		}
+		if seq.Valid && !again.Bool && (lowest == 0 || seq.Int64 < lowest) {
+			lowest = seq.Int64
+		}
+		highest = max(highest, seq.Int64)
+		e := outbox.Event{
+			ID:           id,
+			Type:         intern(strs, typ),
+			PartitionKey: intern(strs, key),
+			Payload:      arena.copy(payload),
+			Headers:      arena.copy(headers),
+			Attempts:     attempts,
+		}
+		if createdAt.Valid {
+			e.CreatedAt = createdAt.Time
+		}
+		events = append(events, e)
+	}
+	return events, lowest, highest, rows.Err()
+}
+
+// intern returns b as a string, the same string for the same bytes.
+func intern(strs map[string]string, b []byte) string {
+	if s, ok := strs[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	strs[s] = s
+	return s
+}
+
+// byteArena hands out copies of byte slices carved from shared chunks.
+type byteArena struct{ chunk []byte }
+
+// arenaChunk is the size of a chunk; a larger slice gets a chunk of its own.
+const arenaChunk = 64 << 10
+
+func (a *byteArena) copy(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte{} // empty, not nil: a Kafka record tells them apart
+	}
+	if len(b) > cap(a.chunk)-len(a.chunk) {
+		a.chunk = make([]byte, 0, max(arenaChunk, len(b)))
+	}
+	start := len(a.chunk)
+	a.chunk = append(a.chunk, b...)
+	// Capped, so that an append to one event's slice cannot run into the
+	// next event's bytes.
+	return a.chunk[start:len(a.chunk):len(a.chunk)]
+}
+
+// MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
+func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	return s.settle(ctx, "mark delivered", "mark_delivered", p.Lease, uuidArray(p.IDs))
+}
+
+// DeleteDelivered deletes the lease's rows among p.IDs.
+func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	return s.settle(ctx, "delete delivered", "delete_delivered", p.Lease, uuidArray(p.IDs))
+}
+
+// MarkFailed records one failed attempt for each of the lease's rows in
+// p.Failures.
+func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
+	n := len(p.Failures)
+	ids := make([][16]byte, n)
+	msgs := make([]string, n)
+	dead := make([]bool, n)
+	delays := make([]int64, n)
+	for i, f := range p.Failures {
+		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
+	}
+	return s.settle(ctx, "mark failed", "mark_failed", p.Lease, ids, msgs, dead, delays)
+}
+
+// Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
+func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
+	return s.settle(ctx, "release", "release", p.Lease, uuidArray(p.IDs))
+}
+
+// Renew moves the lease's rows among p.IDs to the stamp p.To.
+func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
+	return s.settle(ctx, "renew lease", "renew", p.Lease, uuidArray(p.IDs), p.To)
+}
+
+// settle runs one of the lease-guarded statements (sql/<name>.sql), whose
+// arguments are always the relay id, the lease's stamps, the rows' ids,
+// what the statement adds (more), then the lease's created_at bounds.
+func (s *Store) settle(ctx context.Context, what, name string, lease storage.Lease, ids any, more ...any) (int, error) {
+	args := append([]any{lease.RelayID, lease.Stamps(), ids}, more...)
+	args = append(args, createdFrom(lease), createdTo(lease))
+	tag, err := s.pool.Exec(ctx, s.queries[name], args...)
+	if err != nil {
+		s.recycle(err)
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Reap takes back at most p.Limit leases older than p.LeaseTimeout.
+func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
+	var r storage.ReapResult
+	err := s.pool.QueryRow(ctx, s.queries["reap"], p.LeaseTimeout.Microseconds(), p.Limit, p.DeadFrom()).
+		Scan(&r.Requeued, &r.Dead)
+	if err != nil {
+		s.recycle(err)
+		return r, fmt.Errorf("reap expired leases: %w", err)
+	}
+	return r, nil
+}
+
+// uuidArray passes ids to PostgreSQL as 16-byte values. As []uuid.UUID,
+// pgx would encode each through database/sql's Valuer: formatted as text,
+// parsed back, and planned anew for every element.
+func uuidArray(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
