@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -130,18 +128,6 @@ func IsPermanent(err error) bool {
 func IsUnavailable(err error) bool {
 	var u unavailableError
 	return errors.As(err, &u)
-}
-
-// CheckOptions reports the first URL query parameter that is not among a
-// driver's known options, listing them; a misspelt option must not be
-// silently ignored.
-func CheckOptions(q url.Values, known []string) error {
-	for key := range q {
-		if !slices.Contains(known, key) {
-			return fmt.Errorf("unknown option %q (known: %s)", key, strings.Join(known, ", "))
-		}
-	}
-	return nil
 }
 
 // Fill returns a slice of n copies of err: the result of a batch that failed
