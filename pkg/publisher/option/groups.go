@@ -19,15 +19,24 @@ type TLS struct {
 // TLSDocs are a driver's words for its TLS options: what is verified
 // differs (a server, an endpoint) and so does what turns TLS on.
 type TLSDocs struct {
-	// CA documents tls_ca; CertKey documents tls_cert and tls_key together.
-	CA, CertKey string
+	// CA documents tls_ca.
+	CA string
+	// CertKey documents tls_cert and tls_key together; empty says what
+	// every driver says, CertKeyDoc.
+	CertKey string
 	// Insecure documents tls_insecure; empty leaves the option out.
 	Insecure string
 }
 
+// CertKeyDoc is what tls_cert and tls_key mean unless a driver says more.
+const CertKeyDoc = "Client certificate and key for mutual TLS (both or neither)."
+
 // TLS declares the TLS options. A client certificate without its key (or
 // the reverse) is an error of the URL, found before any file is read.
 func (s *Set) TLS(docs TLSDocs) *TLS {
+	if docs.CertKey == "" {
+		docs.CertKey = CertKeyDoc
+	}
 	t := &TLS{
 		ca:   s.String("tls_ca", "", docs.CA),
 		cert: s.String("tls_cert", "", docs.CertKey),

@@ -192,11 +192,10 @@ func (s *Set) valueError(sp *spec, raw string, why error) error {
 	if sp.secret {
 		shown = redact.Mask
 	}
-	sep := ": "
 	if strings.HasPrefix(why.Error(), "is ") {
-		sep = " "
+		return s.wrap(fmt.Errorf("%s=%s %w", sp.name, shown, why)) // timeout="5" is not …
 	}
-	return s.wrap(fmt.Errorf("%s=%s%s%w", sp.name, shown, sep, why))
+	return s.wrap(fmt.Errorf("%s=%s: %w", sp.name, shown, why))
 }
 
 func (s *Set) unknownError(key string) error {
@@ -252,26 +251,29 @@ func editDistance(a, b string) int {
 func (v Values) Has(name string) bool { return v.q.Has(name) }
 
 // Redact returns rawURL with the user info's password and the value of
-// every option declared secret masked, for log lines. Options it does not
+// every option declared secret masked, for log lines. The URL keeps its
+// shape (the order and spelling of its options); options it does not
 // declare are left to redact.URL's patterns.
 func (s *Set) Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
+	base, query, ok := strings.Cut(rawURL, "?")
+	if !ok {
 		return redact.URL(rawURL)
 	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return redact.URL(rawURL)
-	}
-	for _, sp := range s.specs {
-		if sp.secret && q.Has(sp.name) {
-			for i := range q[sp.name] {
-				q[sp.name][i] = redact.Mask
+	query, fragment, hasFragment := strings.Cut(query, "#")
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		key, _, _ := strings.Cut(p, "=")
+		if name, err := url.QueryUnescape(key); err == nil {
+			if sp := s.lookup(name); sp != nil && sp.secret {
+				params[i] = key + "=" + redact.Mask
 			}
 		}
 	}
-	u.RawQuery = q.Encode()
-	return redact.URL(u.String())
+	out := base + "?" + strings.Join(params, "&")
+	if hasFragment {
+		out += "#" + fragment
+	}
+	return redact.URL(out)
 }
 
 // ---- Kinds ------------------------------------------------------------------
@@ -476,25 +478,25 @@ func (n *Int) phrase() string {
 	if n.want != "" {
 		return n.want
 	}
-	noun := "integer"
+	what := "integer"
 	if n.unit != "" {
-		noun = "number of " + n.unit
+		what = "number of " + n.unit
 	}
 	bounded := n.max != 1<<63-1
 	switch {
 	case n.min == 1 && !bounded:
-		return "a positive " + noun
+		return "a positive " + what
 	case n.min == 1:
-		return fmt.Sprintf("a positive %s up to %d", noun, n.max)
+		return fmt.Sprintf("a positive %s up to %d", what, n.max)
 	}
-	article := "a "
-	if noun == "integer" {
-		article = "an "
+	article := "a"
+	if n.unit == "" {
+		article = "an" // an integer
 	}
 	if !bounded {
-		return fmt.Sprintf("%s%s of at least %d", article, noun, n.min)
+		return fmt.Sprintf("%s %s of at least %d", article, what, n.min)
 	}
-	return fmt.Sprintf("%s%s from %d to %d", article, noun, n.min, n.max)
+	return fmt.Sprintf("%s %s from %d to %d", article, what, n.min, n.max)
 }
 
 // Min sets the least value (1 unless set).
