@@ -9,11 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
+	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 // Publisher sends events to a broker.
@@ -233,4 +237,38 @@ func Clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// declared holds each scheme's option declaration, for Redact.
+var (
+	declaredMu sync.RWMutex
+	declared   = map[string]*option.Set{}
+)
+
+// RegisterOptions records the options a driver declares under its
+// schemes, so that Redact masks the values the driver declares secret.
+// Driver packages call it from init, next to Register.
+func RegisterOptions(set *option.Set, schemes ...string) {
+	declaredMu.Lock()
+	defer declaredMu.Unlock()
+	for _, s := range schemes {
+		declared[strings.ToLower(s)] = set
+	}
+}
+
+// Redact returns rawURL fit for a log line: the password and every option
+// its driver declares secret masked, and redact.URL's patterns applied
+// besides, for a scheme no driver registered.
+func Redact(rawURL string) string {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return redact.URL(rawURL)
+	}
+	declaredMu.RLock()
+	set := declared[strings.ToLower(scheme)]
+	declaredMu.RUnlock()
+	if set == nil {
+		return redact.URL(rawURL)
+	}
+	return set.Redact(rawURL)
 }

@@ -35,6 +35,7 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "amqp", "amqps")
+	publisher.RegisterOptions(Options, "amqp", "amqps")
 }
 
 // Defaults for the URL options.
@@ -197,7 +198,6 @@ var (
 	optName = Options.String("name", NameDefault, "Connection name shown in the management UI.")
 	optTLS  = Options.TLS(option.TLSDocs{
 		CA:       "CA certificate file for verifying the server (`amqps://` only; the system roots otherwise).",
-		CertKey:  "Client certificate and key for mutual TLS (both or neither).",
 		Insecure: "`true` skips verifying the server's certificate (tests only).",
 	})
 	optCloudEvents = cloudevents.Declare(Options,

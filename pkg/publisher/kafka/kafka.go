@@ -41,6 +41,7 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "kafka")
+	publisher.RegisterOptions(Options, "kafka")
 }
 
 // Defaults for the URL options.

@@ -29,6 +29,7 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "nats", "tls")
+	publisher.RegisterOptions(Options, "nats", "tls")
 }
 
 // Defaults for the URL options.
@@ -126,8 +127,7 @@ var (
 	optCreds = Options.String("creds", "", "Path of a `.creds` file (JWT + nkey seed) for decentralised auth.")
 	optNkey  = Options.String("nkey", "", "Path of an nkey seed file.")
 	optTLS   = Options.TLS(option.TLSDocs{
-		CA:      "CA certificate file for verifying the server. `tls://` turns TLS on with the system roots.",
-		CertKey: "Client certificate and key for mutual TLS (both or neither).",
+		CA: "CA certificate file for verifying the server. `tls://` turns TLS on with the system roots.",
 	})
 	optName        = Options.String("name", "outbox-relay", "Connection name shown by the server.")
 	optCloudEvents = cloudevents.Declare(Options,

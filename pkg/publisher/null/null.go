@@ -21,6 +21,7 @@ func init() {
 		}
 		return Publisher{}, nil
 	}, "null")
+	publisher.RegisterOptions(Options, "null")
 }
 
 // Options are the driver's URL options: none.

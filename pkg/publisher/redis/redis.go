@@ -40,6 +40,7 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "redis", "rediss")
+	publisher.RegisterOptions(Options, "redis", "rediss")
 	// go-redis prints connection trouble through the standard logger, as
 	// plain lines among the relay's JSON logs. Every failure it reports also
 	// comes back as an error, which the relay logs in its own format.
@@ -241,7 +242,6 @@ var (
 		})
 	optTLS = Options.TLS(option.TLSDocs{
 		CA:       "CA certificate file for verifying the server (`rediss://` only; the system roots otherwise).",
-		CertKey:  "Client certificate and key for mutual TLS (both or neither).",
 		Insecure: "`true` skips verifying the server's certificate (tests only).",
 	})
 	optCloudEvents = cloudevents.Declare(Options,

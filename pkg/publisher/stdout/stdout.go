@@ -41,6 +41,7 @@ func init() {
 		p.ce = optCloudEvents.Get(v).Mapper(ctx)
 		return p, nil
 	}, "stdout")
+	publisher.RegisterOptions(Options, "stdout")
 }
 
 // Options are the driver's URL options: format and ce_source only, which

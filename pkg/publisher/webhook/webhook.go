@@ -47,6 +47,7 @@ import (
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "http", "https")
+	publisher.RegisterOptions(Options, "http", "https")
 }
 
 // Defaults for the URL options.
@@ -266,7 +267,6 @@ var (
 		"`true` speaks HTTP/2 without TLS (prior knowledge) to an `http://` endpoint that supports it.")
 	optTLS = Options.TLS(option.TLSDocs{
 		CA:       "CA certificate file for verifying the endpoint (`https://` only; the system roots otherwise).",
-		CertKey:  "Client certificate and key for mutual TLS (both or neither).",
 		Insecure: "`true` skips verifying the endpoint's certificate (tests only).",
 	})
 	optCloudEvents = cloudevents.Declare(Options,
