@@ -199,6 +199,9 @@ func (s *Set) valueError(sp *spec, raw string, why error) error {
 }
 
 func (s *Set) unknownError(key string) error {
+	if len(s.specs) == 0 {
+		return s.wrap(fmt.Errorf("unknown option %q: the driver takes no options", key))
+	}
 	msg := fmt.Sprintf("unknown option %q (known: %s)", key, strings.Join(s.Names(), ", "))
 	if near := s.nearest(key); near != "" {
 		msg += "; did you mean " + near + "?"
