@@ -25,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/outbox-relay/relay/internal/suggest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -119,66 +120,17 @@ func explainFlagError(app *cli.App, args []string, ue usageError) error {
 }
 
 // closestFlag returns the flag name (or help) that name is most likely a
-// slip of: one or two typing mistakes away, or the only flag it begins.
+// slip of (suggest.Nearest).
 func closestFlag(name string, flags []cli.Flag) string {
 	names := []string{"help"}
 	for _, f := range flags {
-		names = append(names, f.Names()...)
-	}
-	best, bestDist := "", 0
-	for _, n := range names {
-		if len(n) < 2 {
-			continue // -h and -y: a one-letter flag is too easy to match
-		}
-		d := editDistance(name, n)
-		limit := 1
-		if len(name) > 4 {
-			limit = 2
-		}
-		if d <= limit && (best == "" || d < bestDist) {
-			best, bestDist = n, d
-		}
-	}
-	if best != "" {
-		return best
-	}
-	var prefixed []string
-	for _, n := range names {
-		if len(name) >= 2 && strings.HasPrefix(n, name) {
-			prefixed = append(prefixed, n)
-		}
-	}
-	if len(prefixed) == 1 {
-		return prefixed[0]
-	}
-	return ""
-}
-
-// editDistance counts the insertions, deletions, substitutions and swaps of
-// two neighbours that turn a into b (optimal string alignment).
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev2 := make([]int, len(rb)+1)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
+		for _, n := range f.Names() {
+			if len(n) >= 2 { // -h and -y: a one-letter flag is too easy to match
+				names = append(names, n)
 			}
 		}
-		prev2, prev, cur = prev, cur, prev2
 	}
-	return prev[len(rb)]
+	return suggest.Nearest(name, names)
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {

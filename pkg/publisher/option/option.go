@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/duration"
+	"github.com/outbox-relay/relay/internal/suggest"
 	"github.com/outbox-relay/relay/pkg/redact"
 )
 
@@ -203,51 +204,13 @@ func (s *Set) unknownError(key string) error {
 		return s.wrap(fmt.Errorf("unknown option %q: the driver takes no options", key))
 	}
 	msg := fmt.Sprintf("unknown option %q (known: %s)", key, strings.Join(s.Names(), ", "))
-	if near := s.nearest(key); near != "" {
+	if near := suggest.Nearest(strings.ToLower(key), s.Names()); near != "" {
 		msg += "; did you mean " + near + "?"
 	}
 	if s.unknownHint != "" {
 		msg += " " + s.unknownHint
 	}
 	return s.wrap(errors.New(msg))
-}
-
-// nearest returns the declared name closest to key by edit distance, when
-// it is close enough to be the one meant: a typo, not another word.
-func (s *Set) nearest(key string) string {
-	best, bestDist := "", 0
-	for _, sp := range s.specs {
-		d := editDistance(strings.ToLower(key), sp.name)
-		if best == "" || d < bestDist {
-			best, bestDist = sp.name, d
-		}
-	}
-	if best == "" || bestDist > max(1, min(3, len(best)/3)) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, by bytes:
-// option names are ASCII.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // Has reports whether the URL gives the option, even empty.
