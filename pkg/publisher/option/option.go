@@ -71,14 +71,6 @@ func (s *Set) UnknownHint(hint string) *Set {
 	return s
 }
 
-// Include declares the options of other in s, after those declared so
-// far: groups such as format and ce_source that several drivers take.
-func (s *Set) Include(other *Set) *Set {
-	s.specs = append(s.specs, other.specs...)
-	s.checks = append(s.checks, other.checks...)
-	return s
-}
-
 // Names returns the declared option names in order.
 func (s *Set) Names() []string {
 	names := make([]string, len(s.specs))
