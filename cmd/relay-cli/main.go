@@ -121,39 +121,17 @@ func explainFlagError(app *cli.App, args []string, ue usageError) error {
 }
 
 // closestFlag returns the flag name (or help) that name is most likely a
-// slip of: one or two typing mistakes away, or the only flag it begins.
+// slip of (spelling.Nearest).
 func closestFlag(name string, flags []cli.Flag) string {
 	names := []string{"help"}
 	for _, f := range flags {
-		names = append(names, f.Names()...)
-	}
-	best, bestDist := "", 0
-	for _, n := range names {
-		if len(n) < 2 {
-			continue // -h and -y: a one-letter flag is too easy to match
-		}
-		d := spelling.Distance(name, n)
-		limit := 1
-		if len(name) > 4 {
-			limit = 2
-		}
-		if d <= limit && (best == "" || d < bestDist) {
-			best, bestDist = n, d
+		for _, n := range f.Names() {
+			if len(n) >= 2 { // -h and -y: a one-letter flag is too easy to match
+				names = append(names, n)
+			}
 		}
 	}
-	if best != "" {
-		return best
-	}
-	var prefixed []string
-	for _, n := range names {
-		if len(name) >= 2 && strings.HasPrefix(n, name) {
-			prefixed = append(prefixed, n)
-		}
-	}
-	if len(prefixed) == 1 {
-		return prefixed[0]
-	}
-	return ""
+	return spelling.Nearest(name, names)
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {

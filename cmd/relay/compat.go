@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/outbox-relay/relay/internal/duration"
 )
 
 // openOutboxConfig holds Open Outbox Relay settings that have no variable of
@@ -255,9 +256,12 @@ func (o urlOption) apply(cfg *config) (note string, err error) {
 		"; PUBLISHER_URL sets " + strings.Join(kept, " and ") + " itself", nil
 }
 
+// checkDuration reads a value as the driver will read the URL option it
+// becomes (internal/duration: 5s, 7d), so the variable is refused here
+// exactly when the option would be.
 func checkDuration(s string) error {
-	if d, err := time.ParseDuration(s); err != nil || d <= 0 {
-		return fmt.Errorf("want a positive duration such as 5s")
+	if d, err := duration.Parse(s); err != nil || d <= 0 {
+		return fmt.Errorf("want a positive duration such as 5s or 7d")
 	}
 	return nil
 }

@@ -24,6 +24,10 @@ func TestOpenOutboxSettingsAreTranslated(t *testing.T) {
 			"amqps://u:p@h/", ":8080", "PUBLISHER_TYPE=rabbitmq can be removed: PUBLISHER_URL's scheme amqps:// selects the driver", "completed"},
 		{"nats publish timeout", map[string]string{"PUBLISHER_TYPE": "nats", "PUBLISHER_URL": "nats://n:4222", "NATS_PUBLISH_TIMEOUT": "3s"},
 			"nats://n:4222?timeout=3s", ":8080", "NATS_PUBLISH_TIMEOUT used as PUBLISHER_URL option timeout=3s", ""},
+		// The driver reads durations as internal/duration does, so the
+		// variable that becomes its option reads the same.
+		{"nats publish timeout in days", map[string]string{"PUBLISHER_URL": "nats://n:4222", "NATS_PUBLISH_TIMEOUT": "1d"},
+			"nats://n:4222?timeout=1d", ":8080", "NATS_PUBLISH_TIMEOUT used as PUBLISHER_URL option timeout=1d", ""},
 		{"the URL's own option wins", map[string]string{"PUBLISHER_URL": "nats://n:4222?timeout=9s", "NATS_PUBLISH_TIMEOUT": "3s"},
 			"nats://n:4222?timeout=9s", ":8080", "NATS_PUBLISH_TIMEOUT ignored: PUBLISHER_URL sets timeout", "used as"},
 		{"kafka options do not reach nats", map[string]string{"PUBLISHER_URL": "nats://n:4222", "KAFKA_COMPRESSION": "gzip"},

@@ -16,7 +16,6 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/reaper"
-	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -289,7 +288,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		NotifyDebounce: c.NotifyDebounce,
 		// DELIVERED_RETENTION=0: delete on delivery.
 		DeleteDelivered: c.DeliveredRetention == 0,
-		Broker:          redact.URL(c.PublisherURL),
+		Broker:          publisher.Redact(c.PublisherURL),
 		Logger:          log,
 	}
 }

@@ -266,7 +266,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		"relay_id", cfg.RelayID,
 		"storage", redact.URL(cfg.StorageURL),
 		"table", store.Table(),
-		"publisher", redact.URL(cfg.PublisherURL),
+		"publisher", publisher.Redact(cfg.PublisherURL),
 		"http", ln.Addr().String(),
 		"batch_size", cfg.BatchSize,
 		"max_batch_bytes", cfg.MaxBatchBytes.String(),

@@ -1,7 +1,7 @@
-// Package spelling finds what a mistyped name was meant to be: a flag, an
-// environment variable or a URL scheme one or two typing mistakes away from
-// one the program knows. Every "did you mean" of the binaries comes from
-// here, so that they all forgive the same slips.
+// Package spelling finds what a mistyped name was meant to be: a flag, a
+// broker URL option, an environment variable or a URL scheme one or two
+// typing mistakes away from one the program knows. Every "did you mean" of
+// the binaries comes from here, so that they all forgive the same slips.
 package spelling
 
 import (
@@ -59,6 +59,37 @@ func Closest(name string, candidates []string) string {
 		}
 	}
 	return best
+}
+
+// Nearest returns the name in names that name is most likely a slip of:
+// one typing mistake away (two for names longer than four letters), or
+// else the only name it begins. It returns "" when none is that close: a
+// guess far off misleads more than none.
+func Nearest(name string, names []string) string {
+	best, bestDist := "", 0
+	limit := 1
+	if len(name) > 4 {
+		limit = 2
+	}
+	for _, n := range names {
+		d := Distance(name, n)
+		if d <= limit && (best == "" || d < bestDist) {
+			best, bestDist = n, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	var prefixed []string
+	for _, n := range names {
+		if len(name) >= 2 && strings.HasPrefix(n, name) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return ""
 }
 
 // Slip is an environment variable that is set, is not one the program

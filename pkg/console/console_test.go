@@ -506,6 +506,15 @@ func testPrunePreview(t *testing.T, h storagetest.Harness) {
 	if code, _ := f.get(t, "/prune?status=PENDING&older_than=1h"); code != http.StatusBadRequest {
 		t.Errorf("prune preview of PENDING = %d, want 400", code)
 	}
+	// relay-cli prune's syntax: days and weeks too.
+	code, body = f.get(t, "/prune?status=DELIVERED&older_than=1d")
+	if code != http.StatusOK {
+		t.Fatalf("prune preview with older_than=1d = %d:\n%s", code, body)
+	}
+	mustContain(t, "prune preview in days", body, `<strong>2</strong> DELIVERED events are older than 1d`)
+	if code, body = f.get(t, "/prune?status=DELIVERED&older_than=7d"); code != http.StatusOK {
+		t.Errorf("prune preview with older_than=7d = %d:\n%s", code, body)
+	}
 	if code, _ := f.get(t, "/prune?older_than=soon"); code != http.StatusBadRequest {
 		t.Errorf("prune preview with a bad age = %d, want 400", code)
 	}

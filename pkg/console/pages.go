@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/duration"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -458,10 +459,12 @@ func (c *Console) prunePreview(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "prune", page{Title: "Prune preview", Nav: "prune", Data: d})
 		return
 	}
-	older, err := time.ParseDuration(d.OlderThan)
-	if err != nil || older < 0 {
+	// The syntax of relay-cli prune --older-than, so a period copied from one
+	// works in the other (7d included).
+	older, err := duration.Parse(d.OlderThan)
+	if err != nil {
 		c.render(w, r, http.StatusBadRequest, "prune", page{Title: "Prune preview", Nav: "prune",
-			Error: fmt.Sprintf("older than %q: use a duration such as 168h or 30m", d.OlderThan), Data: d})
+			Error: "older than: " + err.Error(), Data: d})
 		return
 	}
 	res, err := c.admin.Prune(r.Context(), storage.PruneParams{Status: outbox.Status(d.Status), OlderThan: older, DryRun: true})

@@ -9,13 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
+	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 // Publisher sends events to a broker.
@@ -132,18 +134,6 @@ func IsUnavailable(err error) bool {
 	return errors.As(err, &u)
 }
 
-// CheckOptions reports the first URL query parameter that is not among a
-// driver's known options, listing them; a misspelt option must not be
-// silently ignored.
-func CheckOptions(q url.Values, known []string) error {
-	for key := range q {
-		if !slices.Contains(known, key) {
-			return fmt.Errorf("unknown option %q (known: %s)", key, strings.Join(known, ", "))
-		}
-	}
-	return nil
-}
-
 // Fill returns a slice of n copies of err: the result of a batch that failed
 // as a whole.
 func Fill(n int, err error) []error {
@@ -251,4 +241,38 @@ func Clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// declared holds each scheme's option declaration, for Redact.
+var (
+	declaredMu sync.RWMutex
+	declared   = map[string]*option.Set{}
+)
+
+// RegisterOptions records the options a driver declares under its
+// schemes, so that Redact masks the values the driver declares secret.
+// Driver packages call it from init, next to Register.
+func RegisterOptions(set *option.Set, schemes ...string) {
+	declaredMu.Lock()
+	defer declaredMu.Unlock()
+	for _, s := range schemes {
+		declared[strings.ToLower(s)] = set
+	}
+}
+
+// Redact returns rawURL fit for a log line: the password and every option
+// its driver declares secret masked, and redact.URL's patterns applied
+// besides, for a scheme no driver registered.
+func Redact(rawURL string) string {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return redact.URL(rawURL)
+	}
+	declaredMu.RLock()
+	set := declared[strings.ToLower(scheme)]
+	declaredMu.RUnlock()
+	if set == nil {
+		return redact.URL(rawURL)
+	}
+	return set.Redact(rawURL)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
 
 type fakeConfig struct{ host string }
@@ -113,5 +114,22 @@ func TestClip(t *testing.T) {
 	}
 	if got := publisher.Clip(strings.Repeat("x", 5000)); len(got) != 64+len("…") {
 		t.Errorf("Clip kept %d bytes of 5000", len(got))
+	}
+}
+
+// Redact masks what the driver of a URL's scheme declares secret, and
+// what redact.URL's patterns find in any URL.
+func TestRedactFollowsTheDeclaration(t *testing.T) {
+	t.Parallel()
+	set := option.New("redacttest")
+	set.String("api_key", "", "A key.").Secret()
+	set.String("region", "", "Where.")
+	publisher.RegisterOptions(set, "redacttest")
+	const secret = "Zq9NotInAnyLog"
+	if got, want := publisher.Redact("redacttest://u:"+secret+"@h?region=eu&api_key="+secret), "redacttest://u:xxxxx@h?region=eu&api_key=xxxxx"; got != want {
+		t.Errorf("Redact = %q, want %q", got, want)
+	}
+	if got := publisher.Redact("unregistered://u:" + secret + "@h?password=" + secret); strings.Contains(got, secret) {
+		t.Errorf("Redact of an unregistered scheme = %q, want the password masked", got)
 	}
 }

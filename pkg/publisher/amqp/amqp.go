@@ -29,11 +29,13 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "amqp", "amqps")
+	publisher.RegisterOptions(Options, "amqp", "amqps")
 	// What people call the broker, for the unknown scheme's did-you-mean.
 	publisher.Alias("rabbitmq", "amqp")
 	publisher.Alias("rabbit", "amqp")
@@ -60,10 +62,6 @@ const maxShortstr = 255
 // instead of dialling anew, so that the batches in flight when the broker
 // went away do not each wait out a dial timeout in turn.
 const redialInterval = time.Second
-
-// knownOptions is every URL option, for the unknown-option error.
-var knownOptions = append([]string{"exchange", "exchange_type", "declare", "timeout", "heartbeat", "max_message_size",
-	"name", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}, cloudevents.Options...)
 
 // cePrefix starts the header of each CloudEvents attribute. The AMQP
 // binding names application properties "cloudEvents:" or "cloudEvents_"
@@ -153,80 +151,61 @@ func ParseURL(u *url.URL) (Config, error) {
 		cfg.Vhost = "/"
 	}
 
-	q := u.Query()
-	if err := publisher.CheckOptions(q, knownOptions); err != nil {
-		return cfg, fmt.Errorf("amqp URL: %w", err)
+	v, err := Options.Parse(u.Query())
+	if err != nil {
+		return cfg, err
 	}
-	var err error
-	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
-		return cfg, fmt.Errorf("amqp URL: %w", err)
-	}
-	if q.Has("exchange") {
-		cfg.Exchange = q.Get("exchange")
+	cfg.CloudEvents = optCloudEvents.Get(v)
+	if exchange, ok := optExchange.Lookup(v); ok {
+		cfg.Exchange = exchange // empty is the default exchange
 	}
 	if len(cfg.Exchange) > maxShortstr || !validExchange.MatchString(cfg.Exchange) {
 		return cfg, fmt.Errorf("amqp URL: exchange=%q is not a valid exchange name (letters, digits, '-', '_', '.', ':'; at most 255 bytes)", cfg.Exchange)
 	}
-	if v := q.Get("exchange_type"); v != "" {
-		cfg.ExchangeType = v
-	}
-	if v := q.Get("declare"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, fmt.Errorf("amqp URL: declare=%q is not true or false", v)
-		}
-		cfg.Declare = b
-	}
+	cfg.ExchangeType = optExchangeType.Get(v)
+	cfg.Declare = optDeclare.Get(v)
 	if cfg.Declare && cfg.Exchange == "" {
 		return cfg, fmt.Errorf("amqp URL: declare=true needs a named exchange; the default exchange always exists")
 	}
-	if cfg.Timeout, err = positiveDuration(q, "timeout", cfg.Timeout); err != nil {
-		return cfg, err
-	}
-	if cfg.Heartbeat, err = positiveDuration(q, "heartbeat", cfg.Heartbeat); err != nil {
-		return cfg, err
-	}
-	if cfg.Heartbeat < time.Second {
-		return cfg, fmt.Errorf("amqp URL: heartbeat=%q is under 1s; AMQP counts heartbeats in seconds", q.Get("heartbeat"))
-	}
-	if v := q.Get("max_message_size"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("amqp URL: max_message_size=%q is not a positive number of bytes", v)
-		}
-		cfg.MaxMessageSize = n
-	}
-	if v := q.Get("name"); v != "" {
-		cfg.Name = v
-	}
-	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	if v := q.Get("tls_insecure"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, fmt.Errorf("amqp URL: tls_insecure=%q is not true or false", v)
-		}
-		cfg.TLSInsecure = b
-	}
-	if !cfg.TLS && (cfg.TLSCA != "" || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSInsecure) {
+	cfg.Timeout, cfg.Heartbeat = optTimeout.Get(v), optHeartbeat.Get(v)
+	cfg.MaxMessageSize = optMaxMessageSize.Get(v)
+	cfg.Name = optName.Get(v)
+	files := optTLS.Get(v)
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey, cfg.TLSInsecure = files.CA, files.Cert, files.Key, files.Insecure
+	if !cfg.TLS && !files.IsZero() {
 		return cfg, fmt.Errorf("amqp URL: tls_* options need an amqps:// URL")
-	}
-	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
-		return cfg, fmt.Errorf("amqp URL: %w", err)
 	}
 	return cfg, nil
 }
 
-func positiveDuration(q url.Values, key string, def time.Duration) (time.Duration, error) {
-	v := q.Get(key)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("amqp URL: %s=%q is not a positive duration such as 5s", key, v)
-	}
-	return d, nil
-}
+// Options are the driver's URL options, declared once: ParseURL reads
+// them, and docs/brokers.md lists them as Options.Table writes them (a
+// test holds the two together).
+var Options = option.New("amqp")
+
+var (
+	optExchange = Options.String("exchange", ExchangeDefault,
+		"The exchange every event is published to. `exchange=` (empty) is the default exchange, which delivers to the queue named like the routing key.")
+	optExchangeType = Options.String("exchange_type", ExchangeTypeDefault,
+		"Type the exchange is declared with; used only with `declare=true`.")
+	optDeclare = Options.Bool("declare", false,
+		"`true` declares the exchange, durable, on every connect (and in every health check), so it exists even if someone deleted it. Otherwise the exchange must exist.")
+	optTimeout = Options.Duration("timeout", TimeoutDefault,
+		"Bounds connecting, the wait for a batch's confirms, and each write to the connection.")
+	optHeartbeat = Options.Duration("heartbeat", HeartbeatDefault,
+		"AMQP heartbeat interval (at least 1s); a connection that goes silent is noticed after about three.").
+		Min(time.Second, "AMQP counts heartbeats in seconds")
+	optMaxMessageSize = Options.Int("max_message_size", MaxMessageSizeDefault,
+		"Largest payload sent, in bytes; larger events go `DEAD` without reaching RabbitMQ. Set it to the server's `max_message_size` (128 MiB on RabbitMQ 3.x, 16 MiB on 4.x).").
+		Unit("bytes")
+	optName = Options.String("name", NameDefault, "Connection name shown in the management UI.")
+	optTLS  = Options.TLS(option.TLSDocs{
+		CA:       "CA certificate file for verifying the server (`amqps://` only; the system roots otherwise).",
+		Insecure: "`true` skips verifying the server's certificate (tests only).",
+	})
+	optCloudEvents = cloudevents.Declare(Options,
+		"`format=cloudevents` sends [CloudEvents](#cloudevents--formatcloudevents) in binary mode: the attributes in `cloudEvents:` headers, `datacontenttype` in the `content_type` property. `ce_source` sets their `source`.")
+)
 
 // errClosed is what a closed publisher answers.
 var errClosed = errors.New("amqp: publisher is closed")
@@ -261,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	if cfg.TLS {
 		scheme = "amqps"
 		var err error
-		p.tls, err = publisher.TLSConfig(publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure})
+		p.tls, err = publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure}.Config()
 		if err != nil {
 			return nil, fmt.Errorf("amqp URL: %w", err)
 		}

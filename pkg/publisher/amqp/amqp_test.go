@@ -583,25 +583,6 @@ func TestParseURL(t *testing.T) {
 	})
 }
 
-// TestEveryOptionIsDocumented keeps docs/brokers.md in step with ParseURL.
-func TestEveryOptionIsDocumented(t *testing.T) {
-	t.Parallel()
-	doc, err := os.ReadFile("../../../docs/brokers.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), "## RabbitMQ")
-	if !ok {
-		t.Fatal("docs/brokers.md has no RabbitMQ section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	for _, opt := range knownOptions {
-		if !strings.Contains(section, "| `"+opt+"`") && !strings.Contains(section, ", `"+opt+"` |") {
-			t.Errorf("the RabbitMQ section of docs/brokers.md has no table row for %s", opt)
-		}
-	}
-}
-
 // silentServer listens on a port that accepts connections and never speaks
 // AMQP, like a broker that hangs. hangUp closes it and every connection it
 // took; it also runs when the test ends.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
 
 // URL option names and values every driver reads.
@@ -42,10 +43,6 @@ const (
 	// FormatCloudEvents is CloudEvents 1.0 in binary content mode.
 	FormatCloudEvents = "cloudevents"
 )
-
-// Options are the URL options this package reads; drivers add them to
-// their own list of known options.
-var Options = []string{OptionFormat, OptionSource}
 
 // SpecVersion is the CloudEvents version the attributes follow.
 const SpecVersion = "1.0"
@@ -80,33 +77,51 @@ type Config struct {
 	Source string
 }
 
-// ParseOptions reads format and ce_source from a driver URL's query.
+// Options are the format and ce_source options as a driver declares them.
+type Options struct {
+	format, source *option.String
+}
+
+// Declare adds format and ce_source to a driver's options, documented on
+// one row with doc: the driver's words for where the attributes travel.
+func Declare(s *option.Set, doc string) *Options {
+	o := &Options{
+		format: s.String(OptionFormat, FormatRelay, doc).CheckEmpty().Check(func(v string) error {
+			if v == FormatRelay || v == FormatCloudEvents {
+				return nil
+			}
+			return fmt.Errorf("is not one of %s (the default: X-Event-* headers), %s (CloudEvents 1.0, binary content mode)", FormatRelay, FormatCloudEvents)
+		}),
+		source: s.String(OptionSource, "", "").JoinRow().CheckEmpty().Check(checkSource),
+	}
+	s.Rule(func(v option.Values) error {
+		if v.Has(OptionSource) && o.format.Get(v) != FormatCloudEvents {
+			return fmt.Errorf("%s= sets the CloudEvents source: it needs %s=%s", OptionSource, OptionFormat, FormatCloudEvents)
+		}
+		return nil
+	})
+	return o
+}
+
+// Get returns what the URL's format and ce_source say.
+func (o *Options) Get(v option.Values) Config {
+	return Config{Enabled: o.format.Get(v) == FormatCloudEvents, Source: o.source.Get(v)}
+}
+
+// standalone reads the two options outside a driver's declaration.
+var (
+	standalone        = option.New("")
+	standaloneOptions = Declare(standalone, "")
+)
+
+// ParseOptions reads format and ce_source from a query that holds no other
+// option.
 func ParseOptions(q url.Values) (Config, error) {
-	var cfg Config
-	for _, key := range Options {
-		if len(q[key]) > 1 {
-			return cfg, fmt.Errorf("option %s is given %d times; give it once", key, len(q[key]))
-		}
+	v, err := standalone.Parse(q)
+	if err != nil {
+		return Config{}, err
 	}
-	switch v := q.Get(OptionFormat); {
-	case v == FormatRelay, v == "" && !q.Has(OptionFormat):
-	case v == FormatCloudEvents:
-		cfg.Enabled = true
-	default:
-		return cfg, fmt.Errorf("%s=%q is not one of %s (the default: X-Event-* headers), %s (CloudEvents 1.0, binary content mode)",
-			OptionFormat, v, FormatRelay, FormatCloudEvents)
-	}
-	if q.Has(OptionSource) {
-		if !cfg.Enabled {
-			return cfg, fmt.Errorf("%s= sets the CloudEvents source: it needs %s=%s", OptionSource, OptionFormat, FormatCloudEvents)
-		}
-		v := q.Get(OptionSource)
-		if err := checkSource(v); err != nil {
-			return cfg, fmt.Errorf("%s=%q: %w", OptionSource, v, err)
-		}
-		cfg.Source = v
-	}
-	return cfg, nil
+	return standaloneOptions.Get(v), nil
 }
 
 // checkSource accepts a non-empty URI-reference (RFC 3986), as the source

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -35,10 +36,12 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "kafka")
+	publisher.RegisterOptions(Options, "kafka")
 }
 
 // Defaults for the URL options.
@@ -74,9 +77,6 @@ const (
 	// broker that is gone (release, pause, ping) beats waiting here.
 	writeAttempts = 3
 )
-
-var knownOptions = append([]string{"acks", "batch_bytes", "compression", "sasl", "timeout", "tls", "tls_ca", "tls_cert", "tls_insecure", "tls_key", "topic", "topic_prefix"},
-	cloudevents.Options...)
 
 // CloudEvents header names (Kafka binding, binary content mode): ce_ and
 // the attribute's name, but content-type for datacontenttype.
@@ -136,20 +136,17 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		cfg.Brokers = append(cfg.Brokers, addr)
 	}
-	q := u.Query()
-	if err := publisher.CheckOptions(q, knownOptions); err != nil {
-		return cfg, fmt.Errorf("kafka URL: %w", err)
+	v, err := Options.Parse(u.Query())
+	if err != nil {
+		return cfg, err
 	}
-
-	var err error
-	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
-		return cfg, fmt.Errorf("kafka URL: %w", err)
-	}
-	cfg.Topic, cfg.TopicPrefix = q.Get("topic"), q.Get("topic_prefix")
+	cfg.CloudEvents = optCloudEvents.Get(v)
+	topic, hasTopic := optTopic.Lookup(v)
+	cfg.Topic, cfg.TopicPrefix = topic, optTopicPrefix.Get(v)
 	switch {
-	case q.Has("topic") && q.Has("topic_prefix"):
+	case hasTopic && v.Has("topic_prefix"):
 		return cfg, errors.New("kafka URL: topic and topic_prefix exclude each other: topic sends every event to one topic")
-	case q.Has("topic"):
+	case hasTopic:
 		if err := validTopic(cfg.Topic); err != nil {
 			return cfg, fmt.Errorf("kafka URL: %w", err)
 		}
@@ -158,53 +155,15 @@ func ParseURL(u *url.URL) (Config, error) {
 			return cfg, fmt.Errorf("kafka URL: topic_prefix: %w", err)
 		}
 	}
+	cfg.Acks, cfg.Compression = optAcks.Get(v), optCompression.Get(v)
+	cfg.BatchBytes = optBatchBytes.Get(v)
+	cfg.Timeout = optTimeout.Get(v)
 
-	if v := q.Get("acks"); v != "" {
-		if _, ok := acksByName[v]; !ok {
-			return cfg, fmt.Errorf("kafka URL: acks=%q is not one of all, one, none", v)
-		}
-		cfg.Acks = v
-	}
-	if v := q.Get("compression"); v != "" {
-		if _, ok := compressionByName[v]; !ok {
-			return cfg, fmt.Errorf("kafka URL: compression=%q is not one of none, gzip, snappy, lz4, zstd", v)
-		}
-		cfg.Compression = v
-	}
-	if v := q.Get("batch_bytes"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("kafka URL: batch_bytes=%q is not a positive number of bytes", v)
-		}
-		cfg.BatchBytes = n
-	}
-	if v := q.Get("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, fmt.Errorf("kafka URL: timeout=%q is not a positive duration such as 10s", v)
-		}
-		cfg.Timeout = d
-	}
-
-	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	for _, name := range []string{"tls", "tls_insecure"} {
-		if v := q.Get(name); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return cfg, fmt.Errorf("kafka URL: %s=%q is not true or false", name, v)
-			}
-			if name == "tls" {
-				cfg.TLS = b
-			} else {
-				cfg.TLSInsecure = b
-			}
-		}
-	}
-	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
-		return cfg, fmt.Errorf("kafka URL: %w", err)
-	}
+	files := optTLSFiles.Get(v)
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey, cfg.TLSInsecure = files.CA, files.Cert, files.Key, files.Insecure
+	cfg.TLS = optTLS.Get(v)
 	if cfg.TLSCA != "" || cfg.TLSCert != "" || cfg.TLSInsecure {
-		if q.Has("tls") && !cfg.TLS {
+		if v.Has("tls") && !cfg.TLS {
 			return cfg, errors.New("kafka URL: tls=false contradicts tls_ca, tls_cert or tls_insecure")
 		}
 		cfg.TLS = true
@@ -214,7 +173,7 @@ func ParseURL(u *url.URL) (Config, error) {
 		cfg.User = u.User.Username()
 		cfg.Password, _ = u.User.Password()
 	}
-	cfg.SASL = q.Get("sasl")
+	cfg.SASL = optSASL.Get(v)
 	switch cfg.SASL {
 	case "":
 		if u.User != nil {
@@ -226,11 +185,42 @@ func ParseURL(u *url.URL) (Config, error) {
 		if cfg.User == "" {
 			return cfg, fmt.Errorf("kafka URL: sasl=%s needs user:password@ before the brokers", cfg.SASL)
 		}
-	default:
-		return cfg, fmt.Errorf("kafka URL: sasl=%q is not one of plain, scram-sha-256, scram-sha-512", cfg.SASL)
 	}
 	return cfg, nil
 }
+
+// Options are the driver's URL options, declared once: ParseURL reads
+// them, and docs/brokers.md lists them as Options.Table writes them (a
+// test holds the two together).
+var Options = option.New("kafka")
+
+var (
+	optTopicPrefix = Options.String("topic_prefix", "",
+		"Put before `event_type` to form the topic: `events.` + `orders.paid` → `events.orders.paid`.")
+	optTopic = Options.String("topic", "",
+		"Send every event to this one topic instead; the event type still travels in `X-Event-Type`. Cannot be combined with `topic_prefix`.")
+	optAcks = Options.String("acks", AcksDefault,
+		"Acknowledgement a record needs to count as delivered: `all` (every in-sync replica), `one` (the partition leader), `none` (no acknowledgement at all).").
+		OneOf("all", "one", "none")
+	optCompression = Options.String("compression", CompressionDefault, "`none`, `gzip`, `snappy`, `lz4` or `zstd`.").
+			OneOf("none", "gzip", "snappy", "lz4", "zstd")
+	optBatchBytes = Options.Int("batch_bytes", BatchBytesDefault,
+		"Largest produce request for one partition, and so the largest record (key, value and headers). Keep it at or below the brokers' `message.max.bytes`.").
+		Max(math.MaxInt32).Unit("bytes")
+	optTimeout = Options.Duration("timeout", TimeoutDefault,
+		"Bounds connecting to a broker, each produce request, and each health check.")
+	optTLS      = Options.Bool("tls", false, "`true` turns TLS on, verifying the brokers against the system roots.")
+	optTLSFiles = Options.TLS(option.TLSDocs{
+		CA:       "CA certificate file for verifying the brokers; turns TLS on.",
+		CertKey:  "Client certificate and key for mutual TLS (both or neither); turn TLS on.",
+		Insecure: "`true` skips verifying the brokers' certificates (tests only); turns TLS on.",
+	})
+	optSASL = Options.String("sasl", "",
+		"`plain`, `scram-sha-256` or `scram-sha-512`, with the user and password of the URL's user info. User info without `sasl` is a configuration error.").
+		OneOf("plain", "scram-sha-256", "scram-sha-512")
+	optCloudEvents = cloudevents.Declare(Options,
+		"`format=cloudevents` sends [CloudEvents](#cloudevents--formatcloudevents) in binary mode: the attributes in `ce_` headers, `datacontenttype` in `content-type`. `ce_source` sets their `source`.")
+)
 
 // brokerAddr checks one host[:port] of the URL and adds the default port.
 func brokerAddr(host string) (string, error) {
@@ -320,7 +310,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	var tlsCfg *tls.Config
 	if cfg.TLS {
 		var err error
-		tlsCfg, err = publisher.TLSConfig(publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure})
+		tlsCfg, err = publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure}.Config()
 		if err != nil {
 			return nil, fmt.Errorf("kafka URL: %w", err)
 		}

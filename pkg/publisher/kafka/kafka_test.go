@@ -308,7 +308,7 @@ func TestParseURL(t *testing.T) {
 
 	const secret = "s3cr3t-pw"
 	bad := []struct{ name, url, want string }{
-		{"unknown option", "kafka://relay:" + secret + "@b:9092?sasl=plain&topic_prefx=x", `unknown option "topic_prefx" (known: acks, batch_bytes, compression, sasl, timeout, tls, tls_ca, tls_cert, tls_insecure, tls_key, topic, topic_prefix, format, ce_source)`},
+		{"unknown option", "kafka://relay:" + secret + "@b:9092?sasl=plain&topic_prefx=x", `unknown option "topic_prefx" (known: topic_prefix, topic, acks, compression, batch_bytes, timeout, tls, tls_ca, tls_cert, tls_key, tls_insecure, sasl, format, ce_source); did you mean topic_prefix?`},
 		{"no broker", "kafka://relay:" + secret + "@/?sasl=plain", "has no broker"},
 		{"unknown format", "kafka://b?format=avro", `format="avro" is not one of relay (the default: X-Event-* headers), cloudevents (CloudEvents 1.0, binary content mode)`},
 		{"source without cloudevents", "kafka://b?ce_source=/x", "ce_source= sets the CloudEvents source: it needs format=cloudevents"},

@@ -13,7 +13,6 @@ import (
 	"maps"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,10 +24,12 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "nats", "tls")
+	publisher.RegisterOptions(Options, "nats", "tls")
 	// What people call the broker, for the unknown scheme's did-you-mean.
 	publisher.Alias("jetstream", "nats")
 }
@@ -94,50 +95,46 @@ func ParseURL(u *url.URL) (Config, error) {
 			cfg.Token = u.User.Username()
 		}
 	}
-	q := u.Query()
-	if err := publisher.CheckOptions(q, knownOptions); err != nil {
-		return cfg, fmt.Errorf("nats URL: %w", err)
+	v, err := Options.Parse(u.Query())
+	if err != nil {
+		return cfg, err
 	}
-	var err error
-	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
-		return cfg, fmt.Errorf("nats URL: %w", err)
-	}
-	cfg.SubjectPrefix = q.Get("subject_prefix")
-	if v := q.Get("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, fmt.Errorf("nats URL: timeout=%q is not a positive duration such as 5s", v)
-		}
-		cfg.Timeout = d
-	}
-	if v := q.Get("max_pending"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("nats URL: max_pending=%q is not a positive integer", v)
-		}
-		cfg.MaxPending = n
-	}
-	if v := q.Get("max_control_line"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= controlLineReserve {
-			return cfg, fmt.Errorf("nats URL: max_control_line=%q is not a number of bytes above %d; use the server's max_control_line (4096 unless configured)", v, controlLineReserve)
-		}
-		cfg.MaxControlLine = n
-	}
-	cfg.CredsFile, cfg.NkeySeedFile = q.Get("creds"), q.Get("nkey")
-	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
-		return cfg, fmt.Errorf("nats URL: %w", err)
-	}
-	if v := q.Get("name"); v != "" {
-		cfg.Name = v
-	}
+	cfg.CloudEvents = optCloudEvents.Get(v)
+	cfg.SubjectPrefix = optSubjectPrefix.Get(v)
+	cfg.Timeout = optTimeout.Get(v)
+	cfg.MaxPending = int(optMaxPending.Get(v))
+	cfg.MaxControlLine = int(optMaxControlLine.Get(v))
+	cfg.CredsFile, cfg.NkeySeedFile = optCreds.Get(v), optNkey.Get(v)
+	tls := optTLS.Get(v)
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = tls.CA, tls.Cert, tls.Key
+	cfg.Name = optName.Get(v)
 	return cfg, nil
 }
 
-// knownOptions are the URL query parameters the driver reads.
-var knownOptions = append([]string{"subject_prefix", "timeout", "max_pending", "max_control_line", "creds", "nkey", "tls_ca", "tls_cert", "tls_key", "name"},
-	cloudevents.Options...)
+// Options are the driver's URL options, declared once: ParseURL reads
+// them, and docs/brokers.md lists them as Options.Table writes them (a
+// test holds the two together).
+var Options = option.New("nats")
+
+var (
+	optSubjectPrefix = Options.String("subject_prefix", "",
+		"Put before `event_type` to form the subject: `events.` + `orders.paid` → `events.orders.paid`.")
+	optTimeout = Options.Duration("timeout", TimeoutDefault,
+		"How long a batch waits for its acknowledgements once it is sent, and for connecting.")
+	optMaxPending = Options.Int("max_pending", MaxPendingDefault,
+		"Asynchronous publishes awaiting acknowledgement at once (across batches in flight).")
+	optMaxControlLine = Options.Int("max_control_line", MaxControlLineDefault,
+		"The server's `max_control_line`, which the server does not announce. It bounds the subject (see *Limits*); set it when the server is configured otherwise.").
+		Min(controlLineReserve + 1).Unit("bytes").Hint("use the server's max_control_line (4096 unless configured)")
+	optCreds = Options.String("creds", "", "Path of a `.creds` file (JWT + nkey seed) for decentralised auth.")
+	optNkey  = Options.String("nkey", "", "Path of an nkey seed file.")
+	optTLS   = Options.TLS(option.TLSDocs{
+		CA: "CA certificate file for verifying the server. `tls://` turns TLS on with the system roots.",
+	})
+	optName        = Options.String("name", "outbox-relay", "Connection name shown by the server.")
+	optCloudEvents = cloudevents.Declare(Options,
+		"`format=cloudevents` sends [CloudEvents](#cloudevents--formatcloudevents) in binary mode: the attributes in `ce-` headers, percent-encoded. `ce_source` sets their `source`.")
+)
 
 // cePrefix starts the header of each CloudEvents attribute (NATS binding).
 const cePrefix = "ce-"

@@ -9,13 +9,23 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
 
 func init() {
-	publisher.Register(func(context.Context, *url.URL) (publisher.Publisher, error) {
+	publisher.Register(func(_ context.Context, u *url.URL) (publisher.Publisher, error) {
+		// A null:// URL takes no option; one given is a mistake (a URL
+		// meant for another driver, say) that must not pass unnoticed.
+		if _, err := Options.Parse(u.Query()); err != nil {
+			return nil, err
+		}
 		return Publisher{}, nil
 	}, "null")
+	publisher.RegisterOptions(Options, "null")
 }
+
+// Options are the driver's URL options: none.
+var Options = option.New("null")
 
 // Publisher discards events.
 type Publisher struct{}

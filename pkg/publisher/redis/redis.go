@@ -35,10 +35,12 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "redis", "rediss")
+	publisher.RegisterOptions(Options, "redis", "rediss")
 	// Redis Cluster's and TLS spellings of other tools, for the unknown
 	// scheme's did-you-mean.
 	publisher.Alias("redis-cluster", "redis")
@@ -90,12 +92,6 @@ const (
 	// record's headers are, so the Kafka binding's names are used.
 	FieldCloudEventsPrefix = "ce_"
 )
-
-// knownOptions is every URL option, for the unknown-option error. The
-// connection options keep go-redis's names, so a URL written for go-redis
-// (as Open Outbox's PUBLISHER_URL is) reads the same here.
-var knownOptions = append([]string{"stream_prefix", "maxlen", "max_entry_bytes", "db", "dial_timeout", "read_timeout",
-	"write_timeout", "pool_size", "client_name", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}, cloudevents.Options...)
 
 // Config is a parsed redis:// or rediss:// URL.
 type Config struct {
@@ -169,68 +165,32 @@ func ParseURL(u *url.URL) (Config, error) {
 		cfg.Password, _ = u.User.Password()
 	}
 
-	q := u.Query()
-	if err := publisher.CheckOptions(q, knownOptions); err != nil {
-		return cfg, fmt.Errorf("redis URL: %w", err)
-	}
-	if err := parseDB(&cfg, u.Path, q); err != nil {
-		return cfg, err
-	}
-	cfg.StreamPrefix = q.Get("stream_prefix")
-	var err error
-	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
-		return cfg, fmt.Errorf("redis URL: %w", err)
-	}
-	if cfg.MaxLen, err = positiveInt(q, "maxlen", 0, "a positive number of entries"); err != nil {
-		return cfg, err
-	}
-	if cfg.MaxEntryBytes, err = positiveInt(q, "max_entry_bytes", cfg.MaxEntryBytes, "a positive number of bytes"); err != nil {
-		return cfg, err
-	}
-	poolSize, err := positiveInt(q, "pool_size", PoolSizeDefault, "a positive number of connections")
+	v, err := Options.Parse(u.Query())
 	if err != nil {
 		return cfg, err
 	}
-	cfg.PoolSize = int(poolSize)
-	for _, d := range []struct {
-		key string
-		to  *time.Duration
-	}{{"dial_timeout", &cfg.DialTimeout}, {"read_timeout", &cfg.ReadTimeout}, {"write_timeout", &cfg.WriteTimeout}} {
-		if v := q.Get(d.key); v != "" {
-			t, err := time.ParseDuration(v)
-			if err != nil || t <= 0 {
-				return cfg, fmt.Errorf("redis URL: %s=%q is not a positive duration such as 5s", d.key, v)
-			}
-			*d.to = t
-		}
+	if err := parseDB(&cfg, u.Path, v); err != nil {
+		return cfg, err
 	}
-	if q.Has("client_name") {
-		cfg.ClientName = q.Get("client_name")
+	cfg.StreamPrefix = optStreamPrefix.Get(v)
+	cfg.CloudEvents = optCloudEvents.Get(v)
+	cfg.MaxLen, cfg.MaxEntryBytes = optMaxLen.Get(v), optMaxEntryBytes.Get(v)
+	cfg.PoolSize = int(optPoolSize.Get(v))
+	cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout = optDialTimeout.Get(v), optReadTimeout.Get(v), optWriteTimeout.Get(v)
+	if name, ok := optClientName.Lookup(v); ok {
+		cfg.ClientName = name // empty leaves connections unnamed
 	}
-	if strings.ContainsAny(cfg.ClientName, " \t\r\n") {
-		return cfg, fmt.Errorf("redis URL: client_name=%q: Redis refuses client names with spaces", cfg.ClientName)
-	}
-
-	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	if v := q.Get("tls_insecure"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, fmt.Errorf("redis URL: tls_insecure=%q is not true or false", v)
-		}
-		cfg.TLSInsecure = b
-	}
-	if !cfg.TLS && (cfg.TLSCA != "" || cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSInsecure) {
+	files := optTLS.Get(v)
+	cfg.TLSCA, cfg.TLSCert, cfg.TLSKey, cfg.TLSInsecure = files.CA, files.Cert, files.Key, files.Insecure
+	if !cfg.TLS && !files.IsZero() {
 		return cfg, errors.New("redis URL: tls_* options need a rediss:// URL")
-	}
-	if err := (publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey}).Validate(); err != nil {
-		return cfg, fmt.Errorf("redis URL: %w", err)
 	}
 	return cfg, nil
 }
 
 // parseDB reads the database number from the path or the db option; when
 // both are given they must agree.
-func parseDB(cfg *Config, path string, q url.Values) error {
+func parseDB(cfg *Config, path string, v option.Values) error {
 	fromPath := strings.Trim(path, "/")
 	if fromPath != "" {
 		n, err := strconv.Atoi(fromPath)
@@ -239,30 +199,58 @@ func parseDB(cfg *Config, path string, q url.Values) error {
 		}
 		cfg.DB = n
 	}
-	if v := q.Get("db"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("redis URL: db=%q is not a database number", v)
-		}
-		if fromPath != "" && n != cfg.DB {
+	if n, ok := optDB.Lookup(v); ok {
+		if fromPath != "" && int(n) != cfg.DB {
 			return fmt.Errorf("redis URL: db=%d contradicts the path's database %d; give one", n, cfg.DB)
 		}
-		cfg.DB = n
+		cfg.DB = int(n)
 	}
 	return nil
 }
 
-func positiveInt(q url.Values, key string, def int64, want string) (int64, error) {
-	v := q.Get(key)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("redis URL: %s=%q is not %s", key, v, want)
-	}
-	return n, nil
-}
+// Options are the driver's URL options, declared once: ParseURL reads
+// them, and docs/brokers.md lists them as Options.Table writes them (a
+// test holds the two together). The connection options keep go-redis's
+// names, so a URL written for go-redis (as Open Outbox's PUBLISHER_URL is)
+// reads the same here.
+var Options = option.New("redis")
+
+var (
+	optStreamPrefix = Options.String("stream_prefix", "",
+		"Put before `event_type` to form the stream's key: `events:` + `orders.paid` → `events:orders.paid`.")
+	optMaxLen = Options.Int("maxlen", 0,
+		"Cap each stream at about this many entries (`XADD … MAXLEN ~ N`). Redis trims only whole nodes of `stream-node-max-entries` (100 by default), so a stream keeps between N and about N + 100 entries; the oldest go, read or not. Without it streams grow until something else trims them.").
+		Unit("entries").DocDefault("none")
+	optMaxEntryBytes = Options.Int("max_entry_bytes", MaxEntryBytesDefault,
+		"Largest entry, in bytes: stream name, field names and values together. Larger events go `DEAD` without reaching Redis. The default is Redis's default `proto-max-bulk-len` (512 MiB); set it to the server's value if that is lower, or lower still to refuse large events early.").
+		Unit("bytes")
+	optDB = Options.Int("db", 0,
+		"Database number; the URL path `/N` says the same. When both are given they must agree.").
+		Min(0).Want("a database number")
+	optDialTimeout = Options.Duration("dial_timeout", DialTimeoutDefault,
+		"Bounds connecting: TCP, TLS and the `HELLO`/`AUTH` handshake.")
+	optReadTimeout = Options.Duration("read_timeout", ReadTimeoutDefault,
+		"Bounds the wait for a batch's replies and for a health check's.")
+	optWriteTimeout = Options.Duration("write_timeout", WriteTimeoutDefault,
+		"Bounds writing a batch to the connection.")
+	optPoolSize = Options.Int("pool_size", PoolSizeDefault,
+		"Connections in use at once; each batch in flight and each health check takes one, and a publish waits up to `read_timeout` + 1s for a free one.").
+		Unit("connections")
+	optClientName = Options.String("client_name", ClientNameDefault,
+		"Connection name (`CLIENT SETNAME`) that `CLIENT LIST` shows; skipped when the ACL user may not set it; `client_name=` for none.").
+		Check(func(name string) error {
+			if strings.ContainsAny(name, " \t\r\n") {
+				return errors.New("Redis refuses client names with spaces")
+			}
+			return nil
+		})
+	optTLS = Options.TLS(option.TLSDocs{
+		CA:       "CA certificate file for verifying the server (`rediss://` only; the system roots otherwise).",
+		Insecure: "`true` skips verifying the server's certificate (tests only).",
+	})
+	optCloudEvents = cloudevents.Declare(Options,
+		"`format=cloudevents` writes [CloudEvents](#cloudevents--formatcloudevents) in binary mode: the attributes as `ce_` fields in place of `id` and `partition_key`. `ce_source` sets their `source`.")
+)
 
 // errClosed is what a closed publisher answers.
 var errClosed = errors.New("redis: publisher is closed")
@@ -287,7 +275,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	var tlsCfg *tls.Config
 	if cfg.TLS {
 		var err error
-		tlsCfg, err = publisher.TLSConfig(publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure})
+		tlsCfg, err = publisher.TLSFiles{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, Insecure: cfg.TLSInsecure}.Config()
 		if err != nil {
 			return nil, fmt.Errorf("redis URL: %w", err)
 		}

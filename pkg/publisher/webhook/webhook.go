@@ -28,7 +28,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -42,11 +41,13 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
+	"github.com/outbox-relay/relay/pkg/publisher/option"
 	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 func init() {
 	publisher.RegisterConfig(ParseURL, Open, "http", "https")
+	publisher.RegisterOptions(Options, "http", "https")
 	// What people call the driver, for the unknown scheme's did-you-mean.
 	publisher.Alias("webhook", "https")
 	publisher.Alias("webhooks", "https")
@@ -90,10 +91,6 @@ const (
 	placeholderType = "{event_type}"
 	placeholderKey  = "{partition_key}"
 )
-
-// knownOptions is every URL option, for the unknown-option error.
-var knownOptions = append([]string{"timeout", "concurrency", "max_idle_conns", "header", "query", "content_type",
-	"secret_file", "secret_env", "unsigned", "h2c", "tls_ca", "tls_cert", "tls_key", "tls_insecure"}, cloudevents.Options...)
 
 // cePrefix starts the header of each CloudEvents attribute (HTTP binding).
 const cePrefix = "ce-"
@@ -178,37 +175,24 @@ func ParseURL(u *url.URL) (Config, error) {
 	if q.Has("secret") {
 		return cfg, errors.New("webhook URL: secret= would put the signing secret in a URL, which is logged; use secret_file=PATH or secret_env=NAME")
 	}
-	if err := publisher.CheckOptions(q, knownOptions); err != nil {
-		return cfg, fmt.Errorf("webhook URL: %w (the endpoint's own query parameters go in query=name=value)", err)
-	}
-	for _, key := range knownOptions {
-		if key != "header" && key != "query" && len(q[key]) > 1 {
-			return cfg, fmt.Errorf("webhook URL: option %s is given %d times; give it once", key, len(q[key]))
-		}
-	}
-	if v := q.Get("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, fmt.Errorf("webhook URL: timeout=%q is not a positive duration such as 10s", v)
-		}
-		cfg.Timeout = d
-	}
-	if cfg.Concurrency, err = intOption(q, "concurrency", cfg.Concurrency); err != nil {
+	v, err := Options.Parse(q)
+	if err != nil {
 		return cfg, err
 	}
-	if cfg.MaxIdleConns, err = intOption(q, "max_idle_conns", cfg.Concurrency); err != nil {
-		return cfg, err
+	cfg.Timeout = optTimeout.Get(v)
+	cfg.Concurrency = int(optConcurrency.Get(v))
+	cfg.MaxIdleConns = cfg.Concurrency
+	if n, ok := optMaxIdleConns.Lookup(v); ok {
+		cfg.MaxIdleConns = int(n)
 	}
-	for i, h := range q["header"] {
+	for i, h := range optHeader.All(v) {
 		name, value, err := staticHeader(h)
 		if err != nil {
 			return cfg, fmt.Errorf("webhook URL: header option %d: %w", i+1, err)
 		}
 		cfg.Headers.Add(name, value)
 	}
-	if cfg.CloudEvents, err = cloudevents.ParseOptions(q); err != nil {
-		return cfg, fmt.Errorf("webhook URL: %w", err)
-	}
+	cfg.CloudEvents = optCloudEvents.Get(v)
 	if cfg.CloudEvents.Enabled {
 		for name := range cfg.Headers {
 			if cloudevents.IsRelayAttribute(cePrefix, name) {
@@ -220,7 +204,7 @@ func ParseURL(u *url.URL) (Config, error) {
 		return cfg, errors.New("webhook URL: user info and header=Authorization:… both authenticate; keep one")
 	}
 	var params []string
-	for i, kv := range q["query"] {
+	for i, kv := range optQuery.All(v) {
 		name, value, _ := strings.Cut(kv, "=")
 		if name == "" {
 			return cfg, fmt.Errorf("webhook URL: query option %d has no name: want query=name=value", i+1)
@@ -228,46 +212,69 @@ func ParseURL(u *url.URL) (Config, error) {
 		params = append(params, url.QueryEscape(name)+"="+url.QueryEscape(value))
 	}
 	cfg.Query = strings.Join(params, "&")
-	if q.Has("content_type") {
-		v := q.Get("content_type")
-		if v == "" || validValue(v) != nil {
-			return cfg, fmt.Errorf("webhook URL: content_type=%q is not a media type such as application/json", v)
-		}
-		cfg.ContentType = v
-	}
-	for key, dst := range map[string]*bool{"unsigned": &cfg.Unsigned, "h2c": &cfg.H2C, "tls_insecure": &cfg.TLS.Insecure} {
-		if v := q.Get(key); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return cfg, fmt.Errorf("webhook URL: %s=%q is not true or false", key, v)
-			}
-			*dst = b
-		}
-	}
-	cfg.SecretFile, cfg.SecretEnv = q.Get("secret_file"), q.Get("secret_env")
+	cfg.ContentType = optContentType.Get(v)
+	cfg.Unsigned, cfg.H2C = optUnsigned.Get(v), optH2C.Get(v)
+	secret := optSecret.Get(v)
+	cfg.SecretFile, cfg.SecretEnv = secret.File, secret.Env
 	switch {
-	case q.Has("secret_file") && cfg.SecretFile == "", q.Has("secret_env") && cfg.SecretEnv == "":
-		return cfg, errors.New("webhook URL: secret_file and secret_env need a value (a path, a variable name)")
-	case cfg.SecretFile != "" && cfg.SecretEnv != "":
-		return cfg, errors.New("webhook URL: secret_file and secret_env both name the signing secret; keep one")
-	case cfg.Unsigned && (cfg.SecretFile != "" || cfg.SecretEnv != ""):
+	case cfg.Unsigned && !secret.IsZero():
 		return cfg, errors.New("webhook URL: unsigned=true contradicts secret_file/secret_env; keep one")
-	case !cfg.Unsigned && cfg.SecretFile == "" && cfg.SecretEnv == "":
+	case !cfg.Unsigned && secret.IsZero():
 		return cfg, errors.New("webhook URL: no signing secret: add secret_file=PATH or secret_env=NAME (a Standard Webhooks whsec_… secret), or unsigned=true to send requests receivers cannot verify")
 	}
-	cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
-	tlsSet := cfg.TLS != publisher.TLSFiles{}
+	cfg.TLS = optTLS.Get(v)
 	switch {
-	case cfg.Scheme == "http" && tlsSet:
+	case cfg.Scheme == "http" && !cfg.TLS.IsZero():
 		return cfg, errors.New("webhook URL: tls_* options need an https:// URL")
 	case cfg.Scheme == "https" && cfg.H2C:
 		return cfg, errors.New("webhook URL: h2c=true is HTTP/2 without TLS, for http:// URLs; https:// speaks HTTP/2 on its own")
 	}
-	if err := cfg.TLS.Validate(); err != nil {
-		return cfg, fmt.Errorf("webhook URL: %w", err)
-	}
 	return cfg, nil
 }
+
+// Options are the driver's URL options, declared once: ParseURL reads
+// them, and docs/brokers.md lists them as Options.Table writes them (a
+// test holds the two together). header= and query= are secret: they
+// often carry an endpoint's API key.
+var Options = option.New("webhook").UnknownHint("(the endpoint's own query parameters go in query=name=value)")
+
+var (
+	optSecret = Options.SecretSource("secret", "signing secret",
+		"File holding the signing secret, a Standard Webhooks `whsec_<base64>` secret of at least 16 bytes (32 recommended). Several secrets separated by white space each sign every request (for rotation). Read once, at start.",
+		"Name of a variable in the relay's environment holding the secret, as `secret_file` holds it. This is the only variable a driver reads, and only because the URL names it.")
+	optUnsigned = Options.Bool("unsigned", false,
+		"`true` sends no `webhook-signature`. One of `secret_file`, `secret_env` or `unsigned=true` is required.")
+	optTimeout = Options.Duration("timeout", TimeoutDefault,
+		"Bounds each request: connecting, TLS, sending, and the whole answer. An endpoint that has not answered by then is counted as down. Also bounds the health check.")
+	optConcurrency = Options.Int("concurrency", ConcurrencyDefault,
+		"Most requests in flight at once, over all batches (1–4096). Events of one partition key still go one after another.").
+		Max(concurrencyMax).Want(fmt.Sprintf("a number from 1 to %d", concurrencyMax))
+	optMaxIdleConns = Options.Int("max_idle_conns", ConcurrencyDefault,
+		"Idle keep-alive connections kept for the next requests; fewer than `concurrency` makes HTTP/1.1 connections churn.").
+		Max(concurrencyMax).Want(fmt.Sprintf("a number from 1 to %d", concurrencyMax)).DocDefault("`concurrency`")
+	optHeader = Options.String("header", "",
+		"`Name:Value`, repeatable: sent with every event, and wins over a row header of the same name. Not `Content-Type` (see `content_type`), not a connection or framing header, not `webhook-*` or `X-Event-*`.").
+		Repeatable().Secret()
+	optQuery = Options.String("query", "",
+		"`name=value`, repeatable: the endpoint's own query string.").
+		Repeatable().Secret()
+	optContentType = Options.String("content_type", ContentTypeDefault,
+		"`Content-Type` of events whose row has no `content-type` header.").
+		CheckEmpty().Check(func(v string) error {
+		if v == "" || validValue(v) != nil {
+			return errors.New("is not a media type such as application/json")
+		}
+		return nil
+	})
+	optH2C = Options.Bool("h2c", false,
+		"`true` speaks HTTP/2 without TLS (prior knowledge) to an `http://` endpoint that supports it.")
+	optTLS = Options.TLS(option.TLSDocs{
+		CA:       "CA certificate file for verifying the endpoint (`https://` only; the system roots otherwise).",
+		Insecure: "`true` skips verifying the endpoint's certificate (tests only).",
+	})
+	optCloudEvents = cloudevents.Declare(Options,
+		"`format=cloudevents` sends [CloudEvents](#cloudevents--formatcloudevents) in binary mode (HTTP binding): the attributes in `ce-` headers, percent-encoded, `datacontenttype` in `Content-Type`. `ce_source` sets their `source`.")
+)
 
 // pathTemplate returns u's path as it will be sent, percent-encoded as the
 // user wrote it, with the known placeholders in plain braces. An unknown
@@ -305,18 +312,6 @@ func pathTemplate(u *url.URL) (string, error) {
 func pathChar(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 		strings.IndexByte("-._~!$&'()*+,;=:@/%", c) >= 0
-}
-
-func intOption(q url.Values, key string, def int) (int, error) {
-	v := q.Get(key)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > concurrencyMax {
-		return 0, fmt.Errorf("webhook URL: %s=%q is not a number from 1 to %d", key, v, concurrencyMax)
-	}
-	return n, nil
 }
 
 // staticHeader parses a header option. Its errors never quote the value,
@@ -367,7 +362,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: cfg.Timeout},
 	}
 	if cfg.Scheme == "https" {
-		if tr.TLSClientConfig, err = publisher.TLSConfig(cfg.TLS); err != nil {
+		if tr.TLSClientConfig, err = cfg.TLS.Config(); err != nil {
 			return nil, fmt.Errorf("webhook URL: %w", err)
 		}
 	}
@@ -418,27 +413,13 @@ func (c Config) withDefaults() Config {
 // secret is being rotated, requests carry a signature for each. Its errors
 // never quote the secret.
 func signingKeys(ctx context.Context, cfg Config) ([][]byte, error) {
-	var text, source string
-	switch {
-	case cfg.Unsigned:
+	if cfg.Unsigned {
 		return nil, nil
-	case cfg.SecretFile != "":
-		source = "secret_file " + cfg.SecretFile
-		b, err := os.ReadFile(cfg.SecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("secret_file: %w", err)
-		}
-		text = string(b)
-	default:
-		source = "secret_env " + cfg.SecretEnv
-		v, ok, err := publisher.LookupEnv(ctx, cfg.SecretEnv)
-		if err != nil {
-			return nil, fmt.Errorf("secret_env: %w", err)
-		}
-		if !ok || strings.TrimSpace(v) == "" {
-			return nil, fmt.Errorf("secret_env: %s is not set or empty", cfg.SecretEnv)
-		}
-		text = v
+	}
+	ref := option.SecretRef{File: cfg.SecretFile, Env: cfg.SecretEnv}
+	text, source, err := ref.Read(func(name string) (string, bool, error) { return publisher.LookupEnv(ctx, name) })
+	if err != nil {
+		return nil, err
 	}
 	secrets := strings.Fields(text)
 	if len(secrets) == 0 {

@@ -11,7 +11,6 @@ package mysql
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
@@ -20,7 +19,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/outbox-relay/relay/internal/tlsconfig"
 	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/mysql"
@@ -226,35 +225,14 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 // to; nil when none is set. go-sql-driver's own tls option can only name a
 // configuration registered in code, so a private CA needs these.
 func tlsFiles(q url.Values) (*tls.Config, error) {
-	ca, cert, key := q.Get(paramTLSCA), q.Get(paramTLSCert), q.Get(paramTLSKey)
-	if ca == "" && cert == "" && key == "" {
+	files := tlsconfig.Files{CA: q.Get(paramTLSCA), Cert: q.Get(paramTLSCert), Key: q.Get(paramTLSKey)}
+	if files.IsZero() {
 		return nil, nil
 	}
 	if q.Has("tls") {
 		return nil, errors.New("tls_ca, tls_cert and tls_key turn verified TLS on by themselves; remove the tls option")
 	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("tls_cert and tls_key go together")
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca: no PEM certificate in %s", ca)
-		}
-	}
-	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c, nil
+	return files.Config()
 }
 
 // lockSuffix keeps a lock name within MySQL's 64 characters: the name

@@ -1,4 +1,4 @@
-package publisher_test
+package tlsconfig_test
 
 import (
 	"crypto/tls"
@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/internal/tlsconfig"
 )
 
-func TestTLSConfig(t *testing.T) {
+func TestConfig(t *testing.T) {
 	t.Parallel()
-	c, err := publisher.TLSConfig(publisher.TLSFiles{Insecure: true})
+	c, err := tlsconfig.Files{Insecure: true}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,18 +27,19 @@ func TestTLSConfig(t *testing.T) {
 	}
 	missing := filepath.Join(dir, "missing.pem")
 	for _, tc := range []struct {
-		files publisher.TLSFiles
+		files tlsconfig.Files
 		want  []string // in the error: the option, and the file at fault
 	}{
-		{publisher.TLSFiles{CA: missing}, []string{"tls_ca", missing}},
-		{publisher.TLSFiles{CA: garbage}, []string{"tls_ca", "no PEM certificate", garbage}},
-		{publisher.TLSFiles{Cert: missing, Key: garbage}, []string{"tls_cert/tls_key", missing}},
-		{publisher.TLSFiles{Cert: garbage, Key: missing}, []string{"tls_cert/tls_key"}},
+		{tlsconfig.Files{CA: missing}, []string{"tls_ca", missing}},
+		{tlsconfig.Files{CA: garbage}, []string{"tls_ca", "no PEM certificate", garbage}},
+		{tlsconfig.Files{Cert: missing, Key: garbage}, []string{"tls_cert/tls_key", missing}},
+		{tlsconfig.Files{Cert: garbage, Key: missing}, []string{"tls_cert/tls_key"}},
+		{tlsconfig.Files{Cert: garbage}, []string{"tls_cert and tls_key go together"}},
 	} {
-		_, err := publisher.TLSConfig(tc.files)
+		_, err := tc.files.Config()
 		for _, w := range tc.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
-				t.Errorf("TLSConfig(%+v): %v, want an error naming %s", tc.files, err, w)
+				t.Errorf("Config(%+v): %v, want an error naming %s", tc.files, err, w)
 			}
 		}
 	}
