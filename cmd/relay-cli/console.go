@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/outbox-relay/relay/pkg/console"
+	"github.com/outbox-relay/relay/internal/console"
 )
 
 // consoleAddrDefault keeps the console on this machine unless asked.

@@ -25,9 +25,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/spelling"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
 	_ "github.com/outbox-relay/relay/pkg/storage/mysql"
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"

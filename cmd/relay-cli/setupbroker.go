@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
 	_ "github.com/outbox-relay/relay/pkg/publisher/kafka"
@@ -15,7 +16,6 @@ import (
 	_ "github.com/outbox-relay/relay/pkg/publisher/redis"
 	_ "github.com/outbox-relay/relay/pkg/publisher/stdout"
 	_ "github.com/outbox-relay/relay/pkg/publisher/webhook"
-	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 func init() { register(setupBrokerCommand) }

@@ -14,12 +14,12 @@ import (
 	"github.com/caarlos0/env/v11"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/outbox-relay/relay/internal/reaper"
+	"github.com/outbox-relay/relay/internal/retention"
+	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 // config is everything the relay reads from the environment. Names follow

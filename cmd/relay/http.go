@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/redact"
+	"github.com/outbox-relay/relay/internal/redact"
+	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 // healthState is what the liveness probe reports.

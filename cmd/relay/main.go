@@ -20,6 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/reaper"
+	"github.com/outbox-relay/relay/internal/redact"
+	"github.com/outbox-relay/relay/internal/retention"
+	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
 	_ "github.com/outbox-relay/relay/pkg/publisher/kafka"
@@ -28,14 +32,10 @@ import (
 	_ "github.com/outbox-relay/relay/pkg/publisher/redis"
 	_ "github.com/outbox-relay/relay/pkg/publisher/stdout"
 	_ "github.com/outbox-relay/relay/pkg/publisher/webhook"
-	"github.com/outbox-relay/relay/pkg/reaper"
-	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
 	_ "github.com/outbox-relay/relay/pkg/storage/mysql"
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

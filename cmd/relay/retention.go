@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/duration"
+	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 

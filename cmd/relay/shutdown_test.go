@@ -16,11 +16,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )

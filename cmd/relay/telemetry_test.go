@@ -20,10 +20,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
-	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 // lockedBuffer collects the relay's log, which several goroutines write

@@ -22,7 +22,7 @@ func TestImportRules(t *testing.T) {
 		{"github.com/outbox-relay/relay/pkg/storage/...", brokerClients},
 		{"github.com/outbox-relay/relay/pkg/outbox", append(databaseClients, brokerClients...)},
 		{"github.com/outbox-relay/relay/pkg/relay", append(databaseClients, brokerClients...)},
-		{"github.com/outbox-relay/relay/pkg/retention", append(databaseClients, brokerClients...)},
+		{"github.com/outbox-relay/relay/internal/retention", append(databaseClients, brokerClients...)},
 	}
 	for _, r := range rules {
 		// Each package's dependencies on its own line: "pkg: dep dep …".

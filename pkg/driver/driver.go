@@ -11,8 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/spelling"
-	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 // Opener builds a T from a URL whose scheme it was registered for. Driver

@@ -7,7 +7,7 @@ import (
 )
 
 // Observer is told what the engine does, so that metrics and traces live
-// outside it (pkg/telemetry implements one). Each Start method is called as
+// outside it (internal/telemetry implements one). Each Start method is called as
 // a stage begins and returns the context the stage runs in (carrying a span,
 // say) and a function the engine calls when the stage ends. A batch's
 // publish and settles run in the context its claim returned.

@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 // What every driver does the same way: reading its SQL files, checking

@@ -26,11 +26,11 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 	"github.com/outbox-relay/relay/pkg/publisher/option"
-	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 func init() {

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/duration"
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/spelling"
-	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 // Set is the options one driver declares, in the order its documentation

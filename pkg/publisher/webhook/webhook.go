@@ -38,11 +38,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
 	"github.com/outbox-relay/relay/pkg/publisher/option"
-	"github.com/outbox-relay/relay/pkg/redact"
 )
 
 func init() {

@@ -26,8 +26,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/tlsconfig"
-	"github.com/outbox-relay/relay/pkg/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )

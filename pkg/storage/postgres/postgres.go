@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/outbox-relay/relay/pkg/redact"
+	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/console"
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/pkg/console"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/null"
 	"github.com/outbox-relay/relay/pkg/relay"
@@ -29,7 +29,7 @@ import (
 // screenshotsEnv names a directory to write the browser test's screenshots
 // to; docs/console.md shows the ones in docs/console:
 //
-//	CONSOLE_SCREENSHOTS=$PWD/docs/console go test -run TestBrowser ./pkg/console/
+//	CONSOLE_SCREENSHOTS=$PWD/docs/console go test -run TestBrowser ./internal/console/
 const screenshotsEnv = "CONSOLE_SCREENSHOTS"
 
 // chromiumPath finds the headless browser `make test` installs

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/redact"
+	"github.com/outbox-relay/relay/internal/redact"
 )
 
 const secret = "Sup3rS3cretPW"

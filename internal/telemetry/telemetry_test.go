@@ -25,10 +25,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
-	"github.com/outbox-relay/relay/pkg/telemetry"
 )
 
 // setup returns a Telemetry that reports to a manual reader and an

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )

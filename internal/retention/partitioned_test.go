@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/retention"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )

@@ -17,7 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-relay/relay/pkg/console"
+	"github.com/outbox-relay/relay/internal/console"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
@@ -51,7 +51,7 @@ FROM generate_series($1::bigint, $2::bigint) AS g,
 // CONSOLE_BENCH_URL names an existing table to use instead (seeded once
 // and kept: a storage URL with ?table=), for repeated runs.
 //
-//	go test -run '^$' -bench Pages -benchtime 20x ./pkg/console/
+//	go test -run '^$' -bench Pages -benchtime 20x ./internal/console/
 func BenchmarkPages(b *testing.B) {
 	n := int64(benchRowsDefault)
 	if v := os.Getenv("CONSOLE_BENCH_ROWS"); v != "" {
