@@ -1,12 +1,14 @@
 package storagetest
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -24,33 +26,25 @@ func uncommitted(t testing.TB, tb Table, events ...event) ([]uuid.UUID, func()) 
 	return c.IDs, tb.InsertUncommitted(t, c)
 }
 
-// claimUntil claims with p until the event id is among the claimed ones or
-// the deadline passes; every event claimed on the way is marked delivered.
-// It returns how long that took.
+// claimUntil claims with p, as a relay polls, until the event id is among
+// the claimed ones or the deadline passes; every event claimed on the way
+// is marked delivered. It returns how long that took.
 func claimUntil(t *testing.T, s storage.Queue, p storage.ClaimParams, id uuid.UUID, deadline time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for time.Since(start) < deadline {
+	eventually.True(t, deadline, func() bool {
 		b, err := s.Claim(ctx, p)
 		if err != nil {
 			t.Fatalf("Claim: %v", err)
-		}
-		found := false
-		for _, e := range b.Events {
-			found = found || e.ID == id
 		}
 		if len(b.Events) > 0 {
 			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
 				t.Fatalf("MarkDelivered: %v", err)
 			}
 		}
-		if found {
-			return time.Since(start)
-		}
-		time.Sleep(10 * time.Millisecond) // a relay's poll, between claims that found nothing new
-	}
-	t.Fatalf("event %s was not claimed within %s", id, deadline)
-	return 0
+		return slices.Contains(eventIDs(b.Events), id)
+	}, func() string { return fmt.Sprintf("event %s claimed", id) })
+	return time.Since(start)
 }
 
 // drainAll claims with p until a claim comes back empty, marking every event
