@@ -62,6 +62,14 @@ type position struct {
 	sweptAt   time.Time
 	sweepFrom int64
 	sweeps    int
+	// skippedFrom is set while claims start above the safe position (a
+	// transaction holds it back and the lag limit applies): rows after it
+	// may become visible behind the claims. When the safe position moves
+	// again — the transaction ended — the next claim sweeps from here at
+	// once (sweepNow) instead of after SweepInterval.
+	skippedFrom int64
+	skipping    bool
+	sweepNow    bool
 }
 
 // positions keeps a position per relay id: one store may serve several
@@ -82,6 +90,9 @@ func (ps *positions) of(relayID string) *position {
 type plan struct {
 	floor int64
 	sweep bool
+	// prompted marks a sweep the end of a held-back transaction asked for,
+	// not the interval: it does not count towards the full sweeps.
+	prompted bool
 	// claimedBefore is the highest seq claimed before this claim: its mark.
 	claimedBefore int64
 }
@@ -89,6 +100,9 @@ type plan struct {
 // next decides the claim's floor. The caller holds p.mu, and passes the
 // claim's SweepInterval with its default filled in.
 func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) plan {
+	if p.sweepNow {
+		return plan{floor: p.sweepFrom, sweep: true, prompted: true, claimedBefore: p.claimed}
+	}
 	if now.Sub(p.sweptAt) >= sweepInterval {
 		from := p.sweepFrom
 		if p.sweeps%fullSweepEvery == fullSweepEvery-1 {
@@ -107,10 +121,21 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore})
 	}
 	p.claimed = max(p.claimed, highest)
+	if !pl.sweep && pl.floor > p.safe && !p.skipping {
+		p.skipping, p.skippedFrom = true, p.safe
+	}
+	safeBefore := p.safe
 	drop := 0
 	for drop < len(p.marks) && p.marks[drop].xmax <= xmin {
 		p.safe = max(p.safe, p.marks[drop].claimed)
 		drop++
+	}
+	if p.skipping && p.safe > safeBefore {
+		// What held the position back has ended: its rows, if any, lie
+		// after skippedFrom, where claims did not look.
+		p.sweepNow = true
+		p.sweepFrom = min(p.sweepFrom, p.skippedFrom)
+		p.skipping = false
 	}
 	p.marks = p.marks[drop:]
 	if len(p.marks) > maxMarks {
@@ -123,9 +148,12 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 		// row there (it reads in seq order). One that found some may have
 		// stopped at the batch's size or bytes: the next claim sweeps
 		// again from the same place.
-		p.sweptAt = now
+		if !pl.prompted {
+			p.sweptAt = now
+			p.sweeps++
+		}
 		p.sweepFrom = p.safe
-		p.sweeps++
+		p.sweepNow = false
 	}
 }
 
@@ -133,6 +161,7 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 // holds p.mu.
 func (p *position) reset() {
 	p.claimed, p.safe, p.sweepFrom, p.marks = 0, 0, 0, nil
+	p.skipping, p.sweepNow = false, false
 }
 
 // maxMarks bounds the marks kept while a transaction holds the position

@@ -2,11 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
@@ -85,4 +87,49 @@ func TestARestartedSequenceResetsThePosition(t *testing.T) {
 	if len(got) != len(ids) {
 		t.Fatalf("claimed %v after the sequence restarted, want %v", got, ids)
 	}
+}
+
+// A producer's transaction that stays open while many batches are claimed
+// after its row falls behind the lag limit; once it ends, the relay sees
+// the position move and looks behind it at once, without waiting for the
+// periodic sweep (an hour here).
+func TestALongTransactionsEventIsClaimedOnceItEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := pgtest.New(t)
+	tx, err := tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var late uuid.UUID
+	if err := tx.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload) VALUES ('late', 'x') RETURNING event_id").Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	tb.InsertN(t, 300, "after")
+	p := storage.ClaimParams{RelayID: "relay", Limit: 2, SweepInterval: time.Hour}
+	claim := func() []uuid.UUID {
+		b, err := tb.Store.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return eventIDs(b.Events)
+	}
+	for len(claim()) > 0 {
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The position moves once every transaction older than the late one's
+	// commit has ended — in a shared cluster, other tests' too — so wait
+	// for that, but far less than the hour the sweep would take.
+	start := time.Now()
+	eventually.True(t, 30*time.Second, func() bool { return slices.Contains(claim(), late) },
+		func() string { return "the late event claimed" })
+	t.Logf("claimed %s after its commit", time.Since(start))
 }
