@@ -24,11 +24,11 @@ func SetPartitionMoveLimit(s *Store, n int64) { s.partitionMoveLimit = n }
 // ListQuery exposes the statement List runs, for EXPLAIN.
 func (s *Store) ListQuery(p storage.ListParams) (string, []any) { return s.listQuery(p) }
 
-// ClaimFloor is where relayID's next unordered claim would start, with
-// claims of limit events.
+// ClaimFloor is where relayID's unordered claims of limit events start
+// when they are not sweeps.
 func (s *Store) ClaimFloor(relayID string, limit int) int64 {
 	p := s.positions.of(relayID)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.next(limit, time.Hour, time.Now()).floor
+	return p.forward(limit)
 }

@@ -110,8 +110,14 @@ func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) p
 		}
 		return plan{floor: from, sweep: true, claimedBefore: p.claimed}
 	}
-	floor := max(p.safe, p.claimed-int64(lagLimit*limit))
-	return plan{floor: floor, claimedBefore: p.claimed}
+	return plan{floor: p.forward(limit), claimedBefore: p.claimed}
+}
+
+// forward is where a claim that is not a sweep starts: the safe position,
+// or lagLimit batches behind the highest claimed seq when a transaction
+// holds the safe position further back.
+func (p *position) forward(limit int) int64 {
+	return max(p.safe, p.claimed-int64(lagLimit*limit))
 }
 
 // done records a claim's outcome: the snapshot's xmin and xmax, and the
