@@ -40,6 +40,21 @@ const lagLimit = 8
 // transaction id and then stayed open across a sweep (see sweepFrom).
 const fullSweepEvery = 30
 
+// observed is the sequence's last value as a claim read it.
+type observed struct {
+	at time.Time
+	v  int64
+}
+
+// issuedSettle is how old a reading of the sequence's last value must be
+// before the position may move to it. A producer's INSERT takes its seq
+// before it writes the row, and only writing gives its transaction an id:
+// in between, no snapshot shows it running, and a mark made from a value
+// read then would be confirmed while the row is still on its way (the
+// relay then found it only with the periodic sweep). A second is far more
+// than the two steps of one statement take.
+const issuedSettle = time.Second
+
 // mark is a claim's evidence for moving the position: every row with a seq
 // up to claimed is visible once every transaction below xmax has ended.
 type mark struct {
@@ -52,6 +67,15 @@ type position struct {
 	mu sync.Mutex
 	// claimed is the highest seq this relay has claimed.
 	claimed int64
+	// frontier is claimed, or the sequence's last value where that is
+	// higher (others claim what this relay does not): the lag limit counts
+	// from it, so that an idle relay's claims do not step over every row
+	// the others claimed since its own last one.
+	frontier int64
+	// seen are the sequence's last values read by short claims, with when:
+	// a value becomes a mark's only once it is issuedSettle old (see
+	// issued).
+	seen []observed
 	// safe is the highest seq below which every row is visible: the
 	// position when no writer holds it back.
 	safe  int64
@@ -93,7 +117,7 @@ type plan struct {
 	// prompted marks a sweep the end of a held-back transaction asked for,
 	// not the interval: it does not count towards the full sweeps.
 	prompted bool
-	// claimedBefore is the highest seq claimed before this claim: its mark.
+	// claimedBefore is what this claim's mark records: markValue at plan.
 	claimedBefore int64
 }
 
@@ -101,23 +125,53 @@ type plan struct {
 // claim's SweepInterval with its default filled in.
 func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) plan {
 	if p.sweepNow {
-		return plan{floor: p.sweepFrom, sweep: true, prompted: true, claimedBefore: p.claimed}
+		return plan{floor: p.sweepFrom, sweep: true, prompted: true, claimedBefore: p.markValue(now)}
 	}
 	if now.Sub(p.sweptAt) >= sweepInterval {
 		from := p.sweepFrom
 		if p.sweeps%fullSweepEvery == fullSweepEvery-1 {
 			from = 0
 		}
-		return plan{floor: from, sweep: true, claimedBefore: p.claimed}
+		return plan{floor: from, sweep: true, claimedBefore: p.markValue(now)}
 	}
-	return plan{floor: p.forward(limit), claimedBefore: p.claimed}
+	return plan{floor: p.forward(limit), claimedBefore: p.markValue(now)}
+}
+
+// markValue is what a claim made now may record in its mark: the highest
+// seq claimed, or a reading of the sequence old enough to trust (issued).
+func (p *position) markValue(now time.Time) int64 {
+	v := p.claimed
+	for _, o := range p.seen {
+		if now.Sub(o.at) >= issuedSettle {
+			v = max(v, o.v)
+		}
+	}
+	return v
+}
+
+// issued records the sequence's last value as a short claim read it. The
+// caller holds p.mu.
+func (p *position) issued(v int64, now time.Time) {
+	p.frontier = max(p.frontier, v)
+	// Keep the newest reading that is already settled and those younger:
+	// older ones can no longer raise markValue.
+	keep := 0
+	for i, o := range p.seen {
+		if now.Sub(o.at) >= issuedSettle {
+			keep = i
+		}
+	}
+	p.seen = p.seen[keep:]
+	if n := len(p.seen); n == 0 || p.seen[n-1].v < v {
+		p.seen = append(p.seen, observed{at: now, v: v})
+	}
 }
 
 // forward is where a claim that is not a sweep starts: the safe position,
 // or lagLimit batches behind the highest claimed seq when a transaction
 // holds the safe position further back.
 func (p *position) forward(limit int) int64 {
-	return max(p.safe, p.claimed-int64(lagLimit*limit))
+	return max(p.safe, max(p.claimed, p.frontier)-int64(lagLimit*limit))
 }
 
 // done records a claim's outcome: the snapshot's xmin and xmax, and the
@@ -127,6 +181,7 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore})
 	}
 	p.claimed = max(p.claimed, highest)
+	p.frontier = max(p.frontier, p.claimed)
 	if !pl.sweep && pl.floor > p.safe && !p.skipping {
 		p.skipping, p.skippedFrom = true, p.safe
 	}
@@ -166,7 +221,7 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 // reset starts the position over from the table's beginning. The caller
 // holds p.mu.
 func (p *position) reset() {
-	p.claimed, p.safe, p.sweepFrom, p.marks = 0, 0, 0, nil
+	p.claimed, p.frontier, p.safe, p.sweepFrom, p.marks, p.seen = 0, 0, 0, 0, nil, nil
 	p.skipping, p.sweepNow = false, false
 }
 

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -132,4 +133,61 @@ func TestALongTransactionsEventIsClaimedOnceItEnds(t *testing.T) {
 	eventually.True(t, 30*time.Second, func() bool { return slices.Contains(claim(), late) },
 		func() string { return "the late event claimed" })
 	t.Logf("claimed %s after its commit", time.Since(start))
+}
+
+// A producer's INSERT takes its seq before it writes its row, and only the
+// write gives its transaction an id: a claim that reads the sequence in
+// between must not let the position pass that row. Claims run back to back
+// while events are written one transaction at a time (the work inside each
+// a few random milliseconds long); each event must be claimed well within
+// the periodic sweep's interval (an hour here).
+func TestAnEventWrittenWhileClaimsRunIsClaimedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for round := range 20 {
+		tb := pgtest.New(t)
+		claimed := make(chan uuid.UUID, 1)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b, err := tb.Store.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 500, SweepInterval: time.Hour})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, e := range b.Events {
+					claimed <- e.ID
+				}
+			}
+		}()
+		tx, err := tb.Store.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id uuid.UUID
+		if err := tx.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload) VALUES ('x', 'y') RETURNING event_id").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // the rest of the producer's transaction
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-claimed:
+			if got != id {
+				t.Fatalf("round %d: claimed %s, want %s", round, got, id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("round %d: the event was not claimed within 5 s of its commit", round)
+		}
+		close(stop)
+		<-done
+	}
 }

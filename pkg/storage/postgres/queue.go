@@ -114,14 +114,14 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	}
 	batch := storage.Batch{Lease: lease, Events: events}
 	if pos != nil {
-		wentBack := issued.Valid && issued.Int64 < pos.claimed
-		if len(events) < p.Limit {
+		wentBack := issued.Valid && issued.Int64 < pos.frontier
+		now := time.Now()
+		pos.done(pl, xmin, xmax, lowest, highest, now)
+		if issued.Valid && len(events) < p.Limit {
 			// Nothing more is due after the position: whatever seq was
-			// handed out is claimed by others or not yet committed, and
-			// the marks keep the position from passing the latter.
-			highest = max(highest, issued.Int64)
+			// handed out is claimed by others or not yet committed.
+			pos.issued(issued.Int64, now)
 		}
-		pos.done(pl, xmin, xmax, lowest, highest, time.Now())
 		if wentBack {
 			// The sequence went back (TRUNCATE … RESTART IDENTITY, ALTER
 			// SEQUENCE … RESTART): every new row would lie behind the
