@@ -45,9 +45,30 @@ wait_for() {
 	exit 1
 }
 
+# Whether the PostgreSQL server binaries are installed where
+# internal/pgcluster looks for them.
+have_initdb() {
+	local bindir
+	if bindir=$(pg_config --bindir 2>/dev/null) && [ -x "$bindir/initdb" ]; then
+		return 0
+	fi
+	compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && return 0
+	command -v initdb >/dev/null
+}
+
 postgres() {
-	answers 5432 && return 0
-	if ! command -v pg_ctlcluster >/dev/null; then
+	if answers 5432; then
+		# Tests that need a server of their own (internal/pgcluster:
+		# logical replication, restarts) run initdb and pg_ctl, which a
+		# server answering here (a container's, say) does not bring.
+		# Installing them leaves that server alone.
+		if ! have_initdb; then
+			echo "services.sh: installing the PostgreSQL server binaries (initdb, pg_ctl) for internal/pgcluster" >&2
+			apt_install postgresql
+		fi
+		return 0
+	fi
+	if ! command -v pg_ctlcluster >/dev/null || ! have_initdb; then
 		echo "services.sh: installing PostgreSQL from Debian packages" >&2
 		apt_install postgresql
 	fi
