@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/relay/pkg/publisher"
@@ -75,6 +76,10 @@ type Engine struct {
 	// cursor is where the next ordered claim's walk starts, as the last
 	// one returned it (Batch.After); only the claim loop touches it.
 	cursor string
+	// freshTo is the claims' storage.ClaimParams.FreshTo: 0 while the
+	// engine polls for everything; a Capture that reads the database's
+	// log sets it to leave fresh events to the log.
+	freshTo atomic.Int64
 }
 
 // New returns an engine; zero fields of cfg take their defaults.
@@ -131,39 +136,8 @@ func (e *Engine) Wake() {
 // or the broker never end Run: it backs off and tries again. A broker that
 // does not answer at start pauses claiming until it does.
 func (e *Engine) Run(ctx context.Context) {
-	// Batches in flight outlive ctx so that a shutdown lets them finish:
-	// publishing ends first, settling at the end of ShutdownTimeout.
-	publishing, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPublishing()
-	settling, stopSettling := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopSettling()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-finished:
-			return
-		}
-		reserve := settleReserve(e.cfg.ShutdownTimeout)
-		budget := time.NewTimer(e.cfg.ShutdownTimeout - reserve)
-		defer budget.Stop()
-		select {
-		case <-budget.C:
-			e.log.Warn("shutdown: time for publishing spent; releasing unpublished events",
-				"published_for", e.cfg.ShutdownTimeout-reserve, "left_for_release", reserve)
-			stopPublishing()
-		case <-finished:
-			return
-		}
-		grace := time.NewTimer(reserve)
-		defer grace.Stop()
-		select {
-		case <-grace.C:
-			stopSettling()
-		case <-finished:
-		}
-	}()
+	publishing, settling, finished := e.shutdownContexts(ctx)
+	defer finished()
 
 	if err := e.broker.check(ctx); err != nil && ctx.Err() == nil {
 		e.broker.close(err)
@@ -217,6 +191,47 @@ func (e *Engine) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// shutdownContexts returns the contexts batches in flight publish and
+// settle in. They outlive ctx so that a shutdown lets the batches finish:
+// publishing ends ShutdownTimeout minus the settle reserve after ctx does,
+// settling at the end of ShutdownTimeout. Call finished when every batch
+// is done.
+func (e *Engine) shutdownContexts(ctx context.Context) (publishing, settling context.Context, finished func()) {
+	publishing, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
+	settling, stopSettling := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		reserve := settleReserve(e.cfg.ShutdownTimeout)
+		budget := time.NewTimer(e.cfg.ShutdownTimeout - reserve)
+		defer budget.Stop()
+		select {
+		case <-budget.C:
+			e.log.Warn("shutdown: time for publishing spent; releasing unpublished events",
+				"published_for", e.cfg.ShutdownTimeout-reserve, "left_for_release", reserve)
+			stopPublishing()
+		case <-done:
+			return
+		}
+		grace := time.NewTimer(reserve)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			stopSettling()
+		case <-done:
+		}
+	}()
+	return publishing, settling, func() {
+		close(done)
+		stopPublishing()
+		stopSettling()
+	}
+}
+
 // claimed is a batch on its way from claim to settle.
 type claimed struct {
 	batch storage.Batch
@@ -250,6 +265,7 @@ func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 		After:    e.cursor,
 
 		SweepInterval: e.cfg.SweepInterval,
+		FreshTo:       e.freshTo.Load(),
 	})
 	end(len(c.batch.Events), err)
 	if err == nil && e.cfg.Ordering == storage.OrderingPartition {

@@ -73,7 +73,21 @@ type ClaimParams struct {
 	// cost that grows with the dead row versions a held-back vacuum
 	// leaves there. 0 means SweepIntervalDefault.
 	SweepInterval time.Duration
+	// FreshTo limits which fresh events — written and never handed back:
+	// available_at not after created_at — a claim may take, when the
+	// database's log (CAPTURE=wal) delivers them instead: 0 takes them all
+	// (polling), a positive value those with seq up to it (the backfill of
+	// what was written before the log reader's slot), FreshNone none (only
+	// events due again: retried, released, reaped, scheduled). Under
+	// OrderingPartition it applies to the first unfinished event of each
+	// key: a key whose head is due again is claimed with its whole run.
+	// Only drivers that implement LogRecorder honour it.
+	FreshTo int64
 }
+
+// FreshNone is ClaimParams.FreshTo for claims that leave every fresh event
+// to the database's log.
+const FreshNone int64 = -1
 
 // SweepIntervalDefault is ClaimParams.SweepInterval's default: events of
 // transactions that commit late wait at most this long (plus one claim).
@@ -181,6 +195,31 @@ func StorableError(msg string) string {
 type FailParams struct {
 	Lease    Lease
 	Failures []Failure
+}
+
+// RecordParams names rows the log reader settles (LogRecorder).
+type RecordParams struct {
+	IDs []uuid.UUID
+	// Delete deletes delivered rows instead of marking them
+	// (DELIVERED_RETENTION=0).
+	Delete bool
+	// CreatedFrom and CreatedTo bound the rows' created_at when known
+	// (zero: unknown), as Lease's do: a partitioned table is searched in
+	// the partitions they cover only.
+	CreatedFrom, CreatedTo time.Time
+}
+
+// RecordFailParams records failed attempts of rows the log reader took.
+type RecordFailParams struct {
+	Failures []Failure
+	// CreatedFrom and CreatedTo: see RecordParams.
+	CreatedFrom, CreatedTo time.Time
+}
+
+// HeldKeysParams asks which keys an earlier event holds (LogRecorder).
+type HeldKeysParams struct {
+	Keys   []string
+	OnDead DeadPolicy
 }
 
 // ReapParams selects expired leases to take back.

@@ -100,6 +100,40 @@ type Queue interface {
 	Renew(ctx context.Context, p RenewParams) (int, error)
 }
 
+// LogRecorder is offered by a storage whose database the relay can read
+// through its log instead of claiming (CAPTURE=wal, PostgreSQL's
+// write-ahead log). Events taken from the log are never claimed, so no
+// lease guards them: a row is the log reader's while it is PENDING and
+// fresh (available_at not after created_at). Every method changes only
+// such rows, so a row that a claim took meanwhile — the backfill of rows
+// written before the slot, a fallback to polling — is left to that claim,
+// and one handed to the claims is never taken back.
+type LogRecorder interface {
+	// RecordDelivered marks the rows DELIVERED (deletes them with
+	// p.Delete) and returns how many it changed.
+	RecordDelivered(ctx context.Context, p RecordParams) (int, error)
+	// RecordFailed records failed attempts as MarkFailed does; a row
+	// PENDING again is due again (available_at after created_at), which
+	// the claims find.
+	RecordFailed(ctx context.Context, p RecordFailParams) (int, error)
+	// Defer hands rows to the claims untouched but for available_at, set
+	// to the database's now: they become due again, and under ordering
+	// the claims deliver them in their key's order.
+	Defer(ctx context.Context, p RecordParams) (int, error)
+	// HeldKeys returns, for each of p.Keys that has one, the lowest seq of
+	// an event that holds the key: one due again (PENDING, available_at
+	// after created_at), one DELIVERING, or a DEAD one under p.OnDead
+	// block. A fresh PENDING row holds nothing: the log delivers it.
+	HeldKeys(ctx context.Context, p HeldKeysParams) (map[string]int64, error)
+	// FreshLeft reports whether a fresh PENDING row with seq up to upTo
+	// is left: the backfill up to upTo is done when none is.
+	FreshLeft(ctx context.Context, upTo int64) (bool, error)
+	// LastSeq is the highest seq handed out so far (0: none); every row
+	// written by a transaction that ended before the call has one at or
+	// below it.
+	LastSeq(ctx context.Context) (int64, error)
+}
+
 // Reaper is what the reaper needs.
 type Reaper interface {
 	// Reap takes back at most p.Limit leases older than p.LeaseTimeout by

@@ -80,6 +80,9 @@ type Store struct {
 	queries map[string]string
 	writer  *Writer
 	rawURL  string
+	// connURL is rawURL without the relay's own parameters, as pgx takes
+	// it (the WAL reader's replication connection starts from it).
+	connURL string
 
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
@@ -152,7 +155,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, table: table, queries: queries, writer: newWriter(table), rawURL: rawURL}, nil
+	return &Store{pool: pool, table: table, queries: queries, writer: newWriter(table), rawURL: rawURL, connURL: u.String()}, nil
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
@@ -194,6 +197,13 @@ func (s *Store) SQL() (*sql.DB, string) {
 	s.sqlOnce.Do(func() { s.sqlDB = stdlib.OpenDBFromPool(s.pool) })
 	return s.sqlDB, "postgres"
 }
+
+// ConnString is the storage URL as the database client takes it: without
+// the relay's own parameters, with its defaults. It holds the password.
+func (s *Store) ConnString() string { return s.connURL }
+
+// TableName is the outbox table, as validated.
+func (s *Store) TableName() schema.Table { return s.table }
 
 // Table returns the table's name, as given (table or schema.table).
 func (s *Store) Table() string { return s.table.String() }

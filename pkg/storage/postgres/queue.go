@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,7 +49,14 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
 		}
-		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit)
+		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo))
+	} else if p.FreshTo != 0 {
+		// The log delivers fresh rows: a backfill's walk is bounded and
+		// done once, and a claim of rows due again alone reads the due
+		// index; neither moves the relay's claim position.
+		b.Queue(s.queries["claim_plan"])
+		b.Queue(s.queries["claim_stamp"])
+		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, int64(0), freshTo(p.FreshTo))
 	} else {
 		// One relay's claims come one after another; the position is
 		// held for the claim's round trip.
@@ -58,7 +66,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
 		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"])
-		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor)
+		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor, freshTo(p.FreshTo))
 	}
 
 	results := s.pool.SendBatch(ctx, b)
@@ -128,12 +136,21 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 			// position. Start again from the beginning.
 			pos.reset()
 		}
-	} else {
+	} else if p.Ordering == storage.OrderingPartition {
 		batch.After = walkEnd(p.After, events)
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
 	return batch, nil
+}
+
+// freshTo is the highest seq of a fresh row a claim may take
+// (storage.ClaimParams.FreshTo): every one when 0.
+func freshTo(p int64) int64 {
+	if p == 0 {
+		return math.MaxInt64
+	}
+	return max(p, -1)
 }
 
 // walkEnd is where the next ordered claim's walk starts: the last key this

@@ -97,6 +97,25 @@ func NewSchema(t testing.TB) string {
 	return name
 }
 
+// newSchemaAt is NewSchema on another server; the schema goes with the
+// test's database or cluster, or is dropped here.
+func newSchemaAt(t testing.TB, serverURL string) string {
+	t.Helper()
+	if serverURL == URL() {
+		return NewSchema(t)
+	}
+	conn, err := pgx.Connect(context.Background(), serverURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", serverURL, err)
+	}
+	defer conn.Close(context.Background())
+	name := "t_" + randomHex(6)
+	if _, err := conn.Exec(context.Background(), "CREATE SCHEMA "+name); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	return name
+}
+
 // adminPool is shared by every test of the process for creating and
 // dropping schemas: a new connection for each costs more than the rest of
 // a small test.

@@ -56,11 +56,23 @@ func NewPartitioned(t testing.TB, by string) *Table {
 	return newTable(t, by)
 }
 
+// NewAt is New on the server (or database) at serverURL, such as a private
+// cluster a test started (internal/pgcluster).
+func NewAt(t testing.TB, serverURL string) *Table {
+	t.Helper()
+	return newTableAt(t, serverURL, "")
+}
+
 func newTable(t testing.TB, partitionBy string) *Table {
 	t.Helper()
+	return newTableAt(t, URL(), partitionBy)
+}
+
+func newTableAt(t testing.TB, serverURL, partitionBy string) *Table {
+	t.Helper()
 	ctx := context.Background()
-	name := NewSchema(t) + ".openoutbox_events"
-	storeURL := storage.URLWithTable(URL(), name)
+	name := newSchemaAt(t, serverURL) + ".openoutbox_events"
+	storeURL := storage.URLWithTable(serverURL, name)
 	store, err := postgres.Open(ctx, storeURL)
 	if err != nil {
 		t.Fatalf("pgtest: open store: %v", err)

@@ -16,13 +16,15 @@
 --          after their created_at, and the due index holds only those.
 --
 -- $1 relay id, $2 most events, $3 most bytes (payload + headers; 0: no
--- limit), $4 the claim position (a seq). The byte limit cuts the batch after
+-- limit), $4 the claim position (a seq), $5 the highest seq of a fresh row
+-- the claim may take (storage.ClaimParams.FreshTo: below $4 when the
+-- database's log delivers fresh rows). The byte limit cuts the batch after
 -- the last event that fits; the first event is always taken, however large,
 -- so none is stuck.
 WITH fresh AS (
     SELECT event_id, seq, created_at, octet_length(payload) + pg_column_size(headers) AS size
     FROM {{table}}
-    WHERE status = 'PENDING' AND seq > $4::bigint AND available_at <= now()
+    WHERE status = 'PENDING' AND seq > $4::bigint AND seq <= $5::bigint AND available_at <= now()
     ORDER BY seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED

@@ -19,10 +19,13 @@
 -- so every key gets its turn. $4 most bytes (payload + headers; 0: no
 -- limit), cut as in the unordered claim: in pick order, which keeps each
 -- key's picks a prefix of its run. $5 most events of one key
--- (storage.ClaimParams.RunLimit). The driver works out where the next
+-- (storage.ClaimParams.RunLimit). $6 the highest seq of a fresh key head
+-- or unkeyed row the claim may take (storage.ClaimParams.FreshTo; the
+-- database's log delivers the others): a key whose head is due again is
+-- claimed with its whole run. The driver works out where the next
 -- claim's walk starts from the keys this one returns (Batch.After).
 WITH RECURSIVE after_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
      FROM {{table}}
      WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > $3
      ORDER BY partition_key COLLATE "C", seq
@@ -31,14 +34,14 @@ WITH RECURSIVE after_cursor AS (
     SELECT nxt.*
     FROM after_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, seq
+        SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
         FROM {{table}}
         WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
         ORDER BY partition_key COLLATE "C", seq
         LIMIT 1
     ) nxt
 ), up_to_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq
+    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
      FROM {{table}}
      WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > ''
      ORDER BY partition_key COLLATE "C", seq
@@ -47,7 +50,7 @@ WITH RECURSIVE after_cursor AS (
     SELECT nxt.*
     FROM up_to_cursor w
     CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, seq
+        SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
         FROM {{table}}
         WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
         ORDER BY partition_key COLLATE "C", seq
@@ -64,6 +67,7 @@ WITH RECURSIVE after_cursor AS (
     SELECT h.k
     FROM heads h
     WHERE h.status = 'PENDING' AND h.available_at <= now()
+      AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
       {{dead_holds_head}}
 ), keyed AS (
     -- For each of those keys, the run of due PENDING events from the start,
@@ -103,7 +107,7 @@ WITH RECURSIVE after_cursor AS (
         SELECT event_id, seq
         FROM {{table}}
         WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')
-          AND available_at <= now()
+          AND available_at <= now() AND (seq <= $6::bigint OR available_at > created_at)
         ORDER BY seq
         LIMIT $2
     ) u

@@ -1,0 +1,618 @@
+// Package pgwal reads an outbox table's inserts from PostgreSQL's
+// write-ahead log through logical replication (the pgoutput plugin): every
+// committed insert, in commit order, without claiming a row or scanning the
+// table. It tells the server it may discard WAL only up to the end of the
+// oldest transaction whose events its caller has not settled (Txn.Settle),
+// so a crash or a takeover replays whole transactions from there and loses
+// none.
+//
+// One Reader streams from a slot at a time; the server refuses a second
+// (ErrSlotInUse), which is how standbys wait for their turn.
+package pgwal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/outbox"
+)
+
+// Defaults of Config's durations.
+const (
+	StatusIntervalDefault = time.Second
+	HeartbeatDefault      = 10 * time.Second
+)
+
+// HeartbeatPrefix is the prefix of the logical messages the reader writes as
+// heartbeats; MovePrefix marks a transaction whose inserts only move rows
+// between partitions (the relay's retention), which the reader skips.
+const (
+	HeartbeatPrefix = "outbox-relay:heartbeat"
+	MovePrefix      = "outbox-relay:move"
+)
+
+// Errors Open returns, wrapping capture's: the relay decides what each
+// means for it.
+var (
+	// ErrSlotInUse: another reader streams from the slot (a standby's
+	// normal state).
+	ErrSlotInUse = fmt.Errorf("replication slot is active for another reader: %w", capture.ErrBusy)
+	// ErrSlotLost: the server invalidated the slot (max_slot_wal_keep_size)
+	// and the WAL it needed is gone; events written meanwhile are only in
+	// the table.
+	ErrSlotLost = fmt.Errorf("replication slot was invalidated, the WAL it needed is gone: %w", capture.ErrLost)
+)
+
+// SetupError is capture's: a setting an operator must change.
+type SetupError = capture.SetupError
+
+// Config says what to read and how.
+type Config struct {
+	// ConnString is the database's URL as pgx takes it; the reader adds
+	// replication=database for its streaming connection.
+	ConnString string
+	// Schema (empty: any) and Table name the outbox table.
+	Schema, Table string
+	// Slot and Publication are the logical replication slot and the
+	// publication of the table's inserts.
+	Slot, Publication string
+	// StatusInterval is how often the reader tells the server how far it
+	// may discard WAL. 0 means StatusIntervalDefault.
+	StatusInterval time.Duration
+	// Heartbeat is how often the reader writes a logical message, so that
+	// the slot moves while the outbox is idle and the rest of the database
+	// is not. 0 means HeartbeatDefault; negative turns heartbeats off.
+	Heartbeat time.Duration
+	Logger    *slog.Logger
+}
+
+// Slot describes the slot the reader streams from, as Open found it.
+type Slot struct {
+	// Created is true when Open created the slot: rows written before it
+	// are not in its stream.
+	Created bool
+	// SystemID and Timeline identify the server (IDENTIFY_SYSTEM): a
+	// promoted standby has the same system id on a new timeline.
+	SystemID string
+	Timeline int32
+	// Start is where streaming starts: the slot's confirmed position.
+	Start pglogrepl.LSN
+}
+
+// txn is a transaction being received or waiting to be acknowledged.
+type txn struct {
+	events []outbox.Event
+	seqs   []int64
+	// end is the end of the transaction in the WAL: once it is settled,
+	// the server may forget everything up to it.
+	end     pglogrepl.LSN
+	settled bool
+}
+
+// Reader streams an outbox table's committed inserts.
+type Reader struct {
+	cfg  Config
+	log  *slog.Logger
+	conn *pgconn.PgConn
+	slot Slot
+
+	acks acks
+	out  chan capture.Txn
+	stop context.CancelFunc
+	done chan struct{}
+	err  error // why the stream ended; read after done closes
+}
+
+// Open connects, checks that the database can do what the reader needs,
+// creates the slot when it does not exist, and starts streaming from the
+// slot's confirmed position. Errors: *SetupError for a setting an operator
+// must change, ErrSlotInUse, ErrSlotLost, or what the connection said.
+func Open(ctx context.Context, cfg Config) (*Reader, error) {
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = StatusIntervalDefault
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = HeartbeatDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if !Identifier(cfg.Slot) || !Identifier(cfg.Publication) {
+		return nil, &SetupError{Problem: fmt.Sprintf("invalid slot %q or publication %q", cfg.Slot, cfg.Publication),
+			Fix: "use lowercase letters, digits and underscores"}
+	}
+	conn, err := connect(ctx, cfg.ConnString, true)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), conn: conn, out: make(chan capture.Txn, 64)}
+	if err := r.prepare(ctx); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	streamCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r.stop, r.done = stop, make(chan struct{})
+	go r.stream(streamCtx)
+	return r, nil
+}
+
+// Slot is the slot as Open found or made it.
+func (r *Reader) Slot() Slot { return r.slot }
+
+// connect opens a connection to connString, a replication one when asked.
+func connect(ctx context.Context, connString string, replication bool) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parse storage URL: %w", err)
+	}
+	for k := range cfg.RuntimeParams {
+		// pgxpool's settings, not the server's.
+		if strings.HasPrefix(k, "pool_") {
+			delete(cfg.RuntimeParams, k)
+		}
+	}
+	if replication {
+		cfg.RuntimeParams["replication"] = "database"
+	}
+	// The binary tuple format is independent of these; the reader's own
+	// queries are not.
+	cfg.RuntimeParams["DateStyle"] = "ISO"
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "28000" && replication {
+			return nil, &SetupError{
+				Problem: "the server refused a replication connection (" + pgErr.Message + ")",
+				Fix:     "allow it in pg_hba.conf (a line for the database with the replication keyword does not cover logical replication: use the database name or all) and give the role REPLICATION",
+			}
+		}
+		return nil, fmt.Errorf("connect for logical replication: %w", err)
+	}
+	return conn, nil
+}
+
+// prepare checks the server and the publication, finds or creates the slot
+// and starts replication.
+func (r *Reader) prepare(ctx context.Context) error {
+	sys, err := pglogrepl.IdentifySystem(ctx, r.conn)
+	if err != nil {
+		return r.setupError(err, "identify the server")
+	}
+	r.slot.SystemID, r.slot.Timeline = sys.SystemID, sys.Timeline
+	level, err := r.query(ctx, "SHOW wal_level")
+	if err != nil {
+		return r.setupError(err, "read wal_level")
+	}
+	if len(level) == 0 || level[0][0] != "logical" {
+		got := ""
+		if len(level) > 0 {
+			got = level[0][0]
+		}
+		return &SetupError{
+			Problem: fmt.Sprintf("the database runs with wal_level=%s; CAPTURE=wal needs wal_level=logical", got),
+			Fix:     "set wal_level = logical (ALTER SYSTEM SET wal_level = logical, or the managed service's parameter) and restart PostgreSQL, or use CAPTURE=poll",
+		}
+	}
+	pub, err := r.query(ctx, "SELECT 1 FROM pg_publication WHERE pubname = "+literal(r.cfg.Publication))
+	if err != nil {
+		return r.setupError(err, "look for the publication")
+	}
+	if len(pub) == 0 {
+		return &SetupError{
+			Problem: fmt.Sprintf("publication %s does not exist", r.cfg.Publication),
+			Fix:     "run relay-cli migrate --capture wal (or start the relay with STORAGE_AUTO_MIGRATE=true)",
+		}
+	}
+	slot, err := r.query(ctx, "SELECT plugin, coalesce(wal_status, ''), active, coalesce(confirmed_flush_lsn::text, '0/0') "+
+		"FROM pg_replication_slots WHERE slot_name = "+literal(r.cfg.Slot)+" AND database = current_database()")
+	if err != nil {
+		return r.setupError(err, "look for the replication slot")
+	}
+	switch {
+	case len(slot) == 0:
+		if err := r.createSlot(ctx); err != nil {
+			return err
+		}
+	case slot[0][0] != "pgoutput":
+		return &SetupError{
+			Problem: fmt.Sprintf("replication slot %s uses the %s plugin, not pgoutput", r.cfg.Slot, slot[0][0]),
+			Fix:     "drop it or name another slot with WAL_SLOT_NAME",
+		}
+	case slot[0][1] == "lost":
+		return ErrSlotLost
+	case slot[0][2] == "t":
+		return ErrSlotInUse
+	default:
+		r.slot.Start, _ = pglogrepl.ParseLSN(slot[0][3])
+	}
+	err = pglogrepl.StartReplication(ctx, r.conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names " + literal(r.cfg.Publication),
+			"binary 'true'",
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		return r.setupError(err, "start replication")
+	}
+	r.acks.confirmed = r.slot.Start
+	r.acks.received = r.slot.Start
+	return nil
+}
+
+// createSlot creates the slot; the server waits for every transaction
+// running at that moment to end before it returns.
+func (r *Reader) createSlot(ctx context.Context) error {
+	r.log.Info("creating the replication slot; waiting for transactions already running to end")
+	res, err := pglogrepl.CreateReplicationSlot(ctx, r.conn, r.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+			// Slot names are server-wide: it may be another database's.
+			if rows, qerr := r.query(ctx, "SELECT database FROM pg_replication_slots WHERE slot_name = "+literal(r.cfg.Slot)+
+				" AND database IS DISTINCT FROM current_database()"); qerr == nil && len(rows) > 0 {
+				return &SetupError{
+					Problem: fmt.Sprintf("replication slot %s belongs to database %s", r.cfg.Slot, rows[0][0]),
+					Fix:     "slot names are server-wide: set WAL_SLOT_NAME to a name of this database's own",
+				}
+			}
+			// Another relay created it a moment ago.
+			return ErrSlotInUse
+		}
+		return r.setupError(err, "create the replication slot")
+	}
+	r.slot.Created = true
+	r.slot.Start, _ = pglogrepl.ParseLSN(res.ConsistentPoint)
+	r.log.Info("created the replication slot", "consistent_point", res.ConsistentPoint)
+	return nil
+}
+
+// setupError turns what the server said into a SetupError where an operator
+// must act, or ErrSlotInUse / ErrSlotLost.
+func (r *Reader) setupError(err error, doing string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "55006":
+			return ErrSlotInUse
+		case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
+			return &SetupError{Problem: pgErr.Message, Fix: "set wal_level = logical and restart PostgreSQL, or use CAPTURE=poll"}
+		case pgErr.Code == "55000" && (strings.Contains(pgErr.Message, "invalidated") || strings.Contains(pgErr.Message, "no longer")):
+			return ErrSlotLost
+		case pgErr.Code == "42501":
+			return &SetupError{Problem: "the role may not use logical replication (" + pgErr.Message + ")",
+				Fix: "ALTER ROLE <relay role> REPLICATION (relay-cli grants prints it), or use CAPTURE=poll"}
+		case pgErr.Code == "53400":
+			return &SetupError{Problem: pgErr.Message, Fix: "raise max_replication_slots / max_wal_senders and restart PostgreSQL"}
+		}
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// query runs a simple-protocol query on the replication connection (the
+// only protocol it speaks) and returns its rows as text.
+func (r *Reader) query(ctx context.Context, sql string) ([][]string, error) {
+	results, err := r.conn.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var rows [][]string
+	for _, res := range results {
+		for _, row := range res.Rows {
+			vals := make([]string, len(row))
+			for i, v := range row {
+				vals[i] = string(v)
+			}
+			rows = append(rows, vals)
+		}
+	}
+	return rows, nil
+}
+
+// Txns delivers the committed transactions with outbox events; it is
+// closed when the stream ends (Err says why). The caller calls Settle on
+// each once its events are settled.
+func (r *Reader) Txns() <-chan capture.Txn { return r.out }
+
+// Err is why the stream ended: the connection failed, the slot was dropped
+// or invalidated. Read it after Txns is closed.
+func (r *Reader) Err() error { return r.err }
+
+// Confirmed is the position the reader last acknowledged to the server.
+func (r *Reader) Confirmed() pglogrepl.LSN { return r.acks.lastSent() }
+
+// Close stops streaming, tells the server how far it may discard WAL, and
+// closes the connection.
+func (r *Reader) Close(ctx context.Context) error {
+	r.stop()
+	<-r.done
+	return r.conn.Close(ctx)
+}
+
+// stream reads the replication stream until ctx ends or it fails, sending
+// the reader's position every StatusInterval and writing heartbeats.
+func (r *Reader) stream(ctx context.Context) {
+	defer close(r.done)
+	defer close(r.out)
+	var hb *heartbeat
+	if r.cfg.Heartbeat > 0 {
+		hb = startHeartbeat(ctx, r.cfg.ConnString, r.cfg.Heartbeat, r.log)
+		defer hb.stop()
+	}
+	d := decoder{schema: r.cfg.Schema, table: r.cfg.Table, relations: map[uint32]*relation{}}
+	nextStatus := time.Now()
+	for {
+		if time.Now().After(nextStatus) {
+			if err := r.sendStatus(ctx, false); err != nil {
+				r.fail(ctx, err)
+				return
+			}
+			nextStatus = time.Now().Add(r.cfg.StatusInterval)
+		}
+		recvCtx, cancel := context.WithDeadline(ctx, nextStatus)
+		msg, err := r.conn.ReceiveMessage(recvCtx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				r.finish()
+				return
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			r.fail(ctx, fmt.Errorf("receive from the replication stream: %w", err))
+			return
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := r.handle(ctx, &d, msg.Data); err != nil {
+				if ctx.Err() != nil {
+					r.finish()
+					return
+				}
+				r.fail(ctx, err)
+				return
+			}
+			if d.replyNow {
+				d.replyNow = false
+				nextStatus = time.Now()
+			}
+		case *pgproto3.ErrorResponse:
+			r.fail(ctx, r.setupError(pgconn.ErrorResponseToPgError(msg), "stream"))
+			return
+		default:
+			// NoticeResponse and the like carry nothing for the reader.
+		}
+	}
+}
+
+// handle processes one CopyData message of the stream.
+func (r *Reader) handle(ctx context.Context, d *decoder, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		// Every transaction that committed before ServerWALEnd has been
+		// sent before this message; one still open commits after it.
+		r.acks.reached(ka.ServerWALEnd)
+		if ka.ReplyRequested {
+			d.replyNow = true
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse WAL data: %w", err)
+		}
+		t, err := d.decode(xld.WALData, &r.acks)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			return r.emit(ctx, t)
+		}
+	}
+	return nil
+}
+
+// emit hands a transaction to Txns, telling the server the reader's
+// position meanwhile so that a caller slow to take it (a broker outage)
+// does not look like a dead reader.
+func (r *Reader) emit(ctx context.Context, t *txn) error {
+	out := capture.Txn{Events: t.events, Seqs: t.seqs, Settle: func() { r.acks.settle(t) }}
+	tick := time.NewTicker(r.cfg.StatusInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case r.out <- out:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if err := r.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sendStatus tells the server how far it may discard WAL.
+func (r *Reader) sendStatus(ctx context.Context, reply bool) error {
+	lsn := r.acks.safe()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ReplyRequested: reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send the stream position: %w", err)
+	}
+	r.acks.sent(lsn)
+	return nil
+}
+
+// finish sends the last position before the connection closes, so that the
+// next reader replays as little as it can.
+func (r *Reader) finish() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = r.sendStatus(ctx, false)
+}
+
+func (r *Reader) fail(ctx context.Context, err error) {
+	r.err = err
+	if ctx.Err() == nil {
+		r.finish()
+	}
+}
+
+// acks decides how far the server may discard WAL: up to the end of the
+// last transaction before the oldest one not settled, or, when nothing is
+// in flight, as far as the stream has reached.
+type acks struct {
+	mu sync.Mutex
+	// open are the transactions received or being received and not yet
+	// acknowledged, in commit order.
+	open []*txn
+	// receiving is true between a transaction's BEGIN and its COMMIT.
+	receiving bool
+	// confirmed is the end of the last settled transaction that no
+	// unsettled one precedes; received is the furthest position the
+	// stream has reached.
+	confirmed, received pglogrepl.LSN
+	last                pglogrepl.LSN
+}
+
+func (a *acks) begin() {
+	a.mu.Lock()
+	a.receiving = true
+	a.mu.Unlock()
+}
+
+func (a *acks) commit(t *txn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.receiving = false
+	a.open = append(a.open, t)
+	a.received = max(a.received, t.end)
+}
+
+// commitEmpty is a transaction without outbox events: nothing to settle.
+func (a *acks) commitEmpty(end pglogrepl.LSN) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.receiving = false
+	a.received = max(a.received, end)
+}
+
+func (a *acks) reached(lsn pglogrepl.LSN) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.receiving {
+		a.received = max(a.received, lsn)
+	}
+}
+
+func (a *acks) settle(t *txn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t.settled = true
+}
+
+// safe is the position the server may discard WAL up to.
+func (a *acks) safe() pglogrepl.LSN {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for n < len(a.open) && a.open[n].settled {
+		a.confirmed = max(a.confirmed, a.open[n].end)
+		n++
+	}
+	a.open = a.open[n:]
+	if len(a.open) == 0 && !a.receiving {
+		a.confirmed = max(a.confirmed, a.received)
+	}
+	return a.confirmed
+}
+
+func (a *acks) sent(lsn pglogrepl.LSN) {
+	a.mu.Lock()
+	a.last = max(a.last, lsn)
+	a.mu.Unlock()
+}
+
+func (a *acks) lastSent() pglogrepl.LSN {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+// Identifier reports whether s is safe to paste into a replication
+// command: lowercase letters, digits and underscores.
+func Identifier(s string) bool {
+	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// literal quotes s as an SQL string literal; s is an identifier already
+// checked, so this is belt and braces.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// DropSlot drops the slot if it exists and no reader streams from it.
+func DropSlot(ctx context.Context, connString, slot string) error {
+	if !Identifier(slot) {
+		return fmt.Errorf("invalid slot name %q", slot)
+	}
+	conn, err := connect(ctx, connString, false)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "+
+		literal(slot)+" AND database = current_database()").ReadAll()
+	if err != nil {
+		return fmt.Errorf("drop replication slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// Source opens Readers with one Config: capture.Source for PostgreSQL.
+type Source struct{ Config Config }
+
+var _ capture.Source = Source{}
+
+// Open starts a Reader (see Open).
+func (s Source) Open(ctx context.Context) (capture.Stream, capture.Start, error) {
+	r, err := Open(ctx, s.Config)
+	if err != nil {
+		return nil, capture.Start{}, err
+	}
+	return r, capture.Start{Created: r.slot.Created, Position: r.slot.Start.String()}, nil
+}
+
+// Reset drops the slot, so that the next Open creates it anew.
+func (s Source) Reset(ctx context.Context) error {
+	return DropSlot(ctx, s.Config.ConnString, s.Config.Slot)
+}

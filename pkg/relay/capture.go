@@ -1,0 +1,533 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// CAPTURE=wal: events come from the database's log (capture.Source) in
+// commit order, are published through the engine's publisher and recorded
+// through storage.LogRecorder; the engine's claims meanwhile take only what
+// the log does not deliver — events due again after a failure or a
+// hand-over, scheduled ones, and, after a stream starts, the backfill of
+// what was written before its log position existed.
+
+// Capture timings.
+const (
+	// StandbyRetryDefault is how often a standby asks for the log while
+	// another relay reads it: a relay that dies is replaced within about
+	// this long after the server notices (at once for a closed
+	// connection, wal_sender_timeout for a silent one).
+	StandbyRetryDefault = time.Second
+	// captureFallbackAfter is how long the log may fail to open before the
+	// claims poll for every event, so that a stream that cannot start
+	// delays events by at most this much.
+	captureFallbackAfter = 30 * time.Second
+	// backfillCheck is how often a backfill looks whether it is done.
+	backfillCheck = 250 * time.Millisecond
+)
+
+// Log operations, as reported to Observer.StartSettle.
+const (
+	OpRecordDelivered = "record_delivered"
+	OpRecordDeleted   = "record_deleted"
+	OpRecordFailed    = "record_failed"
+	OpDefer           = "defer"
+)
+
+// CaptureState is what the log reader is doing.
+type CaptureState string
+
+// Capture states.
+const (
+	CaptureStarting    CaptureState = "starting"
+	CaptureStreaming   CaptureState = "streaming"
+	CaptureBackfilling CaptureState = "backfilling" // streaming, and claiming what was written before the slot
+	CaptureStandby     CaptureState = "standby"     // another relay reads the log
+	CaptureFailing     CaptureState = "failing"     // the log cannot be opened; claims poll everything
+	CaptureLost        CaptureState = "lost"        // the log lost its position; claims poll everything
+)
+
+// CaptureObserver is told what a Capture does beyond the engine's stages.
+type CaptureObserver interface {
+	// CaptureStateChanged reports a new state, with the error behind a
+	// failing or lost one.
+	CaptureStateChanged(s CaptureState, err error)
+	// SlotRecreated reports that the log position had to be made anew
+	// after it was lost or removed.
+	SlotRecreated()
+}
+
+// Capture relays events read from the database's log.
+type Capture struct {
+	e   *Engine
+	src capture.Source
+	rec storage.LogRecorder
+	log *slog.Logger
+	obs CaptureObserver
+
+	// StandbyRetry is how often a standby asks for the log; 0 means
+	// StandbyRetryDefault.
+	StandbyRetry time.Duration
+
+	mu     sync.Mutex
+	state  CaptureState
+	err    error
+	opened bool // a stream was open before: a new slot now is a gap filled from the table
+}
+
+// NewCapture returns a Capture that publishes through e and leaves to e's
+// claims only the events the log does not deliver. Run e as well.
+func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, obs CaptureObserver) *Capture {
+	e.freshTo.Store(storage.FreshNone)
+	if obs == nil {
+		obs = nopCaptureObserver{}
+	}
+	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), obs: obs, state: CaptureStarting}
+}
+
+// Status is what the log reader is doing now and, when failing or lost,
+// why.
+func (c *Capture) Status() (CaptureState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, c.err
+}
+
+func (c *Capture) setState(s CaptureState, err error) {
+	c.mu.Lock()
+	changed := s != c.state
+	c.state, c.err = s, err
+	c.mu.Unlock()
+	if changed {
+		c.obs.CaptureStateChanged(s, err)
+	}
+}
+
+// Run reads the log until ctx ends. It returns nil then, or a
+// *capture.SetupError when the database cannot serve the log as
+// configured. Other failures never end it: a standby waits for the log, a
+// lost log position is made anew (the events written meanwhile are claimed
+// from the table), and a log that cannot be opened for long leaves every
+// event to the claims until it can.
+func (c *Capture) Run(ctx context.Context) error {
+	retry := c.StandbyRetry
+	if retry <= 0 {
+		retry = StandbyRetryDefault
+	}
+	var failingSince time.Time
+	backoff := storageBackoffMin
+	for ctx.Err() == nil {
+		stream, start, err := c.src.Open(ctx)
+		var setup *capture.SetupError
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &setup):
+			c.setState(CaptureFailing, err)
+			return err
+		case errors.Is(err, capture.ErrBusy):
+			failingSince = time.Time{}
+			if c.e.freshTo.Swap(storage.FreshNone) != storage.FreshNone {
+				c.log.Info("another relay reads the log; claiming only events due again")
+			}
+			c.setState(CaptureStandby, nil)
+			sleep(ctx, retry)
+			continue
+		case errors.Is(err, capture.ErrLost):
+			c.log.Error("the log lost its position (the replication slot was invalidated); "+
+				"claiming every event from the table while it is made anew, so none is skipped", "error", err)
+			c.e.freshTo.Store(0)
+			c.e.Wake()
+			c.setState(CaptureLost, err)
+			if err := c.src.Reset(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("could not drop the lost replication slot; retrying", "error", err)
+				sleep(ctx, backoff)
+				backoff = min(backoff*2, storageBackoffMax)
+			}
+			c.opened = true // the new slot starts after a gap
+			continue
+		default:
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if time.Since(failingSince) >= captureFallbackAfter && c.e.freshTo.Swap(0) != 0 {
+				c.log.Error("the log has not opened for "+captureFallbackAfter.String()+"; claiming every event from the table until it does", "error", err)
+				c.e.Wake()
+			}
+			c.setState(CaptureFailing, err)
+			c.log.Warn("opening the log failed; retrying", "error", err, "retry_in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, storageBackoffMax)
+			continue
+		}
+		failingSince, backoff = time.Time{}, storageBackoffMin
+		switch {
+		case start.Created && c.opened:
+			c.log.Warn("made a new replication slot: the old one was lost or dropped; events written in between are claimed from the table",
+				"position", start.Position)
+			c.obs.SlotRecreated()
+		case start.Created:
+			c.log.Info("made the replication slot; events written before it are claimed from the table", "position", start.Position)
+		default:
+			c.log.Info("streaming from the replication slot", "position", start.Position)
+		}
+		c.opened = true
+		err = c.stream(ctx, stream)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = stream.Close(closeCtx)
+		cancel()
+		if ctx.Err() == nil {
+			c.log.Warn("the log stream ended; opening it again", "error", err)
+			c.setState(CaptureFailing, err)
+		}
+	}
+	return nil
+}
+
+// stream relays one open stream until it ends or ctx does.
+func (c *Capture) stream(ctx context.Context, s capture.Stream) error {
+	// Everything written before the stream's position that is not
+	// delivered yet — events of transactions the previous reader had not
+	// settled, and all of them when the slot is new — is claimed from the
+	// table up to the highest seq handed out now. The stream sends again
+	// what it had not acknowledged, so those may go twice.
+	upTo, err := c.lastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	backfillDone := make(chan struct{})
+	if upTo > 0 {
+		c.e.freshTo.Store(upTo)
+		c.e.Wake()
+		c.setState(CaptureBackfilling, nil)
+		go c.watchBackfill(ctx, upTo, backfillDone)
+	} else {
+		c.e.freshTo.Store(storage.FreshNone)
+		c.setState(CaptureStreaming, nil)
+		close(backfillDone)
+	}
+
+	publishing, settling, finished := c.e.shutdownContexts(ctx)
+	defer finished()
+	inFlight := c.e.cfg.MaxInFlightBatches
+	if c.e.cfg.Ordering == storage.OrderingPartition {
+		// A key's next batch must see the outcome of its last.
+		inFlight = 1
+	}
+	slots := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	txns := s.Txns()
+	for {
+		var first capture.Txn
+		var ok bool
+		select {
+		case first, ok = <-txns:
+		case <-ctx.Done():
+			return nil
+		}
+		if !ok {
+			return s.Err()
+		}
+		b := logBatch{txns: []capture.Txn{first}, n: len(first.Events)}
+		closed := false
+	gather:
+		for b.n < c.e.cfg.BatchSize {
+			select {
+			case t, ok := <-txns:
+				if !ok {
+					closed = true
+					break gather
+				}
+				b.txns = append(b.txns, t)
+				b.n += len(t.Events)
+			default:
+				break gather
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			c.process(publishing, settling, b)
+		}()
+		if closed {
+			wg.Wait()
+			return s.Err()
+		}
+	}
+}
+
+// lastSeq reads where the backfill ends, retrying while the database fails.
+func (c *Capture) lastSeq(ctx context.Context) (int64, error) {
+	wait := storageBackoffMin
+	for {
+		seq, err := c.rec.LastSeq(ctx)
+		if err == nil || ctx.Err() != nil {
+			return seq, err
+		}
+		c.log.Warn("reading the last seq failed; retrying", "error", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(wait*2, storageBackoffMax)
+	}
+}
+
+// watchBackfill ends the backfill once no fresh event up to upTo is left
+// PENDING: from then on the claims leave fresh events to the log.
+func (c *Capture) watchBackfill(ctx context.Context, upTo int64, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(backfillCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.e.freshTo.Load() != upTo {
+			return // a new stream or a fallback took over
+		}
+		left, err := c.rec.FreshLeft(ctx, upTo)
+		if err != nil || left {
+			continue
+		}
+		if c.e.freshTo.CompareAndSwap(upTo, storage.FreshNone) {
+			c.log.Info("backfill done: every event written before the stream's position is claimed or settled", "up_to_seq", upTo)
+			c.setState(CaptureStreaming, nil)
+		}
+		return
+	}
+}
+
+// logBatch is whole transactions from the log, published together.
+type logBatch struct {
+	txns []capture.Txn
+	n    int
+}
+
+// process publishes a batch of the log's events, records each one's fate,
+// and settles its transactions once every record landed. A batch cut off
+// by a shutdown is not settled: the next reader gets it again.
+func (c *Capture) process(publishing, settling context.Context, b logBatch) {
+	events := make([]outbox.Event, 0, b.n)
+	seqs := make([]int64, 0, b.n)
+	for _, t := range b.txns {
+		events = append(events, t.Events...)
+		seqs = append(seqs, t.Seqs...)
+	}
+	ctx := publishing
+	var handOver []outbox.Event
+	if c.e.cfg.Ordering == storage.OrderingPartition {
+		var ok bool
+		events, handOver, ok = c.holdBack(ctx, events, seqs)
+		if !ok {
+			return
+		}
+	}
+	var o outcome
+	if len(events) > 0 {
+		pubCtx, endPublish := c.e.obs.StartPublish(ctx, events)
+		results := c.publishUntilTaken(pubCtx, events)
+		endPublish(results)
+		if ctx.Err() != nil && anyUnavailable(results) {
+			// Shutdown cut the publishes off: what went is recorded, the
+			// rest comes again from the log.
+			o = c.e.classify(ctx, events, results)
+			c.record(ctx, settling, o.delivered, nil, nil)
+			return
+		}
+		o = c.e.classify(ctx, events, results)
+		if len(o.delivered) > 0 {
+			c.e.broker.worked()
+		}
+		for _, id := range o.released {
+			// Held back behind an event of their key that failed.
+			handOver = append(handOver, byID(events, id))
+		}
+	}
+	deferred := make([]uuid.UUID, len(handOver))
+	for i := range handOver {
+		deferred[i] = handOver[i].ID
+	}
+	if !c.record(ctx, settling, o.delivered, o.failed, deferred) {
+		return
+	}
+	for _, t := range b.txns {
+		t.Settle()
+	}
+	c.e.obs.Finished(ctx, Outcome{Delivered: len(o.delivered), Failed: len(o.failed) - o.dead, Dead: o.dead, Released: len(deferred)})
+	if len(o.failed) > 0 {
+		c.e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
+	}
+	if len(o.failed) > 0 || len(deferred) > 0 {
+		// The claims take them from here; under ordering they also
+		// deliver the deferred events after the failed ones.
+		c.e.Wake()
+	}
+}
+
+// publishUntilTaken publishes events and, while the broker is unavailable,
+// waits for it and sends what it did not take again: the log's events are
+// not handed back to the table for an outage, and nothing after them is
+// acknowledged meanwhile.
+func (c *Capture) publishUntilTaken(ctx context.Context, events []outbox.Event) []error {
+	results := c.e.publishBatch(ctx, events)
+	for ctx.Err() == nil && anyUnavailable(results) {
+		c.e.broker.close(firstUnavailable(results))
+		c.e.broker.wait(ctx)
+		idx := make([]int, 0, len(events))
+		for i, err := range results {
+			if err != nil && (publisher.IsUnavailable(err) || errors.Is(err, errHeldBack)) {
+				idx = append(idx, i)
+			}
+		}
+		again := make([]outbox.Event, len(idx))
+		for j, i := range idx {
+			again[j] = events[i]
+		}
+		for j, err := range c.e.publishBatch(ctx, again) {
+			results[idx[j]] = err
+		}
+	}
+	return results
+}
+
+// holdBack keeps the events whose key an earlier event holds (one due
+// again after a failure, one a claim holds, or a DEAD one under
+// ORDERING_ON_DEAD=block) from the publish: they are handed to the ordered
+// claims, which deliver a key's events in order. ok is false when shutdown
+// came first.
+func (c *Capture) holdBack(ctx context.Context, events []outbox.Event, seqs []int64) (send, hand []outbox.Event, ok bool) {
+	seen := map[string]bool{}
+	var keys []string
+	for i := range events {
+		if k := events[i].PartitionKey; k != "" && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return events, nil, true
+	}
+	var held map[string]int64
+	wait := storageBackoffMin
+	for {
+		var err error
+		held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{Keys: keys, OnDead: c.e.cfg.OnDead})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, nil, false
+		}
+		c.log.Warn("finding held keys failed; retrying", "error", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(wait*2, storageBackoffMax)
+	}
+	send = events[:0:0]
+	for i := range events {
+		if s, ok := held[events[i].PartitionKey]; ok && s < seqs[i] {
+			hand = append(hand, events[i])
+		} else {
+			send = append(send, events[i])
+		}
+	}
+	return send, hand, true
+}
+
+// record writes the batch's outcome, one statement per kind, each retried
+// until it lands or settling must stop; ok is true when all landed.
+func (c *Capture) record(ctx, settling context.Context, delivered []uuid.UUID, failed []storage.Failure, deferred []uuid.UUID) (ok bool) {
+	ok = true
+	if len(delivered) > 0 {
+		op := OpRecordDelivered
+		if c.e.cfg.DeleteDelivered {
+			op = OpRecordDeleted
+		}
+		ok = c.recordUntil(ctx, settling, op, len(delivered), func(ctx context.Context) error {
+			_, err := c.rec.RecordDelivered(ctx, storage.RecordParams{IDs: delivered, Delete: c.e.cfg.DeleteDelivered})
+			return err
+		}) && ok
+	}
+	if len(failed) > 0 {
+		ok = c.recordUntil(ctx, settling, OpRecordFailed, len(failed), func(ctx context.Context) error {
+			_, err := c.rec.RecordFailed(ctx, storage.RecordFailParams{Failures: failed})
+			return err
+		}) && ok
+	}
+	if len(deferred) > 0 {
+		ok = c.recordUntil(ctx, settling, OpDefer, len(deferred), func(ctx context.Context) error {
+			_, err := c.rec.Defer(ctx, storage.RecordParams{IDs: deferred})
+			return err
+		}) && ok
+	}
+	return ok
+}
+
+// recordUntil runs one record statement until it succeeds or settling
+// ends. Unlike a lease's settle it has no deadline of its own: nothing
+// takes the log's rows back, and the stream is not acknowledged past them
+// until it lands.
+func (c *Capture) recordUntil(ctx, settling context.Context, op string, n int, fn func(context.Context) error) bool {
+	rctx, cancel := detach(ctx, settling)
+	defer cancel()
+	rctx, end := c.e.obs.StartSettle(rctx, op, n)
+	wait := storageBackoffMin
+	for {
+		err := fn(rctx)
+		if err == nil {
+			end(nil)
+			return true
+		}
+		if rctx.Err() != nil {
+			c.log.Warn("shutdown: giving up recording; the log sends these events again", "op", op, "events", n, "error", err)
+			end(err)
+			return false
+		}
+		c.log.Warn("recording failed; retrying", "op", op, "error", err, "retry_in", wait)
+		sleep(rctx, wait)
+		wait = min(wait*2, storageBackoffMax)
+	}
+}
+
+func anyUnavailable(results []error) bool { return firstUnavailable(results) != nil }
+
+func firstUnavailable(results []error) error {
+	for _, err := range results {
+		if err != nil && publisher.IsUnavailable(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func byID(events []outbox.Event, id uuid.UUID) outbox.Event {
+	for i := range events {
+		if events[i].ID == id {
+			return events[i]
+		}
+	}
+	return outbox.Event{ID: id}
+}
+
+type nopCaptureObserver struct{}
+
+func (nopCaptureObserver) CaptureStateChanged(CaptureState, error) {}
+func (nopCaptureObserver) SlotRecreated()                          {}

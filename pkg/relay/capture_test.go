@@ -1,0 +1,407 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// walTable is an outbox table on a private cluster with wal_level=logical,
+// its publication made as `relay-cli migrate --capture wal` makes it.
+type walTable struct {
+	*pgtest.Table
+	cluster *pgcluster.Cluster
+	db      string
+	slot    string
+}
+
+func newWALTable(t *testing.T, settings ...string) *walTable {
+	t.Helper()
+	c := pgcluster.Start(t, pgcluster.Options{Settings: settings})
+	db := c.CreateDatabase(t)
+	tb := pgtest.NewAt(t, c.URL(db))
+	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
+		t.Fatal(err)
+	}
+	return &walTable{Table: tb, cluster: c, db: db, slot: "slot_" + db}
+}
+
+// exec runs sql on the table's database.
+func (w *walTable) exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	w.cluster.Exec(t, w.db, sql, args...)
+}
+
+// slotState reads the slot's confirmed position and whether a reader
+// streams from it.
+func (w *walTable) slotState(t testing.TB) (confirmed string, active bool) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), w.cluster.URL(w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	err = conn.QueryRow(context.Background(),
+		"SELECT coalesce(confirmed_flush_lsn::text, ''), active FROM pg_replication_slots WHERE slot_name = $1", w.slot).
+		Scan(&confirmed, &active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return confirmed, active
+}
+
+// lsnAtLeast reports whether a is at or past b (both as PostgreSQL prints
+// LSNs).
+func (w *walTable) lsnAtLeast(t testing.TB, a, b string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), w.cluster.URL(w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(context.Background(), "SELECT $1::pg_lsn >= $2::pg_lsn", a, b).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// currentLSN is the server's WAL insert position.
+func (w *walTable) currentLSN(t testing.TB) string {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), w.cluster.URL(w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var lsn string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// recorder is a publisher that keeps what it was sent, in order, and
+// fails the events a test names.
+type recorder struct {
+	mu        sync.Mutex
+	sent      []outbox.Event
+	fail      map[uuid.UUID]error // failed once, then delivered
+	down      bool
+	block     chan struct{} // publishes wait for it when set
+	published chan struct{} // closed at the first publish
+	once      sync.Once
+}
+
+func newRecorder() *recorder {
+	return &recorder{fail: map[uuid.UUID]error{}, published: make(chan struct{})}
+}
+
+func (r *recorder) Publish(ctx context.Context, batch []outbox.Event) []error {
+	r.once.Do(func() { close(r.published) })
+	r.mu.Lock()
+	block := r.block
+	r.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			errs := make([]error, len(batch))
+			for i := range errs {
+				errs[i] = publisher.Unavailable(ctx.Err())
+			}
+			return errs
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	errs := make([]error, len(batch))
+	for i, ev := range batch {
+		if r.down {
+			errs[i] = publisher.Unavailable(errors.New("broker down"))
+			continue
+		}
+		if err, ok := r.fail[ev.ID]; ok {
+			if !publisher.IsPermanent(err) {
+				delete(r.fail, ev.ID)
+			}
+			errs[i] = err
+			continue
+		}
+		r.sent = append(r.sent, ev)
+	}
+	return errs
+}
+
+func (r *recorder) Ping(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return errors.New("broker down")
+	}
+	return nil
+}
+
+func (r *recorder) Close(context.Context) error { return nil }
+
+func (r *recorder) events() []outbox.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]outbox.Event(nil), r.sent...)
+}
+
+// distinct counts the distinct events sent.
+func (r *recorder) distinct() int {
+	seen := map[uuid.UUID]bool{}
+	for _, ev := range r.events() {
+		seen[ev.ID] = true
+	}
+	return len(seen)
+}
+
+// walRelay is a relay with CAPTURE=wal running until stopped.
+type walRelay struct {
+	engine  *relay.Engine
+	capture *relay.Capture
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func startWAL(t *testing.T, w *walTable, cfg relay.Config, pub publisher.Publisher) *walRelay {
+	t.Helper()
+	if cfg.RelayID == "" {
+		cfg.RelayID = "wal-" + uuid.NewString()[:8]
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	e, err := relay.New(cfg, w.Store, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := w.Store.WALSource(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
+		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond, Logger: cfg.Logger})
+	c := relay.NewCapture(e, src, w.Store, nil)
+	c.StandbyRetry = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}
+	engineDone := make(chan struct{})
+	go func() { e.Run(ctx); close(engineDone) }()
+	go func() { err := c.Run(ctx); <-engineDone; r.done <- err }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *walRelay) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("relay did not stop within a minute")
+	}
+	return nil
+}
+
+// waitFor waits for cond with a deadline.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	eventually.True(t, timeout, cond, func() string { return what })
+}
+
+func TestWALDeliversWhatWasPendingAndWhatComes(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	before := w.InsertN(t, 50, "before.slot")
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	after := w.InsertN(t, 200, "after.slot")
+	waitFor(t, "every event delivered", 30*time.Second, func() bool {
+		return w.Counts(t)[outbox.StatusDelivered] == len(before)+len(after)
+	})
+	if got := pub.distinct(); got != len(before)+len(after) {
+		t.Fatalf("broker got %d distinct events, want %d", got, len(before)+len(after))
+	}
+	// The stream's events came in write order (one insert statement).
+	var streamed []uuid.UUID
+	for _, ev := range pub.events() {
+		if ev.Type == "after.slot" {
+			streamed = append(streamed, ev.ID)
+		}
+	}
+	for i := range after {
+		if i >= len(streamed) || streamed[i] != after[i] {
+			t.Fatalf("stream order broken at %d", i)
+		}
+	}
+	// Once everything is settled and nothing comes, the slot is
+	// acknowledged up to the server's WAL position.
+	end := w.currentLSN(t)
+	waitFor(t, "the slot to be acknowledged past the last event", 10*time.Second, func() bool {
+		c, _ := w.slotState(t)
+		return c != "" && w.lsnAtLeast(t, c, end)
+	})
+}
+
+func TestWALAcknowledgesOnlyWhatIsSettled(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	release := make(chan struct{})
+	pub.mu.Lock()
+	pub.block = release
+	pub.mu.Unlock()
+	before := w.currentLSN(t)
+	w.InsertN(t, 3, "held")
+	after := w.currentLSN(t)
+	<-pub.published
+	// While the publish waits, other tables' writes and heartbeats move the
+	// server on; the slot must stay before the event's transaction.
+	w.exec(t, "CREATE TABLE other (n int)")
+	for i := 0; i < 20; i++ {
+		w.exec(t, "INSERT INTO other VALUES (1)")
+	}
+	time.Sleep(500 * time.Millisecond) // several status intervals: a wrong acknowledgement would have gone out
+	c, _ := w.slotState(t)
+	if w.lsnAtLeast(t, c, after) {
+		t.Fatalf("slot acknowledged %s, past the unsettled transaction (%s..%s)", c, before, after)
+	}
+	close(release)
+	waitFor(t, "the events delivered", 10*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 3 })
+	waitFor(t, "the slot acknowledged past them", 10*time.Second, func() bool {
+		c, _ := w.slotState(t)
+		return w.lsnAtLeast(t, c, after)
+	})
+}
+
+func TestWALStandbyTakesOverAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	a := startWAL(t, w, relay.Config{RelayID: "a"}, pub)
+	waitFor(t, "a to stream", 30*time.Second, func() bool { st, _ := a.capture.Status(); return st == relay.CaptureStreaming })
+	b := startWAL(t, w, relay.Config{RelayID: "b"}, pub)
+	waitFor(t, "b to stand by", 30*time.Second, func() bool { st, _ := b.capture.Status(); return st == relay.CaptureStandby })
+	w.InsertN(t, 100, "first")
+	_ = a.stop(t)
+	w.InsertN(t, 100, "second")
+	waitFor(t, "b to take over", 30*time.Second, func() bool {
+		st, _ := b.capture.Status()
+		return st == relay.CaptureStreaming || st == relay.CaptureBackfilling
+	})
+	waitFor(t, "every event delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 200 })
+	if got := pub.distinct(); got != 200 {
+		t.Fatalf("broker got %d distinct events, want 200", got)
+	}
+}
+
+func TestWALRetriesThroughTheClaimsAndBuriesPermanentFailures(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{Retry: relay.RetryPolicy{MaxAttempts: 5, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	ids := []uuid.UUID{uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())}
+	pub.mu.Lock()
+	pub.fail[ids[0]] = errors.New("try again")
+	pub.fail[ids[1]] = publisher.Permanent(errors.New("never"))
+	pub.mu.Unlock()
+	w.Insert(t, pgtest.Event{ID: ids[0]}, pgtest.Event{ID: ids[1]}, pgtest.Event{ID: ids[2]})
+	waitFor(t, "two delivered and one DEAD", 30*time.Second, func() bool {
+		c := w.Counts(t)
+		return c[outbox.StatusDelivered] == 2 && c[outbox.StatusDead] == 1
+	})
+}
+
+func TestWALBrokerOutagePausesWithoutLosingOrBurying(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	pub.mu.Lock()
+	pub.down = true
+	pub.mu.Unlock()
+	w.InsertN(t, 100, "outage")
+	waitFor(t, "the engine to pause", 10*time.Second, func() bool { return r.engine.State() == relay.StatePaused })
+	pub.mu.Lock()
+	pub.down = false
+	pub.mu.Unlock()
+	waitFor(t, "every event delivered", 60*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
+	if c := w.Counts(t); c[outbox.StatusDead] != 0 {
+		t.Fatalf("an outage buried events: %v", c)
+	}
+}
+
+func TestWALSlotDroppedMidStreamIsRecreatedAndNothingSkipped(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 50, "first")
+	// An operator ends the stream and drops the slot; events written
+	// before the new slot exists are in the table only.
+	conn, err := pgx.Connect(context.Background(), w.cluster.URL(w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for i := 0; ; i++ {
+		_, err = conn.Exec(context.Background(), fmt.Sprintf(`SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '%s' AND active;
+			SELECT pg_drop_replication_slot('%s')`, w.slot, w.slot))
+		if err == nil || i > 50 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("drop the slot: %v", err)
+	}
+	w.InsertN(t, 50, "gap")
+	waitFor(t, "every event delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
+	if got := pub.distinct(); got != 100 {
+		t.Fatalf("broker got %d distinct events, want 100", got)
+	}
+}
+
+func TestWALRefusesADatabaseWithoutLogicalWAL(t *testing.T) {
+	t.Parallel()
+	// The shared server runs with wal_level=replica.
+	tb := pgtest.New(t)
+	src := tb.Store.WALSource(pgwal.Config{Slot: "never_made", Publication: "outbox_relay_events"})
+	_, _, err := src.Open(context.Background())
+	var setup *capture.SetupError
+	if !errors.As(err, &setup) {
+		t.Fatalf("Open on wal_level=replica: %v, want a SetupError", err)
+	}
+	t.Logf("%v", err)
+}
+

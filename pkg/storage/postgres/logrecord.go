@@ -1,0 +1,106 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// The log reader's side of the store (storage.LogRecorder): settling events
+// the relay read from the write-ahead log rather than claimed. Each
+// statement changes only rows still PENDING and fresh, the rows no claim
+// has touched (sql/record_delivered.sql).
+
+var _ storage.LogRecorder = (*Store)(nil)
+
+// RecordDelivered marks the log reader's rows among p.IDs DELIVERED, or
+// deletes them with p.Delete.
+func (s *Store) RecordDelivered(ctx context.Context, p storage.RecordParams) (int, error) {
+	what, name := "record delivered", "record_delivered"
+	if p.Delete {
+		what, name = "delete delivered", "record_deleted"
+	}
+	return s.record(ctx, what, name, p.CreatedFrom, p.CreatedTo, uuidArray(p.IDs))
+}
+
+// RecordFailed records failed attempts of the log reader's rows.
+func (s *Store) RecordFailed(ctx context.Context, p storage.RecordFailParams) (int, error) {
+	n := len(p.Failures)
+	ids := make([][16]byte, n)
+	msgs := make([]string, n)
+	dead := make([]bool, n)
+	delays := make([]int64, n)
+	for i, f := range p.Failures {
+		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
+	}
+	return s.record(ctx, "record failed", "record_failed", p.CreatedFrom, p.CreatedTo, ids, msgs, dead, delays)
+}
+
+// Defer hands the log reader's rows among p.IDs to the claims.
+func (s *Store) Defer(ctx context.Context, p storage.RecordParams) (int, error) {
+	return s.record(ctx, "hand events to the claims", "defer", p.CreatedFrom, p.CreatedTo, uuidArray(p.IDs))
+}
+
+// record runs one of the log reader's statements, whose arguments are what
+// the statement needs, then the rows' created_at bounds.
+func (s *Store) record(ctx context.Context, what, name string, from, to time.Time, args ...any) (int, error) {
+	span := storage.Lease{CreatedFrom: from, CreatedTo: to}
+	args = append(args, createdFrom(span), createdTo(span))
+	tag, err := s.pool.Exec(ctx, s.queries[name], args...)
+	if err != nil {
+		s.recycle(err)
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// HeldKeys returns the lowest seq holding each of p.Keys that has one.
+func (s *Store) HeldKeys(ctx context.Context, p storage.HeldKeysParams) (map[string]int64, error) {
+	held := map[string]int64{}
+	if len(p.Keys) == 0 {
+		return held, nil
+	}
+	rows, err := s.pool.Query(ctx, s.queries["held_keys"], p.Keys, p.OnDead == storage.DeadBlock)
+	if err != nil {
+		s.recycle(err)
+		return nil, fmt.Errorf("find held keys: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			key string
+			seq int64
+		)
+		if err := rows.Scan(&key, &seq); err != nil {
+			return nil, fmt.Errorf("find held keys: %w", err)
+		}
+		held[key] = seq
+	}
+	if err := rows.Err(); err != nil {
+		s.recycle(err)
+		return nil, fmt.Errorf("find held keys: %w", err)
+	}
+	return held, nil
+}
+
+// LastSeq is the seq sequence's last value.
+func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	var seq int64
+	if err := s.pool.QueryRow(ctx, s.queries["last_seq"]).Scan(&seq); err != nil {
+		s.recycle(err)
+		return 0, fmt.Errorf("read the last seq: %w", err)
+	}
+	return seq, nil
+}
+
+// FreshLeft reports whether a fresh PENDING row with seq up to upTo is left.
+func (s *Store) FreshLeft(ctx context.Context, upTo int64) (bool, error) {
+	var left bool
+	if err := s.pool.QueryRow(ctx, s.queries["fresh_left"], upTo).Scan(&left); err != nil {
+		s.recycle(err)
+		return false, fmt.Errorf("look for events left to backfill: %w", err)
+	}
+	return left, nil
+}

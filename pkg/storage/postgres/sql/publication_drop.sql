@@ -1,0 +1,3 @@
+-- CAPTURE=poll again: the publication goes; the slot is dropped separately
+-- (it may be streaming).
+DROP PUBLICATION IF EXISTS {{publication}}
