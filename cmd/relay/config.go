@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -49,6 +50,13 @@ type config struct {
 	DeliveredRetention keepFor       `env:"DELIVERED_RETENTION"`
 	DeadRetention      keepFor       `env:"DEAD_RETENTION"`
 	RetentionInterval  time.Duration `env:"RETENTION_INTERVAL"`
+
+	// CAPTURE=wal reads new events from PostgreSQL's write-ahead log.
+	Capture              string        `env:"CAPTURE"`
+	WALSlotName          string        `env:"WAL_SLOT_NAME"`
+	WALPublicationName   string        `env:"WAL_PUBLICATION_NAME"`
+	WALHeartbeatInterval time.Duration `env:"WAL_HEARTBEAT_INTERVAL"`
+	WALStorageURL        string        `env:"WAL_STORAGE_URL"`
 
 	Wakeup         string        `env:"WAKEUP"`
 	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE"`
@@ -99,34 +107,36 @@ const httpAddrDefault = ":8080"
 
 func defaultConfig() config {
 	return config{
-		StorageURL:         storage.URLDefault,
-		BatchSize:          relay.BatchSizeDefault,
-		MaxBatchBytes:      relay.MaxBatchBytesDefault,
-		PollInterval:       relay.PollIntervalDefault,
-		SweepInterval:      relay.SweepIntervalDefault,
-		MaxInFlightBatches: relay.MaxInFlightBatchesDefault,
-		LeaseTimeout:       relay.LeaseTimeoutDefault,
-		ReaperInterval:     reaper.IntervalDefault,
-		ReapBatchSize:      reaper.BatchSizeDefault,
-		RetryMaxAttempts:   relay.RetryMaxAttemptsDefault,
-		RetryBaseDelay:     relay.RetryBaseDelayDefault,
-		RetryMaxDelay:      relay.RetryMaxDelayDefault,
-		RetryJitter:        relay.RetryJitterDefault,
-		ShutdownTimeout:    relay.ShutdownTimeoutDefault,
-		DeliveredRetention: forever,
-		DeadRetention:      forever,
-		RetentionInterval:  retention.IntervalDefault,
-		NotifyDebounce:     relay.NotifyDebounceDefault,
-		Ordering:           string(relay.OrderingDefault),
-		OrderingOnDead:     string(relay.OnDeadDefault),
-		HTTPAddr:           httpAddrDefault,
-		LogLevel:           "info",
-		LogFormat:          "json",
-		ServiceName:        telemetry.ServiceNameDefault,
-		MetricsExporter:    telemetry.MetricsExporterDefault,
-		TracesExporter:     telemetry.TracesExporterDefault,
-		OTLPProtocol:       telemetry.OTLPProtocolDefault,
-		BacklogInterval:    telemetry.BacklogIntervalDefault,
+		StorageURL:           storage.URLDefault,
+		BatchSize:            relay.BatchSizeDefault,
+		MaxBatchBytes:        relay.MaxBatchBytesDefault,
+		PollInterval:         relay.PollIntervalDefault,
+		SweepInterval:        relay.SweepIntervalDefault,
+		MaxInFlightBatches:   relay.MaxInFlightBatchesDefault,
+		LeaseTimeout:         relay.LeaseTimeoutDefault,
+		ReaperInterval:       reaper.IntervalDefault,
+		ReapBatchSize:        reaper.BatchSizeDefault,
+		RetryMaxAttempts:     relay.RetryMaxAttemptsDefault,
+		RetryBaseDelay:       relay.RetryBaseDelayDefault,
+		RetryMaxDelay:        relay.RetryMaxDelayDefault,
+		RetryJitter:          relay.RetryJitterDefault,
+		ShutdownTimeout:      relay.ShutdownTimeoutDefault,
+		DeliveredRetention:   forever,
+		DeadRetention:        forever,
+		RetentionInterval:    retention.IntervalDefault,
+		NotifyDebounce:       relay.NotifyDebounceDefault,
+		Capture:              capturePoll,
+		WALHeartbeatInterval: pgwal.HeartbeatDefault,
+		Ordering:             string(relay.OrderingDefault),
+		OrderingOnDead:       string(relay.OnDeadDefault),
+		HTTPAddr:             httpAddrDefault,
+		LogLevel:             "info",
+		LogFormat:            "json",
+		ServiceName:          telemetry.ServiceNameDefault,
+		MetricsExporter:      telemetry.MetricsExporterDefault,
+		TracesExporter:       telemetry.TracesExporterDefault,
+		OTLPProtocol:         telemetry.OTLPProtocolDefault,
+		BacklogInterval:      telemetry.BacklogIntervalDefault,
 	}
 }
 
@@ -226,6 +236,7 @@ func (c config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add(err)
 	}
+	add(c.validateCapture())
 	if c.Wakeup != "" && c.Wakeup != wakeupNotify && c.Wakeup != wakeupPoll {
 		add(fmt.Errorf("WAKEUP must be notify or poll, got %q", c.Wakeup))
 	}
@@ -246,6 +257,35 @@ func (c config) validate() error {
 // validateHTTPAddr checks HTTP_ADDR now: net.Listen would fail only after
 // the database and the broker were reached, and a bare "8080" is an easy
 // mistake to make.
+// Capture modes.
+const (
+	capturePoll = "poll"
+	captureWAL  = "wal"
+)
+
+func (c config) validateCapture() error {
+	switch c.Capture {
+	case capturePoll:
+		return nil
+	case captureWAL:
+	default:
+		return fmt.Errorf("CAPTURE must be poll or wal, got %q", c.Capture)
+	}
+	var errs []error
+	if d, err := storage.Lookup(c.StorageURL); err == nil && d.Name != "PostgreSQL" {
+		errs = append(errs, fmt.Errorf("CAPTURE=wal reads PostgreSQL's write-ahead log; STORAGE_URL is %s: use CAPTURE=poll", d.Name))
+	}
+	for name, v := range map[string]string{"WAL_SLOT_NAME": c.WALSlotName, "WAL_PUBLICATION_NAME": c.WALPublicationName} {
+		if v != "" && !pgwal.Identifier(v) {
+			errs = append(errs, fmt.Errorf("%s %q: use lowercase letters, digits and underscores (at most 63)", name, v))
+		}
+	}
+	if c.WALHeartbeatInterval < 0 {
+		errs = append(errs, fmt.Errorf("WAL_HEARTBEAT_INTERVAL must not be negative, got %s (0 turns heartbeats off)", c.WALHeartbeatInterval))
+	}
+	return errors.Join(errs...)
+}
+
 func (c config) validateHTTPAddr() error {
 	if c.HTTPAddr == "" {
 		return errors.New("HTTP_ADDR must not be empty (use 127.0.0.1:8080 to listen locally only)")

@@ -102,6 +102,8 @@ type readiness struct {
 	broker brokerPinger
 	engine engineStater
 	health *healthState
+	// capture is the WAL reader under CAPTURE=wal, nil when polling.
+	capture captureStater
 	// cacheFor is how long an answer is reused; readyCacheFor but in tests.
 	cacheFor time.Duration
 
@@ -144,6 +146,9 @@ func (r *readiness) check() readyReport {
 		"broker":   checkResult(brokerErr),
 		"engine":   r.engineResult(),
 	}}
+	if r.capture != nil {
+		rep.Checks["capture"] = captureResult(r.capture)
+	}
 	for _, v := range rep.Checks {
 		if v != statusOK {
 			rep.Status = statusUnavailable
@@ -169,6 +174,26 @@ func (r *readiness) engineResult() string {
 		return s.String() + ": " + redact.URL(err.Error())
 	}
 	return s.String()
+}
+
+// captureStater is the WAL reader's state (relay.Capture).
+type captureStater interface {
+	Status() (relay.CaptureState, error)
+}
+
+// captureResult is ok while the relay streams, backfills or stands by for
+// another relay's stream; a lost slot or a stream that cannot open says so,
+// and why: events then reach the broker only through polling.
+func captureResult(c captureStater) string {
+	s, err := c.Status()
+	switch s {
+	case relay.CaptureStreaming, relay.CaptureBackfilling, relay.CaptureStandby, relay.CaptureStarting:
+		return statusOK
+	}
+	if err != nil {
+		return "wal " + string(s) + ": " + redact.URL(err.Error())
+	}
+	return "wal " + string(s)
 }
 
 func checkResult(err error) string {

@@ -163,6 +163,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	notifier, canNotify := store.(storage.Notifier)
 	wakeup := cfg.Wakeup
 	switch {
+	case cfg.Capture == captureWAL:
+		// The log brings new events; claims only look for events due
+		// again, every POLL_INTERVAL.
+		wakeup = wakeupPoll
 	case wakeup == wakeupNotify && !canNotify:
 		return usageError{fmt.Errorf("WAKEUP=notify: this storage cannot notify the relay of inserts; unset WAKEUP or set WAKEUP=poll (new events are then found every POLL_INTERVAL, %s)", cfg.PollInterval)}
 	case wakeup == "" && canNotify:
@@ -214,6 +218,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	if err != nil {
 		return usageError{err}
 	}
+	var capt *relay.Capture
+	if cfg.Capture == captureWAL {
+		if capt, err = newCapture(ctx, cfg, store, engine, tel, log); err != nil {
+			return sd.startError(ctx, err)
+		}
+	}
 	reaperCfg := cfg.reaperConfig(log)
 	reaperCfg.OnReap = tel.OnReap
 	rp, err := reaper.New(reaperCfg, tel.InstrumentReap(store))
@@ -235,13 +245,17 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	}
 
 	health := &healthState{}
+	ready := newReadiness(store, pub, engine, health)
+	if capt != nil {
+		ready.capture = capt
+	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := newHTTPServer(httpDeps{
 		health:      health,
-		ready:       newReadiness(store, pub, engine, health),
+		ready:       ready,
 		metrics:     tel.MetricsHandler(),
 		metricsNote: "OTEL_METRICS_EXPORTER=" + cfg.MetricsExporter,
 		backlog:     backlog,
@@ -272,44 +286,66 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		"max_batch_bytes", cfg.MaxBatchBytes.String(),
 		"max_in_flight_batches", cfg.MaxInFlightBatches,
 		"wakeup", wakeup,
+		"capture", cfg.Capture,
 		"ordering", cfg.Ordering,
 		"delivered_retention", cfg.DeliveredRetention.String(),
 		"dead_retention", cfg.DeadRetention.String(),
 		"metrics_exporter", cfg.MetricsExporter,
 		"traces_exporter", cfg.TracesExporter)
 
+	// The relay's parts run until the signal, or until the WAL reader
+	// finds the database can no longer serve it (a setting changed).
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	captureErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		engine.Run(ctx)
+		engine.Run(runCtx)
+	}()
+	if capt != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := capt.Run(runCtx); err != nil {
+				captureErr <- err
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rp.Run(runCtx)
 	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rp.Run(ctx)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		backlog.Run(ctx)
+		backlog.Run(runCtx)
 	}()
 	if retainer != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			retainer.Run(ctx)
+			retainer.Run(runCtx)
 		}()
 	}
 	if wakeup == wakeupNotify {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			engine.Listen(ctx, notifier)
+			engine.Listen(runCtx, notifier)
 		}()
 	}
 	health.setRunning(true)
-	<-ctx.Done()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-captureErr:
+		runErr = usageError{fmt.Errorf("CAPTURE=wal: %w", err)}
+		sd.start()
+		stopRun()
+	}
 	stopped := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -329,7 +365,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 			"timeout", cfg.ShutdownTimeout)
 	}
 	health.setRunning(false)
-	return nil
+	return runErr
 }
 
 // startError is err from a start-up step, or nil when ctx ended meanwhile:

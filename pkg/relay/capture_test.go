@@ -404,4 +404,3 @@ func TestWALRefusesADatabaseWithoutLogicalWAL(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
-

@@ -171,6 +171,12 @@ func connect(ctx context.Context, connString string, replication bool) (*pgconn.
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" && replication {
+			return nil, &SetupError{
+				Problem: "the role may not stream the write-ahead log (" + pgErr.Message + ")",
+				Fix:     "ALTER ROLE <relay role> REPLICATION (relay-cli grants --capture wal prints it), or use CAPTURE=poll",
+			}
+		}
 		if errors.As(err, &pgErr) && pgErr.Code == "28000" && replication {
 			return nil, &SetupError{
 				Problem: "the server refused a replication connection (" + pgErr.Message + ")",
@@ -182,9 +188,40 @@ func connect(ctx context.Context, connString string, replication bool) (*pgconn.
 	return conn, nil
 }
 
-// prepare checks the server and the publication, finds or creates the slot
-// and starts replication.
-func (r *Reader) prepare(ctx context.Context) error {
+// Check connects as Open would and checks what Open checks — the role may
+// replicate, wal_level is logical, the publication exists, the slot name is
+// not another database's — without touching the slot: a relay calls it at
+// start, so that a database that cannot serve it is a configuration error.
+func Check(ctx context.Context, cfg Config) error {
+	if !Identifier(cfg.Slot) || !Identifier(cfg.Publication) {
+		return &SetupError{Problem: fmt.Sprintf("invalid slot %q or publication %q", cfg.Slot, cfg.Publication),
+			Fix: "use lowercase letters, digits and underscores"}
+	}
+	conn, err := connect(ctx, cfg.ConnString, true)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	r := &Reader{cfg: cfg, conn: conn}
+	if err := r.check(ctx); err != nil {
+		return err
+	}
+	other, err := r.query(ctx, "SELECT database FROM pg_replication_slots WHERE slot_name = "+literal(cfg.Slot)+
+		" AND database IS DISTINCT FROM current_database()")
+	if err != nil {
+		return r.setupError(err, "look for the replication slot")
+	}
+	if len(other) > 0 {
+		return &SetupError{
+			Problem: fmt.Sprintf("replication slot %s belongs to database %s", cfg.Slot, other[0][0]),
+			Fix:     "slot names are server-wide: set WAL_SLOT_NAME to a name of this database's own",
+		}
+	}
+	return nil
+}
+
+// check identifies the server and checks wal_level and the publication.
+func (r *Reader) check(ctx context.Context) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, r.conn)
 	if err != nil {
 		return r.setupError(err, "identify the server")
@@ -213,6 +250,15 @@ func (r *Reader) prepare(ctx context.Context) error {
 			Problem: fmt.Sprintf("publication %s does not exist", r.cfg.Publication),
 			Fix:     "run relay-cli migrate --capture wal (or start the relay with STORAGE_AUTO_MIGRATE=true)",
 		}
+	}
+	return nil
+}
+
+// prepare checks the server and the publication, finds or creates the slot
+// and starts replication.
+func (r *Reader) prepare(ctx context.Context) error {
+	if err := r.check(ctx); err != nil {
+		return err
 	}
 	slot, err := r.query(ctx, "SELECT plugin, coalesce(wal_status, ''), active, coalesce(confirmed_flush_lsn::text, '0/0') "+
 		"FROM pg_replication_slots WHERE slot_name = "+literal(r.cfg.Slot)+" AND database = current_database()")

@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 )
@@ -41,8 +44,38 @@ func (s *Store) publication(ctx context.Context, what, query, name string) error
 	return nil
 }
 
-// WALSource returns the log reader of this store's table.
+// WALSource returns the log reader of this store's table, over the
+// store's connection unless cfg names another (WAL_STORAGE_URL).
 func (s *Store) WALSource(cfg pgwal.Config) pgwal.Source {
-	cfg.ConnString, cfg.Schema, cfg.Table = s.connURL, s.table.Schema, s.table.Name
+	if cfg.ConnString == "" {
+		cfg.ConnString = s.connURL
+	}
+	cfg.Schema, cfg.Table = s.table.Schema, s.table.Name
 	return pgwal.Source{Config: cfg}
+}
+
+// SlotStatus is a replication slot as operators watch it.
+type SlotStatus struct {
+	Exists bool
+	// Active is true while a relay streams from it.
+	Active bool
+	// WALStatus is the server's word for what the slot keeps: reserved,
+	// extended, unreserved or lost.
+	WALStatus string
+	// RetainedBytes is the WAL the slot keeps from removal.
+	RetainedBytes int64
+}
+
+// SlotStatus reads the slot named name.
+func (s *Store) SlotStatus(ctx context.Context, name string) (SlotStatus, error) {
+	var st SlotStatus
+	err := s.pool.QueryRow(ctx, s.queries["slot_status"], name).Scan(&st.Active, &st.WALStatus, &st.RetainedBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read replication slot %s: %w", name, err)
+	}
+	st.Exists = true
+	return st, nil
 }

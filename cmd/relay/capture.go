@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+
+	"github.com/outbox-relay/relay/internal/telemetry"
+	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
+)
+
+// walStore is what CAPTURE=wal needs of the storage: PostgreSQL's.
+type walStore interface {
+	storage.LogRecorder
+	WALSource(cfg pgwal.Config) pgwal.Source
+	CreatePublication(ctx context.Context, name string) error
+	SlotStatus(ctx context.Context, name string) (postgres.SlotStatus, error)
+}
+
+// walNames are the slot and publication CAPTURE=wal uses for table (its
+// name without the schema).
+func (c config) walNames(table string) (slot, publication string) {
+	slot, publication = c.WALSlotName, c.WALPublicationName
+	if slot == "" {
+		slot = postgres.SlotDefault(table)
+	}
+	if publication == "" {
+		publication = postgres.PublicationDefault(table)
+	}
+	return slot, publication
+}
+
+// newCapture sets up CAPTURE=wal: the publication when STORAGE_AUTO_MIGRATE
+// asks for it, a check that the database and role can stream (exit 2 with
+// the fix when not), and the Capture beside engine.
+func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *relay.Engine, tel *telemetry.Telemetry, log *slog.Logger) (*relay.Capture, error) {
+	ws, ok := store.(walStore)
+	if !ok {
+		return nil, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
+	}
+	table := store.Table()
+	if i := lastDot(table); i >= 0 {
+		table = table[i+1:]
+	}
+	slot, publication := cfg.walNames(table)
+	if cfg.AutoMigrate {
+		if err := ws.CreatePublication(ctx, publication); err != nil {
+			return nil, err
+		}
+		log.Info("publication ready", "publication", publication)
+	}
+	wcfg := pgwal.Config{Slot: slot, Publication: publication, Heartbeat: cfg.WALHeartbeatInterval, Logger: log}
+	if cfg.WALHeartbeatInterval == 0 {
+		wcfg.Heartbeat = -1
+	}
+	if cfg.WALStorageURL != "" {
+		u, err := url.Parse(cfg.WALStorageURL)
+		if err != nil {
+			return nil, usageError{errors.New("WAL_STORAGE_URL is not a URL")}
+		}
+		q := u.Query()
+		q.Del("table")
+		u.RawQuery = q.Encode()
+		wcfg.ConnString = u.String()
+	}
+	src := ws.WALSource(wcfg)
+	if err := pgwal.Check(ctx, src.Config); err != nil {
+		var setup *capture.SetupError
+		if errors.As(err, &setup) {
+			return nil, usageError{fmt.Errorf("CAPTURE=wal: %w", err)}
+		}
+		return nil, err
+	}
+	obs, err := tel.CaptureObserver(func(ctx context.Context) (int64, bool, error) {
+		st, err := ws.SlotStatus(ctx, slot)
+		return st.RetainedBytes, st.Exists, err
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("reading new events from the write-ahead log", "slot", slot, "publication", publication)
+	return relay.NewCapture(engine, src, ws, obs), nil
+}
+
+func lastDot(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			return i
+		}
+	}
+	return -1
+}
