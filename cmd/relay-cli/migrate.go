@@ -6,7 +6,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 func migrateCommand() *cli.Command {
@@ -21,10 +23,16 @@ func migrateCommand() *cli.Command {
 			"default partition and the partitions of the next few days or hours; the relay's retention\n" +
 			"then creates partitions ahead and drops finished ones instead of deleting rows. The primary\n" +
 			"key becomes (event_id, created_at). An existing table is never converted: see\n" +
-			"\"Partitioned tables\" in docs/operations.md.",
+			"\"Partitioned tables\" in docs/operations.md.\n\n" +
+			"--capture wal (PostgreSQL 15+, wal_level=logical) also creates the publication the relay\n" +
+			"reads the table's inserts through with CAPTURE=wal (the relay makes its replication slot);\n" +
+			"--capture poll drops the publication and the slot again, once no relay streams from it.",
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
+			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL)"},
+			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
+			&cli.StringFlag{Name: "slot", Usage: "replication slot `NAME` --capture poll drops (default outbox_relay_<table>, as WAL_SLOT_NAME)", EnvVars: []string{"WAL_SLOT_NAME"}},
 			jsonFlag(),
 		}, inboxMigrateFlags()...),
 		Action: func(c *cli.Context) error {
@@ -33,6 +41,13 @@ func migrateCommand() *cli.Command {
 			}
 			if c.Bool("print") && c.Bool("json") {
 				return usagef("--print and --json cannot be combined: --print writes SQL")
+			}
+			capture := c.String("capture")
+			if c.IsSet("capture") && capture != "wal" && capture != "poll" {
+				return usagef("--capture must be wal or poll, got %q", capture)
+			}
+			if capture != "" && c.Bool("print") {
+				return usagef("--capture cannot be combined with --print")
 			}
 			by := c.String("partition-by")
 			if c.IsSet("partition-by") && !slices.Contains(storage.PartitionBy, by) {
@@ -56,7 +71,10 @@ func migrateCommand() *cli.Command {
 				fmt.Fprintf(c.App.ErrWriter, "relay-cli: migrating %s\n", store.Describe())
 			}
 			if by != "" {
-				return migratePartitioned(c, store, by)
+				if err := migratePartitioned(c, store, by); err != nil {
+					return err
+				}
+				return migrateCapture(c, store, capture)
 			}
 			if c.Bool("print") {
 				_, err := fmt.Fprint(out, store.SchemaSQL())
@@ -66,7 +84,10 @@ func migrateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return printMigrated(c, "table", store.Table(), res.Created, res.Existed)
+			if err := printMigrated(c, "table", store.Table(), res.Created, res.Existed); err != nil {
+				return err
+			}
+			return migrateCapture(c, store, capture)
 		},
 	}
 }
@@ -120,4 +141,39 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// migrateCapture is `migrate --capture`: the publication CAPTURE=wal reads,
+// made or, for poll, dropped with the slot.
+func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
+	if mode == "" {
+		return nil
+	}
+	pg, ok := store.(*postgres.Store)
+	if !ok {
+		return usagef("--capture: only PostgreSQL has a write-ahead log to read; MySQL relays poll")
+	}
+	table := pg.TableName().Name
+	publication, slot := c.String("publication"), c.String("slot")
+	if publication == "" {
+		publication = postgres.PublicationDefault(table)
+	}
+	if slot == "" {
+		slot = postgres.SlotDefault(table)
+	}
+	if mode == "wal" {
+		if err := pg.CreatePublication(c.Context, publication); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "relay-cli: publication %s ready; start the relays with CAPTURE=wal (the first makes replication slot %s)\n", publication, slot)
+		return nil
+	}
+	if err := pgwal.DropSlot(c.Context, pg.ConnString(), slot); err != nil {
+		return fmt.Errorf("%w (stop the relays running with CAPTURE=wal first)", err)
+	}
+	if err := pg.DropPublication(c.Context, publication); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "relay-cli: dropped publication %s and replication slot %s; the relays poll with CAPTURE=poll\n", publication, slot)
+	return nil
 }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// migrate --capture wal makes the publication CAPTURE=wal reads, and
+// --capture poll takes it and the slot away again.
+func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	url := c.URL(db)
+	tb := pgtest.NewAt(t, url)
+	count := func(sql string) int {
+		var n int
+		if err := tb.Store.Pool().QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	r := ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "wal"}}.run(t))
+	if !strings.Contains(r.stderr, "publication outbox_relay_openoutbox_events ready") {
+		t.Errorf("migrate --capture wal does not say the publication is ready:\n%s", r)
+	}
+	if n := count("SELECT count(*) FROM pg_publication_tables WHERE pubname = 'outbox_relay_openoutbox_events'"); n != 1 {
+		t.Fatalf("publication covers %d tables, want 1", n)
+	}
+	c.Exec(t, db, "SELECT pg_create_logical_replication_slot('outbox_relay_openoutbox_events', 'pgoutput')")
+	ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "poll"}}.run(t))
+	if n := count("SELECT count(*) FROM pg_publication WHERE pubname = 'outbox_relay_openoutbox_events'") +
+		count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outbox_relay_openoutbox_events'"); n != 0 {
+		t.Fatalf("migrate --capture poll left the publication or the slot")
+	}
+	bad := cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "binlog"}}.run(t)
+	if bad.code != 2 {
+		t.Fatalf("--capture binlog: exit %d, want 2:\n%s", bad.code, bad)
+	}
+}
