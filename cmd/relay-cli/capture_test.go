@@ -41,3 +41,16 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 		t.Fatalf("--capture binlog: exit %d, want 2:\n%s", bad.code, bad)
 	}
 }
+
+// grants --capture wal names the right a WAL relay needs, on its login role.
+func TestGrantsCaptureWALNamesReplication(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	r := ok(t, cmd{args: []string{"grants", "--storage-url", pgtest.URL(), "--table", tb.Name, "--capture", "wal", "--login-role", "relay_app", "--print"}}.run(t))
+	if !strings.Contains(r.stdout, "ALTER ROLE relay_app REPLICATION;") {
+		t.Fatalf("grants --capture wal --print lacks the REPLICATION grant:\n%s", r.stdout)
+	}
+	if bad := (cmd{args: []string{"grants", "--storage-url", pgtest.URL(), "--table", tb.Name, "--capture", "wal"}}.run(t)); bad.code != 2 {
+		t.Fatalf("--capture wal without --login-role: exit %d, want 2", bad.code)
+	}
+}
