@@ -404,3 +404,77 @@ func TestWALRefusesADatabaseWithoutLogicalWAL(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
+
+// Under ORDERING=partition a key whose event waits for a retry holds that
+// key's later events — they are handed to the ordered claims — and only
+// that key's: the broker sees every key's events in write order.
+func TestWALKeepsKeyOrderThroughRetries(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{
+		Ordering: "partition",
+		Retry:    relay.RetryPolicy{MaxAttempts: 10, BaseDelay: 50 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
+	}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	var want []uuid.UUID
+	var failing uuid.UUID
+	for i := 0; i < 30; i++ {
+		id := uuid.Must(uuid.NewV7())
+		if i == 5 {
+			failing = id
+			pub.mu.Lock()
+			pub.fail[id] = errors.New("try again")
+			pub.mu.Unlock()
+		}
+		want = append(want, id)
+		// One transaction each, as producers write.
+		w.Insert(t, pgtest.Event{ID: id, PartitionKey: "k"}, pgtest.Event{PartitionKey: "other"})
+	}
+	waitFor(t, "every event delivered", 30*time.Second, func() bool {
+		return w.Counts(t)[outbox.StatusDelivered] == 60
+	})
+	var got []uuid.UUID
+	for _, ev := range pub.events() {
+		if ev.PartitionKey == "k" {
+			got = append(got, ev.ID)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("key k: %d deliveries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("key k out of order at %d (the retried event is %s): got %v", i, failing, got)
+		}
+	}
+}
+
+// Under ORDERING_ON_DEAD=block a DEAD event holds its key's later events
+// in the table, while other keys flow.
+func TestWALDeadEventBlocksItsKeyOnly(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{Ordering: "partition", OnDead: "block"}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	dead := uuid.Must(uuid.NewV7())
+	pub.mu.Lock()
+	pub.fail[dead] = publisher.Permanent(errors.New("never"))
+	pub.mu.Unlock()
+	w.Insert(t, pgtest.Event{ID: dead, PartitionKey: "k"})
+	waitFor(t, "the event DEAD", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDead] == 1 })
+	w.InsertN(t, 1, "unkeyed")
+	w.Insert(t, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "j"})
+	waitFor(t, "the other key and the unkeyed event delivered", 30*time.Second, func() bool {
+		return w.Counts(t)[outbox.StatusDelivered] == 2
+	})
+	for _, ev := range pub.events() {
+		if ev.PartitionKey == "k" {
+			t.Fatalf("an event of key k went past its DEAD predecessor")
+		}
+	}
+	if c := w.Counts(t); c[outbox.StatusPending] != 1 {
+		t.Fatalf("key k's later event is not held PENDING: %v", c)
+	}
+}
