@@ -430,7 +430,8 @@ func (c *Capture) holdBack(ctx context.Context, events []outbox.Event, seqs []in
 	wait := storageBackoffMin
 	for {
 		var err error
-		held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{Keys: keys, OnDead: c.e.cfg.OnDead})
+		held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{
+			Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: max(c.e.freshTo.Load(), 0)})
 		if err == nil {
 			break
 		}

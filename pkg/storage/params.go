@@ -220,6 +220,10 @@ type RecordFailParams struct {
 type HeldKeysParams struct {
 	Keys   []string
 	OnDead DeadPolicy
+	// Backfill is the highest seq the claims backfill (the claims'
+	// FreshTo while positive): fresh events up to it are the claims' to
+	// deliver, so they hold their key too. 0: no backfill.
+	Backfill int64
 }
 
 // ReapParams selects expired leases to take back.

@@ -123,7 +123,8 @@ type LogRecorder interface {
 	// HeldKeys returns, for each of p.Keys that has one, the lowest seq of
 	// an event that holds the key: one due again (PENDING, available_at
 	// after created_at), one DELIVERING, or a DEAD one under p.OnDead
-	// block. A fresh PENDING row holds nothing: the log delivers it.
+	// block. A fresh PENDING row holds nothing — the log delivers it —
+	// unless the claims backfill it (seq up to p.Backfill).
 	HeldKeys(ctx context.Context, p HeldKeysParams) (map[string]int64, error)
 	// FreshLeft reports whether a fresh PENDING row with seq up to upTo
 	// is left: the backfill up to upTo is done when none is.

@@ -62,7 +62,7 @@ func (s *Store) HeldKeys(ctx context.Context, p storage.HeldKeysParams) (map[str
 	if len(p.Keys) == 0 {
 		return held, nil
 	}
-	rows, err := s.pool.Query(ctx, s.queries["held_keys"], p.Keys, p.OnDead == storage.DeadBlock)
+	rows, err := s.pool.Query(ctx, s.queries["held_keys"], p.Keys, p.OnDead == storage.DeadBlock, max(p.Backfill, 0))
 	if err != nil {
 		s.recycle(err)
 		return nil, fmt.Errorf("find held keys: %w", err)

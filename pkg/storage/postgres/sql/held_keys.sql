@@ -1,8 +1,9 @@
 -- For each key of $1, the lowest seq of an event that holds it back from
 -- the write-ahead log's delivery: one due again (retried, handed to the
 -- claims), one a claim holds, or under ORDERING_ON_DEAD=block ($2) a DEAD
--- one. Fresh PENDING rows hold nothing: the log delivers them. One probe
--- of the key-order indexes per key.
+-- one. Fresh PENDING rows hold nothing — the log delivers them — except
+-- during a backfill those with seq up to $3, which the claims deliver. One
+-- probe of the key-order indexes per key.
 SELECT k.key, h.seq
 FROM unnest($1::text[]) AS k(key)
 CROSS JOIN LATERAL (
@@ -10,7 +11,7 @@ CROSS JOIN LATERAL (
     FROM (
         (SELECT seq FROM {{table}}
          WHERE partition_key COLLATE "C" = k.key AND status IN ('PENDING', 'DELIVERING')
-           AND (status = 'DELIVERING' OR available_at > created_at)
+           AND (status = 'DELIVERING' OR available_at > created_at OR seq <= $3::bigint)
          ORDER BY partition_key COLLATE "C", seq
          LIMIT 1)
         UNION ALL
