@@ -31,6 +31,19 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 		t.Fatalf("publication covers %d tables, want 1", n)
 	}
 	c.Exec(t, db, "SELECT pg_create_logical_replication_slot('outbox_relay_openoutbox_events', 'pgoutput')")
+	st := ok(t, cmd{args: []string{"stats", "--storage-url", url, "--table", tb.Name}}.run(t))
+	if !strings.Contains(st.stdout, "replication slot outbox_relay_openoutbox_events (CAPTURE=wal): no relay streams from it; keeps ") {
+		t.Errorf("stats does not show the slot:\n%s", st.stdout)
+	}
+	js := decode[struct {
+		WALSlot *struct {
+			Name      string `json:"name"`
+			WALStatus string `json:"wal_status"`
+		} `json:"wal_slot"`
+	}](t, ok(t, cmd{args: []string{"stats", "--storage-url", url, "--table", tb.Name, "--json"}}.run(t)))
+	if js.WALSlot == nil || js.WALSlot.Name != "outbox_relay_openoutbox_events" || js.WALSlot.WALStatus == "" {
+		t.Errorf("stats --json wal_slot = %+v", js.WALSlot)
+	}
 	ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "poll"}}.run(t))
 	if n := count("SELECT count(*) FROM pg_publication WHERE pubname = 'outbox_relay_openoutbox_events'") +
 		count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outbox_relay_openoutbox_events'"); n != 0 {

@@ -32,7 +32,7 @@ func migrateCommand() *cli.Command {
 			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
 			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL)"},
 			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
-			&cli.StringFlag{Name: "slot", Usage: "replication slot `NAME` --capture poll drops (default outbox_relay_<table>, as WAL_SLOT_NAME)", EnvVars: []string{"WAL_SLOT_NAME"}},
+			slotFlag(),
 			jsonFlag(),
 		}, inboxMigrateFlags()...),
 		Action: func(c *cli.Context) error {
@@ -176,4 +176,10 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "relay-cli: dropped publication %s and replication slot %s; the relays poll with CAPTURE=poll\n", publication, slot)
 	return nil
+}
+
+// slotFlag names the CAPTURE=wal replication slot, as WAL_SLOT_NAME does.
+func slotFlag() cli.Flag {
+	return &cli.StringFlag{Name: "slot", EnvVars: []string{"WAL_SLOT_NAME"},
+		Usage: "the CAPTURE=wal replication slot's `NAME` (default outbox_relay_<table>, as WAL_SLOT_NAME)"}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // watchIntervalMin keeps --watch from turning into a load test.
@@ -31,6 +32,7 @@ func statsCommand() *cli.Command {
 				Usage: "the relays' DELIVERED_RETENTION (`DURATION`), read from the environment as the relay reads it: 0 says the table runs in delete mode"},
 			&cli.StringFlag{Name: "dead-retention", EnvVars: []string{"DEAD_RETENTION"},
 				Usage: "the relays' DEAD_RETENTION (`DURATION`), read from the environment as the relay reads it"},
+			slotFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -119,6 +121,16 @@ type statsJSON struct {
 	DeleteMode         bool     `json:"delete_mode"`
 	DeliveredRetention *float64 `json:"delivered_retention_seconds"`
 	DeadRetention      *float64 `json:"dead_retention_seconds"`
+	// WALSlot is the CAPTURE=wal replication slot, when it exists.
+	WALSlot *slotJSON `json:"wal_slot,omitempty"`
+}
+
+// slotJSON is the CAPTURE=wal slot in stats --json.
+type slotJSON struct {
+	Name          string `json:"name"`
+	Active        bool   `json:"active"`
+	WALStatus     string `json:"wal_status"`
+	RetainedBytes int64  `json:"retained_bytes"`
 }
 
 // retentionSettings are the relays' DELIVERED_RETENTION and DEAD_RETENTION
@@ -204,6 +216,10 @@ type leaseJSON struct {
 
 func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, watching bool) error {
 	out := c.App.Writer
+	slot, err := walSlot(c, store)
+	if err != nil {
+		return err
+	}
 	if c.Bool("json") {
 		v := statsJSON{
 			Table:      store.Table(),
@@ -221,6 +237,7 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 			DeleteMode:          ret.deleteMode(),
 			DeliveredRetention:  ret.deliveredSeconds(),
 			DeadRetention:       ret.deadSeconds(),
+			WALSlot:             slot,
 		}
 		for _, b := range st.BlockedKeys {
 			v.BlockedKeys = append(v.BlockedKeys, blockedJSON{b.Key, b.DeadEventID.String(), b.DeadEventType, b.Waiting})
@@ -258,7 +275,51 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 			fmt.Fprintln(out)
 		}
 	}
-	return writeStatsText(out, store.Table(), st, ret)
+	if err := writeStatsText(out, store.Table(), st, ret); err != nil {
+		return err
+	}
+	if slot != nil {
+		state := "no relay streams from it"
+		if slot.Active {
+			state = "a relay streams from it"
+		}
+		_, err := fmt.Fprintf(out, "\nreplication slot %s (CAPTURE=wal): %s; keeps %s of WAL; wal_status %s\n",
+			slot.Name, state, byteCount(slot.RetainedBytes), slot.WALStatus)
+		return err
+	}
+	return nil
+}
+
+// walSlot reads the CAPTURE=wal slot of a PostgreSQL table; nil when there
+// is none (a polled table, or MySQL).
+func walSlot(c *cli.Context, store storage.Storage) (*slotJSON, error) {
+	pg, ok := store.(*postgres.Store)
+	if !ok {
+		return nil, nil
+	}
+	name := c.String("slot")
+	if name == "" {
+		name = postgres.SlotDefault(pg.TableName().Name)
+	}
+	st, err := pg.SlotStatus(c.Context, name)
+	if err != nil || !st.Exists {
+		return nil, err
+	}
+	return &slotJSON{Name: name, Active: st.Active, WALStatus: st.WALStatus, RetainedBytes: st.RetainedBytes}, nil
+}
+
+// byteCount writes n bytes for a reader: 512 B, 12.3 MB.
+func byteCount(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
 func writeStatsText(out io.Writer, table string, st storage.Stats, ret retentionSettings) error {

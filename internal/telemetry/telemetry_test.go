@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -381,6 +382,50 @@ var prometheusNames = []string{
 	"target_info",
 }
 
+// walPrometheusNames are the names CAPTURE=wal adds.
+var walPrometheusNames = []string{
+	"openoutbox_wal_retained_bytes",
+	"openoutbox_wal_streaming",
+	"openoutbox_wal_slot_recreated_total",
+}
+
+// TestWALPrometheusNames pins the names of CAPTURE=wal's metrics, as
+// deploy/ and docs/metrics.md spell them, and what they report.
+func TestWALPrometheusNames(t *testing.T) {
+	t.Parallel()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{InstanceID: "relay-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	o, err := tel.CaptureObserver(func(context.Context) (int64, bool, error) { return 4096, true, nil }, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.CaptureStateChanged(relay.CaptureStreaming, nil)
+	o.SlotRecreated()
+	body, names := scrape(t, tel)
+	for _, n := range walPrometheusNames {
+		if !names[n] {
+			t.Errorf("/metrics lacks %s:\n%s", n, body)
+		}
+	}
+	for _, line := range []string{"openoutbox_wal_retained_bytes{", "} 4096", "openoutbox_wal_streaming{", "openoutbox_wal_slot_recreated_total{"} {
+		if !strings.Contains(body, line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range walPrometheusNames {
+		if !bytes.Contains(doc, []byte("`"+n+"`")) {
+			t.Errorf("docs/metrics.md does not document %s", n)
+		}
+	}
+}
+
 // TestPrometheusNamesAreOpenOutboxs pins the names the exporter derives from
 // the instruments (dots to underscores, unit and _total suffixes), since
 // dashboards and alerts depend on them, and checks docs/metrics.md names
@@ -489,7 +534,7 @@ func TestBrokerLabelsEverySeries(t *testing.T) {
 func TestShippedRulesAndDashboardQueryRealNames(t *testing.T) {
 	t.Parallel()
 	known := map[string]bool{}
-	for _, n := range prometheusNames {
+	for _, n := range append(slices.Clone(prometheusNames), walPrometheusNames...) {
 		known[n] = true
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			known[n+suffix] = true
