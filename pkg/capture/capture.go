@@ -51,6 +51,11 @@ type Stream interface {
 type Txn struct {
 	Events []outbox.Event
 	Seqs   []int64
+	// Xid is the transaction's id in the database (PostgreSQL's 32-bit
+	// xid). A log may send a transaction as soon as its commit is in the
+	// log, a moment before other sessions see its rows (longer under
+	// synchronous replication): settling waits for it by this id.
+	Xid uint32
 	// Settle records that every event is durably settled (delivered,
 	// handed to the retry path, or DEAD). Safe from any goroutine; call
 	// it once.

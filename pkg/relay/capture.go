@@ -350,7 +350,7 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch) {
 			// Shutdown cut the publishes off: what went is recorded, the
 			// rest comes again from the log.
 			o = c.e.classify(ctx, events, results)
-			c.record(ctx, settling, o.delivered, nil, nil)
+			c.record(ctx, settling, b, o.delivered, nil, nil)
 			return
 		}
 		o = c.e.classify(ctx, events, results)
@@ -366,7 +366,7 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch) {
 	for i := range handOver {
 		deferred[i] = handOver[i].ID
 	}
-	if !c.record(ctx, settling, o.delivered, o.failed, deferred) {
+	if !c.record(ctx, settling, b, o.delivered, o.failed, deferred) {
 		return
 	}
 	for _, t := range b.txns {
@@ -455,28 +455,25 @@ func (c *Capture) holdBack(ctx context.Context, events []outbox.Event, seqs []in
 
 // record writes the batch's outcome, one statement per kind, each retried
 // until it lands or settling must stop; ok is true when all landed.
-func (c *Capture) record(ctx, settling context.Context, delivered []uuid.UUID, failed []storage.Failure, deferred []uuid.UUID) (ok bool) {
+func (c *Capture) record(ctx, settling context.Context, b logBatch, delivered []uuid.UUID, failed []storage.Failure, deferred []uuid.UUID) (ok bool) {
 	ok = true
 	if len(delivered) > 0 {
 		op := OpRecordDelivered
 		if c.e.cfg.DeleteDelivered {
 			op = OpRecordDeleted
 		}
-		ok = c.recordUntil(ctx, settling, op, len(delivered), func(ctx context.Context) error {
-			_, err := c.rec.RecordDelivered(ctx, storage.RecordParams{IDs: delivered, Delete: c.e.cfg.DeleteDelivered})
-			return err
+		ok = c.recordUntil(ctx, settling, b, op, len(delivered), func(ctx context.Context) (int, error) {
+			return c.rec.RecordDelivered(ctx, storage.RecordParams{IDs: delivered, Delete: c.e.cfg.DeleteDelivered})
 		}) && ok
 	}
 	if len(failed) > 0 {
-		ok = c.recordUntil(ctx, settling, OpRecordFailed, len(failed), func(ctx context.Context) error {
-			_, err := c.rec.RecordFailed(ctx, storage.RecordFailParams{Failures: failed})
-			return err
+		ok = c.recordUntil(ctx, settling, b, OpRecordFailed, len(failed), func(ctx context.Context) (int, error) {
+			return c.rec.RecordFailed(ctx, storage.RecordFailParams{Failures: failed})
 		}) && ok
 	}
 	if len(deferred) > 0 {
-		ok = c.recordUntil(ctx, settling, OpDefer, len(deferred), func(ctx context.Context) error {
-			_, err := c.rec.Defer(ctx, storage.RecordParams{IDs: deferred})
-			return err
+		ok = c.recordUntil(ctx, settling, b, OpDefer, len(deferred), func(ctx context.Context) (int, error) {
+			return c.rec.Defer(ctx, storage.RecordParams{IDs: deferred})
 		}) && ok
 	}
 	return ok
@@ -486,13 +483,25 @@ func (c *Capture) record(ctx, settling context.Context, delivered []uuid.UUID, f
 // ends. Unlike a lease's settle it has no deadline of its own: nothing
 // takes the log's rows back, and the stream is not acknowledged past them
 // until it lands.
-func (c *Capture) recordUntil(ctx, settling context.Context, op string, n int, fn func(context.Context) error) bool {
+//
+// A statement that changed fewer rows than it was given met rows of a
+// transaction the log sent before other sessions could see it, or rows a
+// claim took (the backfill): it waits until the batch's transactions are
+// visible and runs once more, which changes what is still the log's.
+func (c *Capture) recordUntil(ctx, settling context.Context, b logBatch, op string, n int, fn func(context.Context) (int, error)) bool {
 	rctx, cancel := detach(ctx, settling)
 	defer cancel()
 	rctx, end := c.e.obs.StartSettle(rctx, op, n)
 	wait := storageBackoffMin
+	waited := false
 	for {
-		err := fn(rctx)
+		changed, err := fn(rctx)
+		if err == nil && changed < n && !waited {
+			if err = c.waitVisible(rctx, b); err == nil {
+				waited = true
+				continue
+			}
+		}
 		if err == nil {
 			end(nil)
 			return true
@@ -505,6 +514,27 @@ func (c *Capture) recordUntil(ctx, settling context.Context, op string, n int, f
 		c.log.Warn("recording failed; retrying", "op", op, "error", err, "retry_in", wait)
 		sleep(rctx, wait)
 		wait = min(wait*2, storageBackoffMax)
+	}
+}
+
+// waitVisible waits until every transaction of b is visible to new
+// snapshots.
+func (c *Capture) waitVisible(ctx context.Context, b logBatch) error {
+	xids := make([]uint32, len(b.txns))
+	for i, t := range b.txns {
+		xids[i] = t.Xid
+	}
+	pause := time.Millisecond
+	for {
+		visible, err := c.rec.Visible(ctx, xids)
+		if err != nil || visible {
+			return err
+		}
+		sleep(ctx, pause)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pause = min(pause*2, 100*time.Millisecond)
 	}
 }
 

@@ -478,3 +478,28 @@ func TestWALDeadEventBlocksItsKeyOnly(t *testing.T) {
 		t.Fatalf("key k's later event is not held PENDING: %v", c)
 	}
 }
+
+// The log sends a transaction once its commit is flushed; other sessions
+// see its rows only after the synchronous standbys answered. A relay that
+// settled at once would change nothing, acknowledge the transaction and
+// leave its events PENDING for good. Here the standby never answers until
+// the test lets the commits through.
+func TestWALSettlesATransactionOnlyOnceItIsVisible(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.exec(t, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+	w.exec(t, "SELECT pg_reload_conf()")
+	inserted := make(chan struct{})
+	go func() {
+		defer close(inserted)
+		w.InsertN(t, 5, "sync.event") // waits for the standby
+	}()
+	waitFor(t, "the events published before their commit is visible", 30*time.Second, func() bool { return pub.distinct() == 5 })
+	w.exec(t, "ALTER SYSTEM RESET synchronous_standby_names")
+	w.exec(t, "SELECT pg_reload_conf()")
+	<-inserted
+	waitFor(t, "every event recorded DELIVERED", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 5 })
+}

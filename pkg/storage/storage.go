@@ -126,6 +126,11 @@ type LogRecorder interface {
 	// block. A fresh PENDING row holds nothing — the log delivers it —
 	// unless the claims backfill it (seq up to p.Backfill).
 	HeldKeys(ctx context.Context, p HeldKeysParams) (map[string]int64, error)
+	// Visible reports whether every transaction of xids (32-bit ids of
+	// transactions that committed recently) is visible to new snapshots:
+	// a log may send a transaction a moment before its rows can be
+	// settled.
+	Visible(ctx context.Context, xids []uint32) (bool, error)
 	// FreshLeft reports whether a fresh PENDING row with seq up to upTo
 	// is left: the backfill up to upTo is done when none is.
 	FreshLeft(ctx context.Context, upTo int64) (bool, error)

@@ -70,7 +70,7 @@ func (d *decoder) decode(data []byte, a *acks) (*txn, error) {
 	case *pglogrepl.RelationMessage:
 		d.relations[m.RelationID] = d.relation(m)
 	case *pglogrepl.BeginMessage:
-		d.txn = &txn{}
+		d.txn = &txn{xid: m.Xid}
 		d.skip = false
 		a.begin()
 	case *pglogrepl.InsertMessage:

@@ -91,6 +91,7 @@ type Slot struct {
 
 // txn is a transaction being received or waiting to be acknowledged.
 type txn struct {
+	xid    uint32
 	events []outbox.Event
 	seqs   []int64
 	// end is the end of the transaction in the WAL: once it is settled,
@@ -482,7 +483,7 @@ func (r *Reader) handle(ctx context.Context, d *decoder, data []byte) error {
 // position meanwhile so that a caller slow to take it (a broker outage)
 // does not look like a dead reader.
 func (r *Reader) emit(ctx context.Context, t *txn) error {
-	out := capture.Txn{Events: t.events, Seqs: t.seqs, Settle: func() { r.acks.settle(t) }}
+	out := capture.Txn{Events: t.events, Seqs: t.seqs, Xid: t.xid, Settle: func() { r.acks.settle(t) }}
 	tick := time.NewTicker(r.cfg.StatusInterval)
 	defer tick.Stop()
 	for {

@@ -104,3 +104,18 @@ func (s *Store) FreshLeft(ctx context.Context, upTo int64) (bool, error) {
 	}
 	return left, nil
 }
+
+// Visible reports whether every transaction of xids is visible to a new
+// snapshot.
+func (s *Store) Visible(ctx context.Context, xids []uint32) (bool, error) {
+	ids := make([]int64, len(xids))
+	for i, x := range xids {
+		ids[i] = int64(x)
+	}
+	var visible bool
+	if err := s.pool.QueryRow(ctx, s.queries["visible"], ids).Scan(&visible); err != nil {
+		s.recycle(err)
+		return false, fmt.Errorf("wait for transactions to become visible: %w", err)
+	}
+	return visible, nil
+}
