@@ -104,11 +104,18 @@ lint:
 # all three: rate, mean claim time and CPU per event of the database.
 # MODE=stats: a burst of EVENTS drained on a table never analysed, one
 # analysed while empty, and one analysed after the burst.
+# MODE=wal: CAPTURE=poll against CAPTURE=wal on a private cluster with
+# wal_level=logical (PostgreSQL's server binaries, no shared server): the
+# database's and the relay's CPU per event for EVENTS marked and deleted,
+# 8 producers for WAL_DURATION (produced/s, delivered/s, backlog), commit →
+# publish latency at 1,000 events/s, and three rounds of EVENTS with and
+# without a snapshot held; a table of it all at the end.
 # Every drain reports the database server's CPU per event (all its
 # processes, from /proc) beside the relay's.
 BROKER ?= nats
 MODE ?= throughput
 STORAGE ?= postgres
+WAL_DURATION ?= 60s
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
 ifeq ($(MODE),latency)
@@ -126,6 +133,8 @@ else ifeq ($(MODE),horizon)
 	$(GO) test -run '^$$' -bench 'Horizon$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else ifeq ($(MODE),stats)
 	$(GO) test -run '^$$' -bench 'StaleStats$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+else ifeq ($(MODE),wal)
+	$(GO) test -run '^$$' -bench 'WAL$$' -benchtime 1x -timeout 120m ./pkg/relay -events $(EVENTS) -wal.duration $(WAL_DURATION)
 else ifeq ($(MODE),delete)
 	$(GO) test -run '^$$' -bench 'Drain(Null|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else

@@ -270,6 +270,64 @@ func (c *Cluster) exec(ctx context.Context, database, sql string, args ...any) e
 	return err
 }
 
+// ServerCPU returns the user and system CPU time the server has used so
+// far: its postmaster's own, that of every live child process (backends,
+// walsenders, the background processes) and that of the children that have
+// exited, which the postmaster reaps (cutime and cstime in /proc): a
+// connection closed between two readings keeps its share, so the
+// difference between two readings is what the whole server spent in
+// between. Its resolution is the kernel's clock tick (10 ms) per process.
+// It is zero when the server is not running.
+func (c *Cluster) ServerCPU() time.Duration {
+	pid := postmasterPID(c.data)
+	if pid <= 0 || !isPostmasterOf(pid, c.data) {
+		return 0
+	}
+	// The postmaster first: a child that exits after this reading and
+	// before its own is left out rather than counted twice.
+	f := statFields(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	total := ticks(f[11]) + ticks(f[12]) + ticks(f[13]) + ticks(f[14])
+	dirs, _ := os.ReadDir("/proc")
+	parent := strconv.Itoa(pid)
+	for _, d := range dirs {
+		child, err := strconv.Atoi(d.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		if f := statFields(child); len(f) >= 13 && f[1] == parent {
+			total += ticks(f[11]) + ticks(f[12])
+		}
+	}
+	return total
+}
+
+// statFields are the fields of /proc/pid/stat after the command name
+// (which is in parentheses and may hold spaces): the state first, then
+// ppid; utime, stime, cutime and cstime are at 11 to 14. Nil when the
+// process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return nil
+	}
+	return strings.Fields(s[i+2:])
+}
+
+// ticks converts a /proc CPU time in clock ticks to a duration. Linux
+// reports them in USER_HZ, 100 a second on every architecture Go runs on.
+func ticks(field string) time.Duration {
+	n, _ := strconv.ParseInt(field, 10, 64)
+	return time.Duration(n) * 10 * time.Millisecond
+}
+
 // settings are the lines Start adds to postgresql.conf.
 func (c *Cluster) settings(opts Options) []byte {
 	var b bytes.Buffer
