@@ -304,6 +304,52 @@ func (c *Cluster) ServerCPU() time.Duration {
 	return total
 }
 
+// ServerCPUByKind is ServerCPU split by the kind of process: "walsender",
+// "backend" (client connections), the auxiliary processes by their names
+// ("checkpointer", "walwriter", …) and "exited" for connections that
+// closed (the postmaster's reaped children) and the postmaster itself.
+func (c *Cluster) ServerCPUByKind() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	pid := postmasterPID(c.data)
+	if pid <= 0 || !isPostmasterOf(pid, c.data) {
+		return out
+	}
+	f := statFields(pid)
+	if len(f) < 15 {
+		return out
+	}
+	out["exited"] = ticks(f[11]) + ticks(f[12]) + ticks(f[13]) + ticks(f[14])
+	dirs, _ := os.ReadDir("/proc")
+	parent := strconv.Itoa(pid)
+	for _, d := range dirs {
+		child, err := strconv.Atoi(d.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		if f := statFields(child); len(f) >= 13 && f[1] == parent {
+			out[processKind(child)] += ticks(f[11]) + ticks(f[12])
+		}
+	}
+	return out
+}
+
+// processKind names a server process by its title ("postgres: walsender
+// …", "postgres: checkpointer", "postgres: user db host …").
+func processKind(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "exited"
+	}
+	title := strings.TrimPrefix(strings.TrimRight(string(b), "\x00"), "postgres: ")
+	for _, kind := range []string{"walsender", "checkpointer", "background writer", "walwriter", "autovacuum launcher",
+		"logical replication launcher", "archiver", "stats collector"} {
+		if strings.HasPrefix(title, kind) {
+			return kind
+		}
+	}
+	return "backend"
+}
+
 // statFields are the fields of /proc/pid/stat after the command name
 // (which is in parentheses and may hold spaces): the state first, then
 // ppid; utime, stime, cutime and cstime are at 11 to 14. Nil when the

@@ -322,6 +322,29 @@ type logBatch struct {
 	n    int
 }
 
+// createdTimes are events' created_at by id.
+type createdTimes map[uuid.UUID]time.Time
+
+// createdAt is the created_at of the batch's events, by id.
+func (b logBatch) createdAt() createdTimes {
+	m := make(createdTimes, b.n)
+	for _, t := range b.txns {
+		for i := range t.Events {
+			m[t.Events[i].ID] = t.Events[i].CreatedAt
+		}
+	}
+	return m
+}
+
+// of returns the created_at of ids, in their order.
+func (m createdTimes) of(ids []uuid.UUID) []time.Time {
+	out := make([]time.Time, len(ids))
+	for i, id := range ids {
+		out[i] = m[id]
+	}
+	return out
+}
+
 // process publishes a batch of the log's events, records each one's fate,
 // and settles its transactions once every record landed. A batch cut off
 // by a shutdown is not settled: the next reader gets it again.
@@ -457,23 +480,28 @@ func (c *Capture) holdBack(ctx context.Context, events []outbox.Event, seqs []in
 // until it lands or settling must stop; ok is true when all landed.
 func (c *Capture) record(ctx, settling context.Context, b logBatch, delivered []uuid.UUID, failed []storage.Failure, deferred []uuid.UUID) (ok bool) {
 	ok = true
+	created := b.createdAt()
 	if len(delivered) > 0 {
 		op := OpRecordDelivered
 		if c.e.cfg.DeleteDelivered {
 			op = OpRecordDeleted
 		}
 		ok = c.recordUntil(ctx, settling, b, op, len(delivered), func(ctx context.Context) (int, error) {
-			return c.rec.RecordDelivered(ctx, storage.RecordParams{IDs: delivered, Delete: c.e.cfg.DeleteDelivered})
+			return c.rec.RecordDelivered(ctx, storage.RecordParams{IDs: delivered, CreatedAt: created.of(delivered), Delete: c.e.cfg.DeleteDelivered})
 		}) && ok
 	}
 	if len(failed) > 0 {
 		ok = c.recordUntil(ctx, settling, b, OpRecordFailed, len(failed), func(ctx context.Context) (int, error) {
-			return c.rec.RecordFailed(ctx, storage.RecordFailParams{Failures: failed})
+			ids := make([]uuid.UUID, len(failed))
+			for i := range failed {
+				ids[i] = failed[i].ID
+			}
+			return c.rec.RecordFailed(ctx, storage.RecordFailParams{Failures: failed, CreatedAt: created.of(ids)})
 		}) && ok
 	}
 	if len(deferred) > 0 {
 		ok = c.recordUntil(ctx, settling, b, OpDefer, len(deferred), func(ctx context.Context) (int, error) {
-			return c.rec.Defer(ctx, storage.RecordParams{IDs: deferred})
+			return c.rec.Defer(ctx, storage.RecordParams{IDs: deferred, CreatedAt: created.of(deferred)})
 		}) && ok
 	}
 	return ok

@@ -200,20 +200,20 @@ type FailParams struct {
 // RecordParams names rows the log reader settles (LogRecorder).
 type RecordParams struct {
 	IDs []uuid.UUID
+	// CreatedAt holds each row's created_at as the log read it (zero:
+	// unknown, such as ±infinity), so that a table partitioned by it is
+	// searched in one partition per row. Nil: all unknown.
+	CreatedAt []time.Time
 	// Delete deletes delivered rows instead of marking them
 	// (DELIVERED_RETENTION=0).
 	Delete bool
-	// CreatedFrom and CreatedTo bound the rows' created_at when known
-	// (zero: unknown), as Lease's do: a partitioned table is searched in
-	// the partitions they cover only.
-	CreatedFrom, CreatedTo time.Time
 }
 
 // RecordFailParams records failed attempts of rows the log reader took.
 type RecordFailParams struct {
 	Failures []Failure
-	// CreatedFrom and CreatedTo: see RecordParams.
-	CreatedFrom, CreatedTo time.Time
+	// CreatedAt: see RecordParams.
+	CreatedAt []time.Time
 }
 
 // HeldKeysParams asks which keys an earlier event holds (LogRecorder).

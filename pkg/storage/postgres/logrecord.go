@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -22,7 +24,9 @@ func (s *Store) RecordDelivered(ctx context.Context, p storage.RecordParams) (in
 	if p.Delete {
 		what, name = "delete delivered", "record_deleted"
 	}
-	return s.record(ctx, what, name, p.CreatedFrom, p.CreatedTo, uuidArray(p.IDs))
+	return s.record(ctx, what, name, len(p.IDs), p.CreatedAt, func(i []int) []any {
+		return []any{pick(uuidArray(p.IDs), i), pickCreated(p.CreatedAt, i)}
+	})
 }
 
 // RecordFailed records failed attempts of the log reader's rows.
@@ -35,25 +39,68 @@ func (s *Store) RecordFailed(ctx context.Context, p storage.RecordFailParams) (i
 	for i, f := range p.Failures {
 		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
 	}
-	return s.record(ctx, "record failed", "record_failed", p.CreatedFrom, p.CreatedTo, ids, msgs, dead, delays)
+	return s.record(ctx, "record failed", "record_failed", n, p.CreatedAt, func(i []int) []any {
+		return []any{pick(ids, i), pickCreated(p.CreatedAt, i), pick(msgs, i), pick(dead, i), pick(delays, i)}
+	})
 }
 
 // Defer hands the log reader's rows among p.IDs to the claims.
 func (s *Store) Defer(ctx context.Context, p storage.RecordParams) (int, error) {
-	return s.record(ctx, "hand events to the claims", "defer", p.CreatedFrom, p.CreatedTo, uuidArray(p.IDs))
+	return s.record(ctx, "hand events to the claims", "defer", len(p.IDs), p.CreatedAt, func(i []int) []any {
+		return []any{pick(uuidArray(p.IDs), i), pickCreated(p.CreatedAt, i)}
+	})
 }
 
-// record runs one of the log reader's statements, whose arguments are what
-// the statement needs, then the rows' created_at bounds.
-func (s *Store) record(ctx context.Context, what, name string, from, to time.Time, args ...any) (int, error) {
-	span := storage.Lease{CreatedFrom: from, CreatedTo: to}
-	args = append(args, createdFrom(span), createdTo(span))
-	tag, err := s.pool.Exec(ctx, s.queries[name], args...)
-	if err != nil {
-		s.recycle(err)
-		return 0, fmt.Errorf("%s: %w", what, err)
+// record runs one of the log reader's statements for n rows: the rows
+// whose created_at is known in one statement that finds each in its
+// partition, the others (created_at unread: ±infinity) in its _any
+// variant. args gives the statement's arguments for the rows at the
+// indexes it is passed.
+func (s *Store) record(ctx context.Context, what, name string, n int, created []time.Time, args func([]int) []any) (int, error) {
+	var known, unknown []int
+	for i := range n {
+		if i < len(created) && !created[i].IsZero() {
+			known = append(known, i)
+		} else {
+			unknown = append(unknown, i)
+		}
 	}
-	return int(tag.RowsAffected()), nil
+	changed := 0
+	for _, group := range []struct {
+		query string
+		rows  []int
+	}{{name, known}, {name + "_any", unknown}} {
+		if len(group.rows) == 0 {
+			continue
+		}
+		tag, err := s.pool.Exec(ctx, s.queries[group.query], args(group.rows)...)
+		if err != nil {
+			s.recycle(err)
+			return changed, fmt.Errorf("%s: %w", what, err)
+		}
+		changed += int(tag.RowsAffected())
+	}
+	return changed, nil
+}
+
+// pick returns the elements of all at the indexes idx.
+func pick[T any](all []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = all[i]
+	}
+	return out
+}
+
+// pickCreated is pick for created_at values, NULL where unknown.
+func pickCreated(all []time.Time, idx []int) []pgtype.Timestamptz {
+	out := make([]pgtype.Timestamptz, len(idx))
+	for j, i := range idx {
+		if i < len(all) && !all[i].IsZero() {
+			out[j] = pgtype.Timestamptz{Time: all[i], Valid: true}
+		}
+	}
+	return out
 }
 
 // HeldKeys returns the lowest seq holding each of p.Keys that has one.

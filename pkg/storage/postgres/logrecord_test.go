@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -39,5 +41,33 @@ func TestHeldKeysCountsFreshEventsOnlyDuringABackfill(t *testing.T) {
 	}
 	if left, err := tb.Store.FreshLeft(ctx, last-3); err != nil || left {
 		t.Fatalf("FreshLeft below every row = %v, %v; want false", left, err)
+	}
+}
+
+// The log reader finds its rows by id and created_at, or by id alone where
+// it could not read created_at, on a plain and a partitioned table; rows a
+// claim took are left alone.
+func TestRecordDeliveredFindsRowsByCreatedAtOrIDAlone(t *testing.T) {
+	t.Parallel()
+	for name, tb := range map[string]*pgtest.Table{"plain": pgtest.New(t), "partitioned": pgtest.NewPartitioned(t, "day")} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ids := tb.Insert(t, pgtest.Event{}, pgtest.Event{}, pgtest.Event{})
+			var created time.Time
+			if err := tb.Store.Pool().QueryRow(ctx, "SELECT created_at FROM "+tb.Name+" WHERE event_id = $1", ids[0]).Scan(&created); err != nil {
+				t.Fatal(err)
+			}
+			tb.Set(t, ids[2], "status = 'DELIVERING', locked_by = 'a claim', locked_at = now()")
+			n, err := tb.Store.RecordDelivered(ctx, storage.RecordParams{IDs: ids, CreatedAt: []time.Time{created, {}, {}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 2 {
+				t.Fatalf("recorded %d rows, want 2 (the claimed one is the claim's)", n)
+			}
+			if c := tb.Counts(t); c[outbox.StatusDelivered] != 2 || c[outbox.StatusDelivering] != 1 {
+				t.Fatalf("counts %v", c)
+			}
+		})
 	}
 }

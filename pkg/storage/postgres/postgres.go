@@ -176,6 +176,14 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		"{{dead_holds_head}}", "AND "+noDeadBefore(table, "h"),
 		"{{no_dead_before_row}}", noDeadBefore(table, "run"),
 	).Replace(ordered)
+	// The log reader's statements find rows by id and exact created_at
+	// (one partition); rows whose created_at it could not read go
+	// through the _any variant.
+	for _, name := range []string{"record_delivered", "record_deleted", "record_failed", "defer"} {
+		q := queries[name]
+		queries[name] = strings.ReplaceAll(q, "{{created_match}}", "t.created_at = f.created_at")
+		queries[name+"_any"] = strings.ReplaceAll(q, "{{created_match}}", "true")
+	}
 	return queries, nil
 }
 

@@ -1,6 +1,6 @@
 -- Settle delivered events read from the write-ahead log by deleting them
--- (DELIVERED_RETENTION=0), under record_delivered.sql's guard.
-DELETE FROM {{table}}
-WHERE event_id = ANY($1::uuid[])
-  AND status = 'PENDING' AND available_at <= created_at
-  AND created_at BETWEEN $2 AND $3 -- see mark_delivered.sql
+-- (DELIVERED_RETENTION=0), found and guarded as in record_delivered.sql.
+DELETE FROM {{table}} AS t
+USING unnest($1::uuid[], $2::timestamptz[]) AS f(event_id, created_at)
+WHERE t.event_id = f.event_id AND {{created_match}}
+  AND t.status = 'PENDING' AND t.available_at <= t.created_at
