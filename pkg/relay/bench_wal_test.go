@@ -702,6 +702,7 @@ func (w *walBench) runCost(b *testing.B, mode relayMode) costRun {
 		rel = w.startRelay(b, tb, pub, mode, sink)
 	}
 	began := time.Now()
+	kinds0 := w.cluster.ServerCPUByKind()
 	db0, self0 := w.cluster.ServerCPU(), selfCPU()
 	var written time.Time
 	if mode.wal {
@@ -715,6 +716,12 @@ func (w *walBench) runCost(b *testing.B, mode relayMode) costRun {
 		w.walCaughtUp(b, tb)
 	}
 	r := costRun{events: w.n, took: at.Sub(began), db: w.cluster.ServerCPU() - db0, self: selfCPU() - self0}
+	// Where the server's time went, by kind of process.
+	for kind, d := range w.cluster.ServerCPUByKind() {
+		if d -= kinds0[kind]; d > 0 {
+			b.Logf("%s: %s %.1f µs/event", mode.name, kind, float64(d.Microseconds())/float64(w.n))
+		}
+	}
 	if mode.wal {
 		r.tail = max(at.Sub(written), 0)
 	}

@@ -1,6 +1,7 @@
 package pgwal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -57,11 +58,20 @@ type decoder struct {
 	txn      *txn
 	skip     bool
 	replyNow bool
+	// vals is reused from insert to insert; strs interns types and keys.
+	vals []value
+	strs map[string]string
 }
 
 // decode processes one pgoutput message; it returns a transaction when the
-// message is a COMMIT of one with outbox events.
+// message is a COMMIT of one with outbox events. data is only valid until
+// the next message arrives: what an event keeps is copied.
 func (d *decoder) decode(data []byte, a *acks) (*txn, error) {
+	if len(data) > 0 && data[0] == 'I' {
+		// Inserts are nearly every message: read without pglogrepl's
+		// per-column allocations.
+		return nil, d.insert(data)
+	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse logical replication message: %w", err)
@@ -73,19 +83,6 @@ func (d *decoder) decode(data []byte, a *acks) (*txn, error) {
 		d.txn = &txn{xid: m.Xid}
 		d.skip = false
 		a.begin()
-	case *pglogrepl.InsertMessage:
-		rel := d.relations[m.RelationID]
-		if d.txn == nil || rel == nil || !rel.outbox || d.skip {
-			return nil, nil
-		}
-		ev, seq, fresh, err := rel.event(m.Tuple)
-		if err != nil {
-			return nil, fmt.Errorf("decode an outbox insert: %w", err)
-		}
-		if fresh {
-			d.txn.events = append(d.txn.events, ev)
-			d.txn.seqs = append(d.txn.seqs, seq)
-		}
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Transactional && m.Prefix == MovePrefix {
 			d.skip = true
@@ -103,6 +100,91 @@ func (d *decoder) decode(data []byte, a *acks) (*txn, error) {
 	}
 	return nil, nil
 }
+
+// insert reads an Insert message ('I', relation id, 'N', tuple) into the
+// transaction being received.
+func (d *decoder) insert(data []byte) error {
+	if len(data) < 6 || data[5] != 'N' {
+		return fmt.Errorf("malformed insert message")
+	}
+	rel := d.relations[binary.BigEndian.Uint32(data[1:5])]
+	if d.txn == nil || rel == nil || !rel.outbox || d.skip {
+		return nil
+	}
+	// One copy of the message; the event's fields point into it.
+	msg := bytes.Clone(data[6:])
+	vals, err := tupleValues(msg, d.vals[:0])
+	d.vals = vals
+	if err != nil {
+		return fmt.Errorf("decode an outbox insert: %w", err)
+	}
+	ev, seq, fresh, err := rel.event(vals, d.intern)
+	if err != nil {
+		return fmt.Errorf("decode an outbox insert: %w", err)
+	}
+	if fresh {
+		d.txn.events = append(d.txn.events, ev)
+		d.txn.seqs = append(d.txn.seqs, seq)
+	}
+	return nil
+}
+
+// value is one column of a tuple as the message carries it.
+type value struct {
+	kind byte // 'n' NULL, 'u' unchanged TOAST, 't' text, 'b' binary
+	data []byte
+}
+
+// tupleValues splits TupleData (Int16 count, then per column a kind byte
+// and, for text and binary, an Int32 length and the bytes) into vals.
+func tupleValues(b []byte, vals []value) ([]value, error) {
+	if len(b) < 2 {
+		return vals, fmt.Errorf("short tuple")
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	for range n {
+		if len(b) < 1 {
+			return vals, fmt.Errorf("short tuple")
+		}
+		v := value{kind: b[0]}
+		b = b[1:]
+		switch v.kind {
+		case 'n', 'u':
+		case 't', 'b':
+			if len(b) < 4 {
+				return vals, fmt.Errorf("short tuple")
+			}
+			l := int(binary.BigEndian.Uint32(b))
+			if l < 0 || len(b)-4 < l {
+				return vals, fmt.Errorf("short tuple")
+			}
+			v.data = b[4 : 4+l : 4+l]
+			b = b[4+l:]
+		default:
+			return vals, fmt.Errorf("unknown column kind %q", v.kind)
+		}
+		vals = append(vals, v)
+	}
+	return vals, nil
+}
+
+// intern returns b as a string, the same string for the same bytes, so
+// that a stream of events of a few types and keys allocates each once.
+func (d *decoder) intern(b []byte) string {
+	if s, ok := d.strs[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	if len(d.strs) >= internMax {
+		clear(d.strs)
+	}
+	s := string(b)
+	d.strs[s] = s
+	return s
+}
+
+// internMax bounds the interned strings: keys may be unbounded.
+const internMax = 4096
 
 // relation records where the outbox columns are in m's tuples, when m is
 // the outbox table.
@@ -124,19 +206,15 @@ func (d *decoder) relation(m *pglogrepl.RelationMessage) *relation {
 // event reads an inserted row. fresh is false for a row the log does not
 // deliver: one not PENDING, or one due again or scheduled (available_at
 // after created_at), which the claims take.
-func (rel *relation) event(t *pglogrepl.TupleData) (ev outbox.Event, seq int64, fresh bool, err error) {
-	col := func(c int) *pglogrepl.TupleDataColumn {
+func (rel *relation) event(vals []value, intern func([]byte) string) (ev outbox.Event, seq int64, fresh bool, err error) {
+	col := func(c int) []byte {
 		i := rel.at[c]
-		if i < 0 || i >= len(t.Columns) {
+		if i < 0 || i >= len(vals) || vals[i].kind != 'b' {
 			return nil
 		}
-		v := t.Columns[i]
-		if v.DataType != pglogrepl.TupleDataTypeBinary {
-			return nil
-		}
-		return v
+		return vals[i].data
 	}
-	if v := col(colStatus); v == nil || string(v.Data) != "PENDING" {
+	if string(col(colStatus)) != "PENDING" {
 		return ev, 0, false, nil
 	}
 	available, err := timeOf(col(colAvailable), rel.oid[colAvailable])
@@ -150,36 +228,30 @@ func (rel *relation) event(t *pglogrepl.TupleData) (ev outbox.Event, seq int64, 
 	if available.After(created) {
 		return ev, 0, false, nil
 	}
-	v := col(colID)
-	if v == nil || rel.oid[colID] != oidUUID || len(v.Data) != 16 {
+	id := col(colID)
+	if rel.oid[colID] != oidUUID || len(id) != 16 {
 		return ev, 0, false, fmt.Errorf("event_id is not a uuid")
 	}
-	copy(ev.ID[:], v.Data)
-	if v := col(colType); v != nil {
-		ev.Type = string(v.Data)
-	}
-	if v := col(colKey); v != nil {
-		ev.PartitionKey = string(v.Data)
-	}
-	if v := col(colPayload); v != nil {
-		ev.Payload = v.Data
-	}
-	if v := col(colHeaders); v != nil {
-		ev.Headers = v.Data
-		if rel.oid[colHeaders] == oidJSONB && len(ev.Headers) > 0 {
+	copy(ev.ID[:], id)
+	ev.Type = intern(col(colType))
+	ev.PartitionKey = intern(col(colKey))
+	ev.Payload = col(colPayload)
+	if h := col(colHeaders); len(h) > 0 {
+		ev.Headers = h
+		if rel.oid[colHeaders] == oidJSONB {
 			// jsonb's binary form is a version byte, then the text.
-			ev.Headers = ev.Headers[1:]
+			ev.Headers = h[1:]
 		}
 	}
 	if v := col(colAttempts); v != nil {
-		n, err := intOf(v.Data)
+		n, err := intOf(v)
 		if err != nil {
 			return ev, 0, false, fmt.Errorf("attempts: %w", err)
 		}
 		ev.Attempts = int(n)
 	}
 	if v := col(colSeq); v != nil {
-		if seq, err = intOf(v.Data); err != nil {
+		if seq, err = intOf(v); err != nil {
 			return ev, 0, false, fmt.Errorf("seq: %w", err)
 		}
 	}
@@ -202,17 +274,17 @@ var (
 func isFinite(t time.Time) bool { return !t.Equal(negInfinity) && !t.Equal(posInfinity) }
 
 // timeOf reads a binary timestamp(tz); NULL reads as -infinity.
-func timeOf(v *pglogrepl.TupleDataColumn, oid uint32) (time.Time, error) {
+func timeOf(v []byte, oid uint32) (time.Time, error) {
 	if v == nil {
 		return negInfinity, nil
 	}
 	if oid != oidTimestamptz && oid != oidTimestamp {
 		return time.Time{}, fmt.Errorf("type %d is not a timestamp", oid)
 	}
-	if len(v.Data) != 8 {
-		return time.Time{}, fmt.Errorf("%d bytes for a timestamp", len(v.Data))
+	if len(v) != 8 {
+		return time.Time{}, fmt.Errorf("%d bytes for a timestamp", len(v))
 	}
-	us := int64(binary.BigEndian.Uint64(v.Data))
+	us := int64(binary.BigEndian.Uint64(v))
 	switch us {
 	case math.MaxInt64:
 		return posInfinity, nil

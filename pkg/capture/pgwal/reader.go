@@ -399,7 +399,13 @@ func (r *Reader) stream(ctx context.Context) {
 		hb = startHeartbeat(ctx, r.cfg.ConnString, r.cfg.Heartbeat, r.log)
 		defer hb.stop()
 	}
-	d := decoder{schema: r.cfg.Schema, table: r.cfg.Table, relations: map[uint32]*relation{}}
+	d := decoder{schema: r.cfg.Schema, table: r.cfg.Table, relations: map[uint32]*relation{}, strs: map[string]string{}}
+	// Reads wait on the connection's deadline, not on a context: pgconn
+	// watches a context with a goroutine per call, a cost per message.
+	// The end of ctx cuts the read short by moving the deadline.
+	nc := r.conn.Conn()
+	stopWatch := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Now()) })
+	defer stopWatch()
 	nextStatus := time.Now()
 	for {
 		if time.Now().After(nextStatus) {
@@ -409,9 +415,12 @@ func (r *Reader) stream(ctx context.Context) {
 			}
 			nextStatus = time.Now().Add(r.cfg.StatusInterval)
 		}
-		recvCtx, cancel := context.WithDeadline(ctx, nextStatus)
-		msg, err := r.conn.ReceiveMessage(recvCtx)
-		cancel()
+		_ = nc.SetReadDeadline(nextStatus)
+		if ctx.Err() != nil {
+			r.finish()
+			return
+		}
+		msg, err := r.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				r.finish()
@@ -518,6 +527,7 @@ func (r *Reader) sendStatus(ctx context.Context, reply bool) error {
 func (r *Reader) finish() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	_ = r.conn.Conn().SetDeadline(time.Now().Add(time.Second))
 	_ = r.sendStatus(ctx, false)
 }
 
