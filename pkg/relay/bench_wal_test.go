@@ -788,6 +788,11 @@ type sustainedRun struct {
 	// drained is from the end of production to the last event settled.
 	drained time.Duration
 	left    int // rows left PENDING (see rowCounter)
+	// db is the server's CPU from the start of production until the last
+	// event settled: the inserts' share and the relaying's, per event the
+	// same for both modes' inserts.
+	db    time.Duration
+	total int64 // events produced in all
 }
 
 func (r sustainedRun) producedRate() float64  { return float64(r.produced) / r.elapsed.Seconds() }
@@ -833,6 +838,7 @@ func (w *walBench) runSustained(b *testing.B, mode relayMode) sustainedRun {
 	var produced atomic.Int64
 	errs := make(chan error, len(producers))
 	var wg sync.WaitGroup
+	db0 := w.cluster.ServerCPU()
 	began := time.Now()
 	end := began.Add(d)
 	for _, p := range producers {
@@ -864,6 +870,7 @@ func (w *walBench) runSustained(b *testing.B, mode relayMode) sustainedRun {
 	}
 	all := produced.Load()
 	r.drained = max(rel.settled.await(b, all).Sub(end), 0)
+	r.db, r.total = w.cluster.ServerCPU()-db0, all
 	rel.stop(b)
 	r.left = checkSettled(b, tb, rel, mode, int(all))
 	return r
@@ -877,6 +884,8 @@ type latencyRun struct {
 	// behind is the furthest a commit started behind its schedule.
 	behind        time.Duration
 	p50, p99, max time.Duration
+	// db is the server's CPU over the run, inserts included.
+	db time.Duration
 }
 
 // runLatency commits one event per transaction at -wal.latency.rate while
@@ -903,6 +912,7 @@ func (w *walBench) runLatency(b *testing.B, mode relayMode) latencyRun {
 	var behind time.Duration
 	errs := make(chan error, len(producers))
 	var wg sync.WaitGroup
+	db0 := w.cluster.ServerCPU()
 	start := time.Now().Add(100 * time.Millisecond)
 	for k, p := range producers {
 		wg.Add(1)
@@ -939,6 +949,7 @@ func (w *walBench) runLatency(b *testing.B, mode relayMode) latencyRun {
 		b.Fatal(err)
 	}
 	rel.settled.await(b, int64(n))
+	db := w.cluster.ServerCPU() - db0
 	rel.stop(b)
 	left := checkSettled(b, tb, rel, mode, n)
 	lat := make([]time.Duration, 0, n)
@@ -950,7 +961,7 @@ func (w *walBench) runLatency(b *testing.B, mode relayMode) latencyRun {
 		lat = append(lat, arrived.Sub(committed))
 	}
 	slices.Sort(lat)
-	r := latencyRun{events: n, left: left, behind: behind, p50: pct(lat, 0.50), p99: pct(lat, 0.99), max: lat[len(lat)-1]}
+	r := latencyRun{events: n, left: left, behind: behind, p50: pct(lat, 0.50), p99: pct(lat, 0.99), max: lat[len(lat)-1], db: db}
 	if n > 1 {
 		r.rate = float64(n-1) / last.Sub(first).Seconds()
 	}
@@ -1104,28 +1115,31 @@ func (w *walBench) print(out *os.File) {
 	}
 	if len(w.sustained) > 0 {
 		f("\n3. Sustained: %d producers, one event per transaction, as fast as they can for %s\n", sustainedProducers, sustainedDuration())
-		f("  %-10s %10s %11s %11s %9s %9s %9s %9s %5s\n", "mode", "produced/s", "delivered/s", "backlog@25%", "@50%", "@75%", "@100%", "drained", "left")
+		f("  %-10s %10s %11s %11s %9s %9s %9s %9s %5s %9s\n", "mode", "produced/s", "delivered/s", "backlog@25%", "@50%", "@75%", "@100%", "drained", "left", "db-µs/ev")
 		for _, m := range []relayMode{pollMark, walMark} {
 			if r, ok := w.sustained[m.name]; ok {
 				anyLeft = anyLeft || r.left > 0
-				f("  %-10s %10.0f %11.0f %11d %9d %9d %9d %9s %5d\n", m.name, r.producedRate(), r.deliveredRate(),
-					r.backlog[0], r.backlog[1], r.backlog[2], r.backlog[3], r.drained.Round(time.Millisecond), r.left)
+				f("  %-10s %10.0f %11.0f %11d %9d %9d %9d %9s %5d %9.1f\n", m.name, r.producedRate(), r.deliveredRate(),
+					r.backlog[0], r.backlog[1], r.backlog[2], r.backlog[3], r.drained.Round(time.Millisecond), r.left,
+					float64(r.db.Microseconds())/float64(max(r.total, 1)))
 			}
 		}
-		f("  backlog = committed − settled (flat: the relay keeps up); drained = last settle after production ended\n")
+		f("  backlog = committed − settled (flat: the relay keeps up); drained = last settle after production ended;\n")
+		f("  db-µs/ev = the server's CPU per event, inserts included (the same for both modes), while producing and draining\n")
 	}
 	if len(w.latency) > 0 {
 		f("\n4. Latency: one event per transaction at %d/s, COMMIT returned → arrival at the publisher\n", *walLatencyRate)
-		f("  %-10s %7s %9s %9s %9s %9s %8s %5s\n", "mode", "events", "commits/s", "p50", "p99", "max", "behind", "left")
+		f("  %-10s %7s %9s %9s %9s %9s %8s %5s %9s\n", "mode", "events", "commits/s", "p50", "p99", "max", "behind", "left", "db-µs/ev")
 		for _, m := range []relayMode{pollMark, walMark} {
 			if r, ok := w.latency[m.name]; ok {
 				anyLeft = anyLeft || r.left > 0
-				f("  %-10s %7d %9.0f %9s %9s %9s %8s %5d\n", m.name, r.events, r.rate,
+				f("  %-10s %7d %9.0f %9s %9s %9s %8s %5d %9.1f\n", m.name, r.events, r.rate,
 					r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond),
-					r.behind.Round(time.Millisecond), r.left)
+					r.behind.Round(time.Millisecond), r.left, float64(r.db.Microseconds())/float64(max(r.events, 1)))
 			}
 		}
-		f("  behind = the furthest a commit started behind its schedule (large: the producers missed the rate)\n")
+		f("  behind = the furthest a commit started behind its schedule (large: the producers missed the rate);\n")
+		f("  db-µs/ev = the server's CPU per event over the run, inserts included (the same for both modes)\n")
 	}
 	if len(w.held) > 0 {
 		f("\n5. Held snapshot, CAPTURE=wal: %d rounds of %d events inserted while streaming, VACUUM between rounds\n", heldRounds, w.n)

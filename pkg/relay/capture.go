@@ -227,6 +227,16 @@ func (c *Capture) stream(ctx context.Context, s capture.Stream) error {
 		inFlight = 1
 	}
 	slots := make(chan struct{}, inFlight)
+	var records chan logOutcome
+	if c.e.cfg.Ordering != storage.OrderingPartition {
+		records = make(chan logOutcome, inFlight)
+		recorded := make(chan struct{})
+		go c.recordLoop(publishing, settling, records, recorded)
+		defer func() {
+			close(records)
+			<-recorded
+		}()
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	txns := s.Txns()
@@ -266,7 +276,7 @@ func (c *Capture) stream(ctx context.Context, s capture.Stream) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			c.process(publishing, settling, b)
+			c.process(publishing, settling, b, records)
 		}()
 		if closed {
 			wg.Wait()
@@ -345,10 +355,26 @@ func (m createdTimes) of(ids []uuid.UUID) []time.Time {
 	return out
 }
 
-// process publishes a batch of the log's events, records each one's fate,
-// and settles its transactions once every record landed. A batch cut off
-// by a shutdown is not settled: the next reader gets it again.
-func (c *Capture) process(publishing, settling context.Context, b logBatch) {
+// logOutcome is what became of one published batch, waiting to be
+// recorded.
+type logOutcome struct {
+	b         logBatch
+	delivered []uuid.UUID
+	failed    []storage.Failure
+	deferred  []uuid.UUID
+	dead      int
+	firstErr  error
+	// cut is set when a shutdown cut the publishes off: what went is
+	// recorded, and the transactions are not settled, so that the next
+	// reader gets them again.
+	cut bool
+}
+
+// process publishes a batch of the log's events and hands its outcome to
+// be recorded: to the recorder, which gathers outcomes into fewer
+// statements, or — under ordering, where the next batch's held keys must
+// see this one's failures — at once.
+func (c *Capture) process(publishing, settling context.Context, b logBatch, records chan<- logOutcome) {
 	events := make([]outbox.Event, 0, b.n)
 	seqs := make([]int64, 0, b.n)
 	for _, t := range b.txns {
@@ -364,42 +390,101 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch) {
 			return
 		}
 	}
-	var o outcome
+	lo := logOutcome{b: b}
 	if len(events) > 0 {
 		pubCtx, endPublish := c.e.obs.StartPublish(ctx, events)
 		results := c.publishUntilTaken(pubCtx, events)
 		endPublish(results)
+		o := c.e.classify(ctx, events, results)
+		lo.delivered, lo.failed, lo.dead, lo.firstErr = o.delivered, o.failed, o.dead, o.firstErr
 		if ctx.Err() != nil && anyUnavailable(results) {
-			// Shutdown cut the publishes off: what went is recorded, the
-			// rest comes again from the log.
-			o = c.e.classify(ctx, events, results)
-			c.record(ctx, settling, b, o.delivered, nil, nil)
-			return
+			lo.failed, lo.dead, lo.cut = nil, 0, true
+		} else {
+			for _, id := range o.released {
+				// Held back behind an event of their key that failed.
+				handOver = append(handOver, byID(events, id))
+			}
 		}
-		o = c.e.classify(ctx, events, results)
 		if len(o.delivered) > 0 {
 			c.e.broker.worked()
 		}
-		for _, id := range o.released {
-			// Held back behind an event of their key that failed.
-			handOver = append(handOver, byID(events, id))
-		}
 	}
-	deferred := make([]uuid.UUID, len(handOver))
 	for i := range handOver {
-		deferred[i] = handOver[i].ID
+		lo.deferred = append(lo.deferred, handOver[i].ID)
 	}
-	if !c.record(ctx, settling, b, o.delivered, o.failed, deferred) {
+	if records == nil || lo.cut {
+		c.finish(ctx, settling, []logOutcome{lo})
 		return
 	}
-	for _, t := range b.txns {
-		t.Settle()
+	select {
+	case records <- lo:
+	case <-settling.Done():
 	}
-	c.e.obs.Finished(ctx, Outcome{Delivered: len(o.delivered), Failed: len(o.failed) - o.dead, Dead: o.dead, Released: len(deferred)})
-	if len(o.failed) > 0 {
-		c.e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
+}
+
+// recordWindow is how long the recorder gathers outcomes before it writes
+// them, and recordMax how many events it gathers at most: at a steady rate
+// of small transactions each would otherwise cost its own statement. The
+// broker has the events already; only the table's word and the slot's
+// acknowledgement wait.
+const (
+	recordWindow = 10 * time.Millisecond
+	recordMax    = 4 * BatchSizeDefault
+)
+
+// recordLoop records the outcomes it receives, those that arrive within
+// recordWindow of each other in one go, until records is closed.
+func (c *Capture) recordLoop(ctx, settling context.Context, records <-chan logOutcome, done chan<- struct{}) {
+	defer close(done)
+	for first := range records {
+		group, n := []logOutcome{first}, first.b.n
+		window := time.NewTimer(recordWindow)
+	gather:
+		for n < recordMax {
+			select {
+			case o, ok := <-records:
+				if !ok {
+					break gather
+				}
+				group, n = append(group, o), n+o.b.n
+			case <-window.C:
+				break gather
+			}
+		}
+		window.Stop()
+		c.finish(ctx, settling, group)
 	}
-	if len(o.failed) > 0 || len(deferred) > 0 {
+}
+
+// finish records a group of outcomes — one statement per kind for all —
+// and, once every record landed, settles their transactions.
+func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
+	var all logOutcome
+	for _, o := range group {
+		all.b.txns = append(all.b.txns, o.b.txns...)
+		all.b.n += o.b.n
+		all.delivered = append(all.delivered, o.delivered...)
+		all.failed = append(all.failed, o.failed...)
+		all.deferred = append(all.deferred, o.deferred...)
+	}
+	if !c.record(ctx, settling, all.b, all.delivered, all.failed, all.deferred) {
+		return
+	}
+	wake := false
+	for _, o := range group {
+		if o.cut {
+			continue
+		}
+		for _, t := range o.b.txns {
+			t.Settle()
+		}
+		c.e.obs.Finished(ctx, Outcome{Delivered: len(o.delivered), Failed: len(o.failed) - o.dead, Dead: o.dead, Released: len(o.deferred)})
+		if len(o.failed) > 0 {
+			c.e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
+		}
+		wake = wake || len(o.failed) > 0 || len(o.deferred) > 0
+	}
+	if wake {
 		// The claims take them from here; under ordering they also
 		// deliver the deferred events after the failed ones.
 		c.e.Wake()
