@@ -34,6 +34,10 @@ type Start struct {
 	Created bool
 	// Position describes where the stream starts, for the log.
 	Position string
+	// Server identifies the database server and its history (PostgreSQL:
+	// system id and timeline). A different one between two streams means
+	// a failover or a restore: the log position there is new.
+	Server string
 }
 
 // Stream is one open stream of committed transactions.

@@ -83,7 +83,8 @@ type Capture struct {
 	mu     sync.Mutex
 	state  CaptureState
 	err    error
-	opened bool // a stream was open before: a new slot now is a gap filled from the table
+	opened bool   // a stream was open before: a new slot now is a gap filled from the table
+	server string // the database server of the last stream (capture.Start.Server)
 }
 
 // NewCapture returns a Capture that publishes through e and leaves to e's
@@ -173,6 +174,12 @@ func (c *Capture) Run(ctx context.Context) error {
 			continue
 		}
 		failingSince, backoff = time.Time{}, storageBackoffMin
+		if c.server != "" && start.Server != c.server {
+			c.log.Warn("the database server is not the one of the last stream: a failover or a restore; "+
+				"a slot there starts afresh and events written in between are claimed from the table",
+				"was", c.server, "now", start.Server)
+		}
+		c.server = start.Server
 		switch {
 		case start.Created && c.opened:
 			c.log.Warn("made a new replication slot: the old one was lost or dropped; events written in between are claimed from the table",

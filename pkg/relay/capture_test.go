@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,6 +188,25 @@ type walRelay struct {
 
 func startWAL(t *testing.T, w *walTable, cfg relay.Config, pub publisher.Publisher) *walRelay {
 	t.Helper()
+	return startWALObserved(t, w, cfg, pub, nil)
+}
+
+// slotEvents counts what a Capture reports beyond the engine's stages.
+type slotEvents struct {
+	recreated atomic.Int64
+	lost      atomic.Int64
+}
+
+func (s *slotEvents) CaptureStateChanged(st relay.CaptureState, _ error) {
+	if st == relay.CaptureLost {
+		s.lost.Add(1)
+	}
+}
+
+func (s *slotEvents) SlotRecreated() { s.recreated.Add(1) }
+
+func startWALObserved(t *testing.T, w *walTable, cfg relay.Config, pub publisher.Publisher, obs relay.CaptureObserver) *walRelay {
+	t.Helper()
 	if cfg.RelayID == "" {
 		cfg.RelayID = "wal-" + uuid.NewString()[:8]
 	}
@@ -202,7 +222,7 @@ func startWAL(t *testing.T, w *walTable, cfg relay.Config, pub publisher.Publish
 	}
 	src := w.Store.WALSource(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
 		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond, Logger: cfg.Logger})
-	c := relay.NewCapture(e, src, w.Store, nil)
+	c := relay.NewCapture(e, src, w.Store, obs)
 	c.StandbyRetry = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}
@@ -502,4 +522,79 @@ func TestWALSettlesATransactionOnlyOnceItIsVisible(t *testing.T) {
 	w.exec(t, "SELECT pg_reload_conf()")
 	<-inserted
 	waitFor(t, "every event recorded DELIVERED", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 5 })
+}
+
+// A slot the server invalidated (max_slot_wal_keep_size) lost the WAL of
+// the events written meanwhile: the relay says so, makes the slot anew and
+// delivers those events from the table.
+func TestWALLostSlotIsMadeAnewAndNothingSkipped(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t, "max_slot_wal_keep_size = '1MB'", "max_wal_size = '32MB'", "min_wal_size = '32MB'")
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 50, "before")
+	waitFor(t, "the first events delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 50 })
+	_ = r.stop(t)
+	w.InsertN(t, 50, "while.stopped")
+	// Far more WAL than the slot may keep, then a checkpoint, which
+	// invalidates it.
+	w.exec(t, "CREATE TABLE filler AS SELECT g, repeat('x', 1000) AS pad FROM generate_series(1, 40000) g")
+	w.exec(t, "SELECT pg_switch_wal()")
+	w.exec(t, "CHECKPOINT")
+	waitFor(t, "the slot to be invalidated", 30*time.Second, func() bool {
+		var status string
+		conn, err := pgx.Connect(context.Background(), w.cluster.URL(w.db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		_ = conn.QueryRow(context.Background(), "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", w.slot).Scan(&status)
+		if status != "lost" {
+			_, _ = conn.Exec(context.Background(), "CHECKPOINT")
+		}
+		return status == "lost"
+	})
+	obs := &slotEvents{}
+	r2 := startWALObserved(t, w, relay.Config{}, pub, obs)
+	waitFor(t, "every event delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
+	if obs.lost.Load() == 0 || obs.recreated.Load() != 1 {
+		t.Fatalf("lost reported %d times, slot made anew %d times; want the loss said and one new slot", obs.lost.Load(), obs.recreated.Load())
+	}
+	waitFor(t, "the new slot streaming", 30*time.Second, func() bool { st, _ := r2.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 10, "after")
+	waitFor(t, "the stream to carry on", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 110 })
+}
+
+// DELIVERED_RETENTION=0: delivered rows are deleted, not marked.
+func TestWALDeleteModeLeavesNoRows(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{DeleteDelivered: true}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 300, "deleted")
+	waitFor(t, "every event delivered and its row gone", 30*time.Second, func() bool {
+		return pub.distinct() == 300 && len(w.Counts(t)) == 0
+	})
+}
+
+// From CAPTURE=wal back to poll: what the log relay had not settled when
+// it stopped is PENDING, and a polling relay delivers it.
+func TestWALToPollDeliversWhatTheStreamLeft(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{ShutdownTimeout: 2 * time.Second}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	release := make(chan struct{})
+	pub.mu.Lock()
+	pub.block = release
+	pub.mu.Unlock()
+	w.InsertN(t, 100, "switch")
+	<-pub.published
+	_ = r.stop(t) // the publish is cut off: nothing recorded
+	close(release)
+	start(t, relay.Config{}, w.Store, pub)
+	waitFor(t, "every event delivered by polling", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
 }

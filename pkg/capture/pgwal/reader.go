@@ -666,7 +666,8 @@ func (s Source) Open(ctx context.Context) (capture.Stream, capture.Start, error)
 	if err != nil {
 		return nil, capture.Start{}, err
 	}
-	return r, capture.Start{Created: r.slot.Created, Position: r.slot.Start.String()}, nil
+	return r, capture.Start{Created: r.slot.Created, Position: r.slot.Start.String(),
+		Server: fmt.Sprintf("system %s timeline %d", r.slot.SystemID, r.slot.Timeline)}, nil
 }
 
 // Reset drops the slot, so that the next Open creates it anew.

@@ -432,6 +432,9 @@ func (s *Store) attachPartition(ctx context.Context, def *partition, owner, name
 			return err
 		}
 		if moving {
+			if _, err := tx.Exec(ctx, s.queries["partition_move_mark"]); err != nil {
+				return err
+			}
 			q := strings.NewReplacer("{{default}}", def.qualified, "{{partition}}", qualified).
 				Replace(s.queries["partition_move"])
 			if _, err := tx.Exec(ctx, q, from, to); err != nil {
