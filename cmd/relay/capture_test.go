@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -34,5 +37,31 @@ func TestCaptureWALConfigurationErrorsExit2(t *testing.T) {
 	code, _, stderr = runRelay(t, map[string]string{"CAPTURE": "binlog", "PUBLISHER_URL": "null://"})
 	if code != 2 || !strings.Contains(stderr, "CAPTURE must be poll or wal") {
 		t.Fatalf("CAPTURE=binlog: exit %d, want 2; stderr:\n%s", code, stderr)
+	}
+}
+
+// A role without REPLICATION cannot stream the WAL: exit 2 saying what to
+// grant.
+func TestCaptureWALWithoutReplicationExits2(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	tb := pgtest.NewAt(t, c.URL(db))
+	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_openoutbox_events"); err != nil {
+		t.Fatal(err)
+	}
+	schemaName, _, _ := strings.Cut(tb.Name, ".")
+	c.Exec(t, db, "CREATE ROLE relay_norepl LOGIN")
+	c.Exec(t, db, "GRANT USAGE ON SCHEMA "+schemaName+" TO relay_norepl")
+	c.Exec(t, db, "GRANT SELECT, UPDATE, DELETE ON "+tb.Name+" TO relay_norepl")
+	u := strings.Replace(c.URL(db), "postgres@", "relay_norepl@", 1)
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":   storage.URLWithTable(u, tb.Name),
+		"CAPTURE":       "wal",
+		"PUBLISHER_URL": "null://",
+		"HTTP_ADDR":     "127.0.0.1:0",
+	})
+	if code != 2 || !strings.Contains(stderr, "REPLICATION") {
+		t.Fatalf("exit %d, want 2 naming REPLICATION; stderr:\n%s", code, stderr)
 	}
 }
