@@ -114,6 +114,7 @@ func BenchmarkWAL(b *testing.B) {
 		latency:   map[string]latencyRun{},
 		held:      map[string][]heldRound{},
 		heldLeft:  map[string]int{},
+		relayCPU:  map[string]time.Duration{},
 	}
 	if w.n <= 0 || w.per <= 0 {
 		b.Fatalf("-events %d and -wal.txn %d must be positive", w.n, w.per)
@@ -145,6 +146,19 @@ func BenchmarkWAL(b *testing.B) {
 					b.ReportMetric(d, "relay-µs/event")
 				}
 				b.ReportMetric(float64(r.left), "left-pending")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	})
+	b.Run("relay-cpu", func(b *testing.B) {
+		for _, m := range []relayMode{pollMark, walMark} {
+			b.Run(m.name, func(b *testing.B) {
+				var d time.Duration
+				for range b.N {
+					d = w.runRelayCPU(b, m)
+				}
+				w.relayCPU[m.name] = d
+				b.ReportMetric(perEvent(d, w.n), "relay-µs/event")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
@@ -219,6 +233,7 @@ type walBench struct {
 	latency   map[string]latencyRun
 	held      map[string][]heldRound
 	heldLeft  map[string]int // rows left PENDING (see rowCounter)
+	relayCPU  map[string]time.Duration
 }
 
 func (w *walBench) url() string { return w.cluster.URL(w.db) }
@@ -661,6 +676,59 @@ type costRun struct {
 }
 
 func (r costRun) rate() float64 { return float64(r.events) / r.took.Seconds() }
+
+// serverInserts writes n 200-byte events in transactions of per from
+// inside the server (one DO statement), so that this process spends next
+// to nothing producing them and its CPU is the relay's alone.
+func (w *walBench) serverInserts(b *testing.B, tb *pgtest.Table, n int) {
+	b.Helper()
+	conn, err := pgx.Connect(context.Background(), w.url())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	q := fmt.Sprintf(`DO $$
+BEGIN
+    FOR i IN 1..%d LOOP
+        INSERT INTO %s (event_id, event_type, payload)
+        SELECT gen_random_uuid(), 'bench.wal', convert_to(repeat('x', 200), 'UTF8')
+        FROM generate_series(1, %d);
+        COMMIT;
+    END LOOP;
+END $$`, (n+w.per-1)/w.per, tb.Name, w.per)
+	if _, err := conn.Exec(context.Background(), q); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// runRelayCPU measures this process's CPU while the relay in mode relays n
+// events the server itself inserts: for poll a backlog inserted before,
+// for wal inserted while streaming.
+func (w *walBench) runRelayCPU(b *testing.B, mode relayMode) time.Duration {
+	b.Helper()
+	tb, pub := w.table(b, mode.wal)
+	sink := newSink(b, false)
+	var rel *benchRelay
+	if !mode.wal {
+		w.serverInserts(b, tb, w.n)
+		tb.Exec(b, "ANALYZE {{table}}")
+	}
+	w.quiesce(b, tb)
+	if mode.wal {
+		rel = w.startRelay(b, tb, pub, mode, sink)
+	}
+	self0 := selfCPU()
+	if mode.wal {
+		w.serverInserts(b, tb, w.n)
+	} else {
+		rel = w.startRelay(b, tb, pub, mode, sink)
+	}
+	rel.settled.await(b, int64(w.n))
+	d := selfCPU() - self0
+	rel.stop(b)
+	checkSettled(b, tb, rel, mode, w.n)
+	return d
+}
 
 // runProducerOnly measures inserting the events with no relay.
 func (w *walBench) runProducerOnly(b *testing.B) costRun {
@@ -1110,6 +1178,14 @@ func (w *walBench) print(out *os.File) {
 					how = fmt.Sprintf("window %.1f − producer-only %.1f", perEvent(r.self, r.events), perEvent(w.producer.self, w.producer.events))
 				}
 				f("  %-12s %6.1f µs/event  (%s)\n", m.name, d, how)
+			}
+		}
+	}
+	if len(w.relayCPU) > 0 {
+		f("\n2b. Relay CPU per event into null://, the events inserted by the server itself (no producer in this process)\n")
+		for _, m := range []relayMode{pollMark, walMark} {
+			if d, ok := w.relayCPU[m.name]; ok {
+				f("  %-12s %5.1f µs/event\n", m.name, perEvent(d, w.n))
 			}
 		}
 	}

@@ -407,6 +407,7 @@ func (r *Reader) stream(ctx context.Context) {
 	stopWatch := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Now()) })
 	defer stopWatch()
 	nextStatus := time.Now()
+	var deadline time.Time
 	for {
 		if time.Now().After(nextStatus) {
 			if err := r.sendStatus(ctx, false); err != nil {
@@ -415,7 +416,10 @@ func (r *Reader) stream(ctx context.Context) {
 			}
 			nextStatus = time.Now().Add(r.cfg.StatusInterval)
 		}
-		_ = nc.SetReadDeadline(nextStatus)
+		if !nextStatus.Equal(deadline) {
+			deadline = nextStatus
+			_ = nc.SetReadDeadline(deadline)
+		}
 		if ctx.Err() != nil {
 			r.finish()
 			return
