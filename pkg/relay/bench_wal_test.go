@@ -906,6 +906,7 @@ func (w *walBench) runSustained(b *testing.B, mode relayMode) sustainedRun {
 	var produced atomic.Int64
 	errs := make(chan error, len(producers))
 	var wg sync.WaitGroup
+	kinds0 := w.cluster.ServerCPUByKind()
 	db0 := w.cluster.ServerCPU()
 	began := time.Now()
 	end := began.Add(d)
@@ -939,6 +940,11 @@ func (w *walBench) runSustained(b *testing.B, mode relayMode) sustainedRun {
 	all := produced.Load()
 	r.drained = max(rel.settled.await(b, all).Sub(end), 0)
 	r.db, r.total = w.cluster.ServerCPU()-db0, all
+	for kind, cpu := range w.cluster.ServerCPUByKind() {
+		if cpu -= kinds0[kind]; cpu > 0 {
+			b.Logf("%s: %s %.0f%% of a core", mode.name, kind, 100*cpu.Seconds()/time.Since(began).Seconds())
+		}
+	}
 	rel.stop(b)
 	r.left = checkSettled(b, tb, rel, mode, int(all))
 	return r
