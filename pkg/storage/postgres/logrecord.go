@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -73,14 +74,32 @@ func (s *Store) record(ctx context.Context, what, name string, n int, created []
 		if len(group.rows) == 0 {
 			continue
 		}
-		tag, err := s.pool.Exec(ctx, s.queries[group.query], args(group.rows)...)
+		n, err := s.recordOne(ctx, s.queries[group.query], args(group.rows))
 		if err != nil {
 			s.recycle(err)
 			return changed, fmt.Errorf("%s: %w", what, err)
 		}
-		changed += int(tag.RowsAffected())
+		changed += n
 	}
 	return changed, nil
+}
+
+// recordOne runs one record statement after record_plan.sql in one
+// pipeline, one implicit transaction, and returns the rows it changed.
+func (s *Store) recordOne(ctx context.Context, query string, args []any) (int, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.queries["record_plan"])
+	b.Queue(query, args...)
+	results := s.pool.SendBatch(ctx, b)
+	if _, err := results.Exec(); err != nil {
+		_ = results.Close()
+		return 0, err
+	}
+	tag, err := results.Exec()
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	return int(tag.RowsAffected()), err
 }
 
 // pick returns the elements of all at the indexes idx.
