@@ -33,6 +33,7 @@ func consoleCommand() *cli.Command {
 			&cli.BoolFlag{Name: "read-only", EnvVars: []string{"CONSOLE_READ_ONLY"}, Usage: "refuse every action that changes rows"},
 			&cli.StringFlag{Name: "password-file", EnvVars: []string{"CONSOLE_PASSWORD_FILE"}, Usage: "read the password from `FILE` (its first line)"},
 			&cli.StringFlag{Name: "refresh", Value: "5s", Usage: "how often the overview reloads itself (`DURATION`)"},
+			slotFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -59,8 +60,16 @@ func consoleCommand() *cli.Command {
 			}
 			defer store.Close()
 			logger := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+			slotName := c.String("slot")
 			h, err := console.New(store, console.Config{ReadOnly: c.Bool("read-only"), Password: password,
-				Refresh: refresh, Logger: logger})
+				Refresh: refresh, Logger: logger,
+				Slot: func(ctx context.Context) (*console.Slot, error) {
+					s, err := walSlot(ctx, store, slotName)
+					if s == nil || err != nil {
+						return nil, err
+					}
+					return &console.Slot{Name: s.Name, Active: s.Active, WALStatus: s.WALStatus, RetainedBytes: s.RetainedBytes}, nil
+				}})
 			if err != nil {
 				return usagef("%w", err)
 			}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/outbox-relay/relay/internal/bytesize"
+
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -191,7 +193,7 @@ func printPartitions(c *cli.Context, table, by string, parts []storage.Partition
 		}
 		n := partitionCounts(p)
 		rows += n.Pending + n.Delivering + n.Delivered + n.Dead
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, from, to, n.Pending, n.Delivering, n.Delivered, n.Dead, byteSize(p.Bytes))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, from, to, n.Pending, n.Delivering, n.Delivered, n.Dead, bytesize.Format(p.Bytes))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -207,18 +209,4 @@ func partitionCounts(p storage.PartitionInfo) statusCounts {
 		Delivered:  p.Rows[string(outbox.StatusDelivered)],
 		Dead:       p.Rows[string(outbox.StatusDead)],
 	}
-}
-
-// byteSize writes n bytes in binary units: 512 B, 8.0 KiB, 1.5 GiB.
-func byteSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/outbox-relay/relay/internal/bytesize"
 
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -216,7 +219,7 @@ type leaseJSON struct {
 
 func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, watching bool) error {
 	out := c.App.Writer
-	slot, err := walSlot(c, store)
+	slot, err := walSlot(c.Context, store, c.String("slot"))
 	if err != nil {
 		return err
 	}
@@ -284,42 +287,27 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 			state = "a relay streams from it"
 		}
 		_, err := fmt.Fprintf(out, "\nreplication slot %s (CAPTURE=wal): %s; keeps %s of WAL; wal_status %s\n",
-			slot.Name, state, byteCount(slot.RetainedBytes), slot.WALStatus)
+			slot.Name, state, bytesize.Format(slot.RetainedBytes), slot.WALStatus)
 		return err
 	}
 	return nil
 }
 
-// walSlot reads the CAPTURE=wal slot of a PostgreSQL table; nil when there
-// is none (a polled table, or MySQL).
-func walSlot(c *cli.Context, store storage.Storage) (*slotJSON, error) {
+// walSlot reads the CAPTURE=wal slot name (default the table's) of a
+// PostgreSQL table; nil when there is none (a polled table, or MySQL).
+func walSlot(ctx context.Context, store storage.Storage, name string) (*slotJSON, error) {
 	pg, ok := store.(*postgres.Store)
 	if !ok {
 		return nil, nil
 	}
-	name := c.String("slot")
 	if name == "" {
 		name = postgres.SlotDefault(pg.TableName().Name)
 	}
-	st, err := pg.SlotStatus(c.Context, name)
+	st, err := pg.SlotStatus(ctx, name)
 	if err != nil || !st.Exists {
 		return nil, err
 	}
 	return &slotJSON{Name: name, Active: st.Active, WALStatus: st.WALStatus, RetainedBytes: st.RetainedBytes}, nil
-}
-
-// byteCount writes n bytes for a reader: 512 B, 12.3 MB.
-func byteCount(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
 func writeStatsText(out io.Writer, table string, st storage.Stats, ret retentionSettings) error {

@@ -8,6 +8,7 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
@@ -56,6 +57,34 @@ type Config struct {
 	// Logger receives one line per action (who, what, how many); nil
 	// means slog.Default().
 	Logger *slog.Logger
+	// Slot reads the table's CAPTURE=wal replication slot for the
+	// overview (nil, or a nil *Slot: no slot to show).
+	Slot func(ctx context.Context) (*Slot, error)
+}
+
+// Slot is a CAPTURE=wal replication slot as the overview shows it.
+type Slot struct {
+	Name string
+	// Active is true while a relay streams from it.
+	Active bool
+	// WALStatus is the server's word: reserved, extended, unreserved or
+	// lost.
+	WALStatus string
+	// RetainedBytes is the WAL the slot keeps from removal.
+	RetainedBytes int64
+}
+
+// Trouble is what an operator should look at, or "".
+func (s Slot) Trouble() string {
+	switch {
+	case s.WALStatus == "lost":
+		return "lost: the relay makes it anew and claims the events from the table"
+	case s.WALStatus == "unreserved":
+		return "about to be lost: it keeps more WAL than max_slot_wal_keep_size allows"
+	case !s.Active:
+		return "no relay streams from it: it keeps WAL until one does"
+	}
+	return ""
 }
 
 // Validate reports a setting that cannot work.

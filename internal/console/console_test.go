@@ -557,3 +557,20 @@ func TestLoopback(t *testing.T) {
 		}
 	}
 }
+
+// With CAPTURE=wal the overview shows the replication slot, and says when
+// it needs an operator.
+func TestOverviewShowsTheWALSlot(t *testing.T) {
+	t.Parallel()
+	slot := &console.Slot{Name: "outbox_relay_openoutbox_events", WALStatus: "lost", RetainedBytes: 3 << 20}
+	f := newFixture(t, pgtest.Harness{}, console.Config{Slot: func(context.Context) (*console.Slot, error) { return slot, nil }})
+	code, body := f.get(t, "/")
+	if code != http.StatusOK {
+		t.Fatalf("GET / = %d:\n%s", code, body)
+	}
+	mustContain(t, "overview", body, `id="wal-slot"`, "WAL slot outbox_relay_openoutbox_events", "3.0 MiB",
+		"no relay streams", "lost: the relay makes it anew")
+	f2 := newFixture(t, pgtest.Harness{}, console.Config{Slot: func(context.Context) (*console.Slot, error) { return nil, nil }})
+	_, body = f2.get(t, "/")
+	mustNotContain(t, "overview without a slot", body, `id="wal-slot"`)
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/bytesize"
 	"github.com/outbox-relay/relay/internal/duration"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -41,6 +42,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"stampp":  func(t *time.Time) string { return stampOrDash(t) },
 		"deref":   func(s *string) string { return derefOr(s, "") },
 		"num":     func(n int64) string { return strconv.FormatInt(n, 10) },
+		"bytes":   bytesize.Format,
 		"shortid": func(id uuid.UUID) string { return id.String()[:8] },
 	}
 	pages := map[string]*template.Template{}
@@ -88,6 +90,10 @@ var flashes = map[string]string{
 type overviewData struct {
 	Stats storage.Stats
 	Rate  chart
+	// Slot is the CAPTURE=wal slot, nil when there is none; SlotErr says
+	// why it could not be read.
+	Slot    *Slot
+	SlotErr string
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -104,8 +110,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, "read delivery rate: "+err.Error())
 		return
 	}
+	data := overviewData{Stats: st, Rate: newChart(rate)}
+	if c.cfg.Slot != nil {
+		if data.Slot, err = c.cfg.Slot(ctx); err != nil {
+			data.SlotErr = err.Error()
+		}
+	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview",
-		Refresh: int(c.cfg.Refresh / time.Second), Data: overviewData{Stats: st, Rate: newChart(rate)}})
+		Refresh: int(c.cfg.Refresh / time.Second), Data: data})
 }
 
 // chart is the delivery-rate bar chart, laid out for an SVG.

@@ -54,7 +54,7 @@ const (
 	CaptureStreaming   CaptureState = "streaming"
 	CaptureBackfilling CaptureState = "backfilling" // streaming, and claiming what was written before the slot
 	CaptureStandby     CaptureState = "standby"     // another relay reads the log
-	CaptureFailing     CaptureState = "failing"     // the log cannot be opened; claims poll everything
+	CaptureFailing     CaptureState = "failing"     // the log cannot be opened or its stream ended; after 30 s claims poll everything
 	CaptureLost        CaptureState = "lost"        // the log lost its position; claims poll everything
 )
 
@@ -214,16 +214,14 @@ func (c *Capture) stream(ctx context.Context, s capture.Stream) error {
 	if err != nil {
 		return err
 	}
-	backfillDone := make(chan struct{})
 	if upTo > 0 {
 		c.e.freshTo.Store(upTo)
 		c.e.Wake()
 		c.setState(CaptureBackfilling, nil)
-		go c.watchBackfill(ctx, upTo, backfillDone)
+		go c.watchBackfill(ctx, upTo)
 	} else {
 		c.e.freshTo.Store(storage.FreshNone)
 		c.setState(CaptureStreaming, nil)
-		close(backfillDone)
 	}
 
 	publishing, settling, finished := c.e.shutdownContexts(ctx)
@@ -307,9 +305,10 @@ func (c *Capture) lastSeq(ctx context.Context) (int64, error) {
 }
 
 // watchBackfill ends the backfill once no fresh event up to upTo is left
-// PENDING: from then on the claims leave fresh events to the log.
-func (c *Capture) watchBackfill(ctx context.Context, upTo int64, done chan struct{}) {
-	defer close(done)
+// PENDING: from then on the claims leave fresh events to the log. It
+// returns then, at the end of ctx, or when a new stream or a fallback
+// changed what the claims take.
+func (c *Capture) watchBackfill(ctx context.Context, upTo int64) {
 	t := time.NewTicker(backfillCheck)
 	defer t.Stop()
 	for {

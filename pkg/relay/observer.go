@@ -18,8 +18,10 @@ type Observer interface {
 	// per event.
 	StartPublish(ctx context.Context, events []outbox.Event) (_ context.Context, end func(results []error))
 	// StartSettle begins a statement on leased rows: op is mark_delivered
-	// (or delete_delivered), mark_failed, release or renew, and events how
-	// many rows it covers.
+	// (or delete_delivered), mark_failed, release or renew — or, for events
+	// read from the database's log (Capture), record_delivered (or
+	// record_deleted), record_failed or defer — and events how many rows
+	// it covers.
 	StartSettle(ctx context.Context, op string, events int) (_ context.Context, end func(err error))
 	// Finished reports what became of a claimed batch.
 	Finished(ctx context.Context, o Outcome)
