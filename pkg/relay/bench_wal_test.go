@@ -62,6 +62,8 @@ type relayMode struct {
 	name   string
 	wal    bool // CAPTURE=wal; otherwise CAPTURE=poll
 	delete bool // DELIVERED_RETENTION=0 (Config.DeleteDelivered)
+	// noRelay runs no relay at all (producerOnly).
+	noRelay bool
 }
 
 var (
@@ -69,6 +71,9 @@ var (
 	pollDelete = relayMode{name: "poll-delete", delete: true}
 	walMark    = relayMode{name: "wal-mark", wal: true}
 	walDelete  = relayMode{name: "wal-delete", wal: true, delete: true}
+	// producerOnly runs a phase's producers with no relay, for the
+	// database's CPU that the inserts alone cost.
+	producerOnly = relayMode{name: "producer-only", noRelay: true}
 )
 
 // BenchmarkWAL compares CAPTURE=poll (the engine claiming rows, woken by the
@@ -182,7 +187,7 @@ func BenchmarkWAL(b *testing.B) {
 		}
 	})
 	b.Run("latency", func(b *testing.B) {
-		for _, m := range []relayMode{pollMark, walMark} {
+		for _, m := range []relayMode{producerOnly, pollMark, walMark} {
 			b.Run(m.name, func(b *testing.B) {
 				var r latencyRun
 				for range b.N {
@@ -976,7 +981,10 @@ func (w *walBench) runLatency(b *testing.B, mode relayMode) latencyRun {
 	}
 	w.quiesce(b, tb)
 	s := newSink(b, true)
-	rel := w.startRelay(b, tb, pub, mode, s)
+	var rel *benchRelay
+	if !mode.noRelay {
+		rel = w.startRelay(b, tb, pub, mode, s)
+	}
 	n := latencyCount()
 	interval := time.Second / time.Duration(*walLatencyRate)
 	payload := pgtest.Payload(0, 200)
@@ -986,8 +994,16 @@ func (w *walBench) runLatency(b *testing.B, mode relayMode) latencyRun {
 	var behind time.Duration
 	errs := make(chan error, len(producers))
 	var wg sync.WaitGroup
+	kinds0 := w.cluster.ServerCPUByKind()
 	db0 := w.cluster.ServerCPU()
 	start := time.Now().Add(100 * time.Millisecond)
+	defer func() {
+		for kind, cpu := range w.cluster.ServerCPUByKind() {
+			if cpu -= kinds0[kind]; cpu > 0 {
+				b.Logf("%s: %s %.1f µs/event", mode.name, kind, float64(cpu.Microseconds())/float64(n))
+			}
+		}
+	}()
 	for k, p := range producers {
 		wg.Add(1)
 		go func() {
@@ -1021,6 +1037,13 @@ func (w *walBench) runLatency(b *testing.B, mode relayMode) latencyRun {
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
+	}
+	if mode.noRelay {
+		r := latencyRun{events: n, behind: behind, db: w.cluster.ServerCPU() - db0}
+		if n > 1 {
+			r.rate = float64(n-1) / last.Sub(first).Seconds()
+		}
+		return r
 	}
 	rel.settled.await(b, int64(n))
 	db := w.cluster.ServerCPU() - db0
@@ -1211,17 +1234,34 @@ func (w *walBench) print(out *os.File) {
 	}
 	if len(w.latency) > 0 {
 		f("\n4. Latency: one event per transaction at %d/s, COMMIT returned → arrival at the publisher\n", *walLatencyRate)
-		f("  %-10s %7s %9s %9s %9s %9s %8s %5s %9s\n", "mode", "events", "commits/s", "p50", "p99", "max", "behind", "left", "db-µs/ev")
+		f("  %-13s %7s %9s %9s %9s %9s %8s %5s %9s %11s\n", "mode", "events", "commits/s", "p50", "p99", "max", "behind", "left", "db-µs/ev", "relaying")
+		prod, hasProd := w.latency[producerOnly.name]
+		perEv := func(r latencyRun) float64 { return float64(r.db.Microseconds()) / float64(max(r.events, 1)) }
+		if hasProd {
+			f("  %-13s %7d %9.0f %9s %9s %9s %8s %5s %9.1f %11s\n", producerOnly.name, prod.events, prod.rate,
+				"-", "-", "-", prod.behind.Round(time.Millisecond), "-", perEv(prod), "-")
+		}
+		relaying := map[string]float64{}
 		for _, m := range []relayMode{pollMark, walMark} {
 			if r, ok := w.latency[m.name]; ok {
 				anyLeft = anyLeft || r.left > 0
-				f("  %-10s %7d %9.0f %9s %9s %9s %8s %5d %9.1f\n", m.name, r.events, r.rate,
+				rel := "-"
+				if hasProd {
+					relaying[m.name] = perEv(r) - perEv(prod)
+					rel = fmt.Sprintf("%.1f", relaying[m.name])
+				}
+				f("  %-13s %7d %9.0f %9s %9s %9s %8s %5d %9.1f %11s\n", m.name, r.events, r.rate,
 					r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond),
-					r.behind.Round(time.Millisecond), r.left, float64(r.db.Microseconds())/float64(max(r.events, 1)))
+					r.behind.Round(time.Millisecond), r.left, perEv(r), rel)
+			}
+		}
+		if p, ok := relaying[pollMark.name]; ok && p > 0 {
+			if wl, ok := relaying[walMark.name]; ok {
+				f("  relaying db cost at this rate wal/poll = %.2f (%.1f / %.1f µs/event)\n", wl/p, wl, p)
 			}
 		}
 		f("  behind = the furthest a commit started behind its schedule (large: the producers missed the rate);\n")
-		f("  db-µs/ev = the server's CPU per event over the run, inserts included (the same for both modes)\n")
+		f("  db-µs/ev = the server's CPU per event over the run, inserts included; relaying = that − producer-only's\n")
 	}
 	if len(w.held) > 0 {
 		f("\n5. Held snapshot, CAPTURE=wal: %d rounds of %d events inserted while streaming, VACUUM between rounds\n", heldRounds, w.n)

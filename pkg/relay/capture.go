@@ -430,11 +430,12 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 
 // recordWindow is how long the recorder gathers outcomes before it writes
 // them, and recordMax how many events it gathers at most: at a steady rate
-// of small transactions each would otherwise cost its own statement. The
-// broker has the events already; only the table's word and the slot's
-// acknowledgement wait.
+// of small transactions each would otherwise cost its own statement (at
+// 1,000 a second, 50 ms took relaying's database CPU per event from about
+// polling's to 0.6 of it). The broker has the events already; only the
+// table's word and the slot's acknowledgement wait.
 const (
-	recordWindow = 10 * time.Millisecond
+	recordWindow = 50 * time.Millisecond
 	recordMax    = 4 * BatchSizeDefault
 )
 
