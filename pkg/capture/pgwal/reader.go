@@ -76,6 +76,16 @@ type Config struct {
 	Logger    *slog.Logger
 }
 
+// checkNames refuses a slot or publication name that could not be pasted
+// into a replication command safely.
+func (cfg Config) checkNames() error {
+	if !Identifier(cfg.Slot) || !Identifier(cfg.Publication) {
+		return &SetupError{Problem: fmt.Sprintf("invalid slot %q or publication %q", cfg.Slot, cfg.Publication),
+			Fix: "use lowercase letters, digits and underscores"}
+	}
+	return nil
+}
+
 // Slot describes the slot the reader streams from, as Open found it.
 type Slot struct {
 	// Created is true when Open created the slot: rows written before it
@@ -128,9 +138,8 @@ func Open(ctx context.Context, cfg Config) (*Reader, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if !Identifier(cfg.Slot) || !Identifier(cfg.Publication) {
-		return nil, &SetupError{Problem: fmt.Sprintf("invalid slot %q or publication %q", cfg.Slot, cfg.Publication),
-			Fix: "use lowercase letters, digits and underscores"}
+	if err := cfg.checkNames(); err != nil {
+		return nil, err
 	}
 	conn, err := connect(ctx, cfg.ConnString, true)
 	if err != nil {
@@ -194,9 +203,8 @@ func connect(ctx context.Context, connString string, replication bool) (*pgconn.
 // not another database's — without touching the slot: a relay calls it at
 // start, so that a database that cannot serve it is a configuration error.
 func Check(ctx context.Context, cfg Config) error {
-	if !Identifier(cfg.Slot) || !Identifier(cfg.Publication) {
-		return &SetupError{Problem: fmt.Sprintf("invalid slot %q or publication %q", cfg.Slot, cfg.Publication),
-			Fix: "use lowercase letters, digits and underscores"}
+	if err := cfg.checkNames(); err != nil {
+		return err
 	}
 	conn, err := connect(ctx, cfg.ConnString, true)
 	if err != nil {

@@ -32,15 +32,8 @@ func (s *Store) RecordDelivered(ctx context.Context, p storage.RecordParams) (in
 
 // RecordFailed records failed attempts of the log reader's rows.
 func (s *Store) RecordFailed(ctx context.Context, p storage.RecordFailParams) (int, error) {
-	n := len(p.Failures)
-	ids := make([][16]byte, n)
-	msgs := make([]string, n)
-	dead := make([]bool, n)
-	delays := make([]int64, n)
-	for i, f := range p.Failures {
-		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
-	}
-	return s.record(ctx, "record failed", "record_failed", n, p.CreatedAt, func(i []int) []any {
+	ids, msgs, dead, delays := failureArrays(p.Failures)
+	return s.record(ctx, "record failed", "record_failed", len(ids), p.CreatedAt, func(i []int) []any {
 		return []any{pick(ids, i), pickCreated(p.CreatedAt, i), pick(msgs, i), pick(dead, i), pick(delays, i)}
 	})
 }

@@ -333,15 +333,19 @@ func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (in
 // MarkFailed records one failed attempt for each of the lease's rows in
 // p.Failures.
 func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
-	n := len(p.Failures)
-	ids := make([][16]byte, n)
-	msgs := make([]string, n)
-	dead := make([]bool, n)
-	delays := make([]int64, n)
-	for i, f := range p.Failures {
+	ids, msgs, dead, delays := failureArrays(p.Failures)
+	return s.settle(ctx, "mark failed", "mark_failed", p.Lease, ids, msgs, dead, delays)
+}
+
+// failureArrays passes failures to PostgreSQL as one array per column, for
+// unnest: ids, the errors as stored, DEAD or not, delays in microseconds.
+func failureArrays(fs []storage.Failure) (ids [][16]byte, msgs []string, dead []bool, delays []int64) {
+	n := len(fs)
+	ids, msgs, dead, delays = make([][16]byte, n), make([]string, n), make([]bool, n), make([]int64, n)
+	for i, f := range fs {
 		ids[i], msgs[i], dead[i], delays[i] = f.ID, storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds()
 	}
-	return s.settle(ctx, "mark failed", "mark_failed", p.Lease, ids, msgs, dead, delays)
+	return ids, msgs, dead, delays
 }
 
 // Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
