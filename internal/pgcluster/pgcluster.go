@@ -279,27 +279,9 @@ func (c *Cluster) exec(ctx context.Context, database, sql string, args ...any) e
 // between. Its resolution is the kernel's clock tick (10 ms) per process.
 // It is zero when the server is not running.
 func (c *Cluster) ServerCPU() time.Duration {
-	pid := postmasterPID(c.data)
-	if pid <= 0 || !isPostmasterOf(pid, c.data) {
-		return 0
-	}
-	// The postmaster first: a child that exits after this reading and
-	// before its own is left out rather than counted twice.
-	f := statFields(pid)
-	if len(f) < 15 {
-		return 0
-	}
-	total := ticks(f[11]) + ticks(f[12]) + ticks(f[13]) + ticks(f[14])
-	dirs, _ := os.ReadDir("/proc")
-	parent := strconv.Itoa(pid)
-	for _, d := range dirs {
-		child, err := strconv.Atoi(d.Name())
-		if err != nil || child == pid {
-			continue
-		}
-		if f := statFields(child); len(f) >= 13 && f[1] == parent {
-			total += ticks(f[11]) + ticks(f[12])
-		}
+	var total time.Duration
+	for _, d := range c.ServerCPUByKind() {
+		total += d
 	}
 	return total
 }

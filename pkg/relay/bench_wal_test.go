@@ -831,24 +831,22 @@ func checkSettled(b *testing.B, tb *pgtest.Table, rel *benchRelay, mode relayMod
 // all of it for poll, less producer-only's for wal (see costRun). ok is
 // false when producer-only is not there to subtract.
 func (w *walBench) relayingDB(mode relayMode, r costRun) (float64, bool) {
-	if !mode.wal {
-		return perEvent(r.db, r.events), true
-	}
-	if w.producer == nil || w.producer.events != r.events {
-		return 0, false
-	}
-	return perEvent(r.db, r.events) - perEvent(w.producer.db, w.producer.events), true
+	return w.relaying(mode, r, func(r costRun) time.Duration { return r.db })
 }
 
 // relayingSelf is relayingDB for this process's CPU.
 func (w *walBench) relayingSelf(mode relayMode, r costRun) (float64, bool) {
+	return w.relaying(mode, r, func(r costRun) time.Duration { return r.self })
+}
+
+func (w *walBench) relaying(mode relayMode, r costRun, cpu func(costRun) time.Duration) (float64, bool) {
 	if !mode.wal {
-		return perEvent(r.self, r.events), true
+		return perEvent(cpu(r), r.events), true
 	}
 	if w.producer == nil || w.producer.events != r.events {
 		return 0, false
 	}
-	return perEvent(r.self, r.events) - perEvent(w.producer.self, w.producer.events), true
+	return perEvent(cpu(r), r.events) - perEvent(cpu(*w.producer), w.producer.events), true
 }
 
 // sustainedRun is what the sustained phase measured in one mode.
