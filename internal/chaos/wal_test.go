@@ -221,3 +221,61 @@ func TestWALSlotDroppedByAnOperatorMidStream(t *testing.T) {
 		t.Errorf("the relay did not say it made the slot anew:\n%s", tail(p.Log(), 3000))
 	}
 }
+
+// The database fails over to a physical standby, which (before PostgreSQL
+// 17) has no copy of the slot. The relay, following the primary through a
+// multi-host URL with target_session_attrs=read-write, says the server
+// changed, makes the slot anew on the promoted standby and delivers what
+// the old slot never sent from the table: nothing is lost.
+func TestWALDatabaseFailoverToAStandby(t *testing.T) {
+	t.Parallel()
+	primary := pgcluster.Start(t, pgcluster.Options{})
+	db := primary.CreateDatabase(t)
+	tb := pgtest.NewAt(t, primary.URL(db))
+	standby := primary.StartStandby(t)
+	srv := natstest.Start(t)
+	st := srv.Stream(t, jetstream.StreamConfig{Name: "WALFAILOVER", Subjects: []string{"wal.>"}, Duplicates: 10 * time.Minute})
+	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write",
+		primary.Port(), standby.Port(), db)
+	p := startRelay(t, "STORAGE_URL="+storage.URLWithTable(both, tb.Name), "STORAGE_AUTO_MIGRATE=true", "CAPTURE=wal",
+		"PUBLISHER_URL="+srv.URL()+"?timeout=2s")
+	eventually.True(t, time.Minute, func() bool { return streams(p) }, func() string { return "the relay to stream; log:\n" + p.Log() })
+
+	count := func(c *pgcluster.Cluster, status outbox.Status) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.URL(db))
+		if err != nil {
+			return -1
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+tb.Name+" WHERE status = $1", string(status)).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	tb.InsertN(t, 2000, "wal.event")
+	eventually.True(t, time.Minute, func() bool { return count(primary, outbox.StatusDelivered) == 2000 },
+		func() string { return "the first events delivered" })
+	// Written on the primary and never streamed: the relay's stream waits
+	// on a broker that is down, then the primary goes.
+	srv.Stop()
+	tb.InsertN(t, 500, "wal.event")
+	eventually.True(t, time.Minute, func() bool { return count(standby, outbox.StatusPending) == 500 },
+		func() string { return "the standby to have the last events" })
+	primary.Crash(t)
+	standby.Promote(t)
+	srv.Restart()
+	standby.Exec(t, db, "INSERT INTO "+tb.Name+" (event_id, event_type, payload) SELECT gen_random_uuid(), 'wal.event', '\\x00' FROM generate_series(1, 500)")
+	eventually.True(t, 2*time.Minute, func() bool { return count(standby, outbox.StatusDelivered) == 3000 },
+		func() string { return "every event delivered by way of the promoted standby; log:\n" + tail(p.Log(), 4000) })
+	if got := natstest.Count(t, st); got != 3000 {
+		t.Fatalf("stream holds %d distinct events, want 3000", got)
+	}
+	for _, line := range []string{"the database server is not the one of the last stream", "made a new replication slot"} {
+		if !strings.Contains(p.Log(), line) {
+			t.Errorf("the relay did not log %q:\n%s", line, tail(p.Log(), 4000))
+		}
+	}
+}

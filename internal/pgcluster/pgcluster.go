@@ -171,6 +171,85 @@ func start(t testing.TB, opts Options, pickPort func() (int, error)) *Cluster {
 	return c
 }
 
+// StartStandby makes a physical standby of c (pg_basebackup -R, streaming
+// from c) on a free port of its own and starts it; it follows c until
+// Promote. t.Cleanup stops it and removes its directory, as for Start.
+func (c *Cluster) StartStandby(t testing.TB) *Cluster {
+	t.Helper()
+	s := &Cluster{bin: c.bin, owner: c.owner}
+	var err error
+	if s.dir, err = os.MkdirTemp(baseDir(), dirPrefix); err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	s.data = filepath.Join(s.dir, "data")
+	t.Cleanup(s.cleanup)
+	if s.lock, err = lockDir(s.dir); err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	if s.owner != nil {
+		if err := chownAll(s.dir, s.owner); err != nil {
+			t.Fatalf("pgcluster: %v", err)
+		}
+	}
+	out, err := s.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
+		"-D", s.data, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast").CombinedOutput()
+	if err != nil {
+		t.Fatalf("pgcluster: pg_basebackup: %v\n%s", err, out)
+	}
+	if s.port, err = freePort(); err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	// The copied postgresql.conf names the primary's port and socket
+	// directory; the last setting of a name wins.
+	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	_, err = fmt.Fprintf(f, "\n# The standby's own.\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\n", s.port, s.data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	if err := s.pgCtl("start"); err != nil {
+		s.fatal(t, "pg_ctl start (standby)", err)
+	}
+	s.setRunning(true)
+	s.waitReady(t)
+	return s
+}
+
+// Promote makes a standby the primary (pg_ctl promote) and waits until it
+// accepts writes.
+func (c *Cluster) Promote(t testing.TB) {
+	t.Helper()
+	if err := c.pgCtl("promote"); err != nil {
+		c.fatal(t, "pg_ctl promote", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			var inRecovery bool
+			err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+			_ = conn.Close(context.Background())
+			if err == nil && !inRecovery {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgcluster: the standby did not leave recovery: %v", err)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// Port is the port the server listens on.
+func (c *Cluster) Port() int { return c.port }
+
 // URL is the connection URL of database on the cluster, as the postgres
 // superuser: postgres://postgres@127.0.0.1:PORT/database?sslmode=disable.
 func (c *Cluster) URL(database string) string {
@@ -234,6 +313,17 @@ func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
 	if err := c.pgCtl("stop", "-m", "fast"); err != nil {
 		c.fatal(t, "pg_ctl stop", err)
+	}
+	c.setRunning(false)
+}
+
+// Crash stops the server as a crash would (pg_ctl stop -m immediate): no
+// shutdown checkpoint, and no waiting for replication clients, which a
+// clean shutdown does until they confirm everything sent.
+func (c *Cluster) Crash(t testing.TB) {
+	t.Helper()
+	if err := c.pgCtl("stop", "-m", "immediate"); err != nil {
+		c.fatal(t, "pg_ctl stop -m immediate", err)
 	}
 	c.setRunning(false)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outbox-relay/relay/internal/eventually"
 )
 
 // query returns the first column of the first row of sql on database.
@@ -264,4 +265,26 @@ func TestDatabaseName(t *testing.T) {
 	if len(long) > 63 {
 		t.Errorf("%s is longer than an identifier may be", long)
 	}
+}
+
+// A standby follows its primary and, promoted after the primary crashed,
+// takes writes.
+func TestStandbyFollowsThenIsPromoted(t *testing.T) {
+	t.Parallel()
+	p := Start(t, Options{})
+	p.Exec(t, "postgres", "CREATE TABLE followed (n int)")
+	s := p.StartStandby(t)
+	p.Exec(t, "postgres", "INSERT INTO followed VALUES (1)")
+	eventually.True(t, 30*time.Second, func() bool {
+		conn, err := pgx.Connect(context.Background(), s.URL("postgres"))
+		if err != nil {
+			return false
+		}
+		defer conn.Close(context.Background())
+		var n int
+		return conn.QueryRow(context.Background(), "SELECT count(*) FROM followed").Scan(&n) == nil && n == 1
+	}, func() string { return "the standby to replay the insert" })
+	p.Crash(t)
+	s.Promote(t)
+	s.Exec(t, "postgres", "INSERT INTO followed VALUES (2)")
 }
