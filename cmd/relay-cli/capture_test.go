@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -16,6 +17,7 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 	db := c.CreateDatabase(t)
 	url := c.URL(db)
 	tb := pgtest.NewAt(t, url)
+	name := postgres.SlotDefault(tb.Store.TableName()) // the publication's too
 	count := func(sql string) int {
 		var n int
 		if err := tb.Store.Pool().QueryRow(ctx, sql).Scan(&n); err != nil {
@@ -24,15 +26,15 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 		return n
 	}
 	r := ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "wal"}}.run(t))
-	if !strings.Contains(r.stderr, "publication outbox_relay_openoutbox_events ready") {
+	if !strings.Contains(r.stderr, "publication "+name+" ready") {
 		t.Errorf("migrate --capture wal does not say the publication is ready:\n%s", r)
 	}
-	if n := count("SELECT count(*) FROM pg_publication_tables WHERE pubname = 'outbox_relay_openoutbox_events'"); n != 1 {
+	if n := count("SELECT count(*) FROM pg_publication_tables WHERE pubname = '"+name+"'"); n != 1 {
 		t.Fatalf("publication covers %d tables, want 1", n)
 	}
-	c.Exec(t, db, "SELECT pg_create_logical_replication_slot('outbox_relay_openoutbox_events', 'pgoutput')")
+	c.Exec(t, db, "SELECT pg_create_logical_replication_slot('"+name+"', 'pgoutput')")
 	st := ok(t, cmd{args: []string{"stats", "--storage-url", url, "--table", tb.Name}}.run(t))
-	if !strings.Contains(st.stdout, "replication slot outbox_relay_openoutbox_events (CAPTURE=wal): no relay streams from it; keeps ") {
+	if !strings.Contains(st.stdout, "replication slot "+name+" (CAPTURE=wal): no relay streams from it; keeps ") {
 		t.Errorf("stats does not show the slot:\n%s", st.stdout)
 	}
 	js := decode[struct {
@@ -41,12 +43,12 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 			WALStatus string `json:"wal_status"`
 		} `json:"wal_slot"`
 	}](t, ok(t, cmd{args: []string{"stats", "--storage-url", url, "--table", tb.Name, "--json"}}.run(t)))
-	if js.WALSlot == nil || js.WALSlot.Name != "outbox_relay_openoutbox_events" || js.WALSlot.WALStatus == "" {
+	if js.WALSlot == nil || js.WALSlot.Name != name || js.WALSlot.WALStatus == "" {
 		t.Errorf("stats --json wal_slot = %+v", js.WALSlot)
 	}
 	ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "poll"}}.run(t))
-	if n := count("SELECT count(*) FROM pg_publication WHERE pubname = 'outbox_relay_openoutbox_events'") +
-		count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outbox_relay_openoutbox_events'"); n != 0 {
+	if n := count("SELECT count(*) FROM pg_publication WHERE pubname = '"+name+"'") +
+		count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+name+"'"); n != 0 {
 		t.Fatalf("migrate --capture poll left the publication or the slot")
 	}
 	bad := cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "binlog"}}.run(t)

@@ -31,7 +31,7 @@ func migrateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
 			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL)"},
-			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
+			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
 			slotFlag(),
 			jsonFlag(),
 		}, inboxMigrateFlags()...),
@@ -153,7 +153,7 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 	if !ok {
 		return usagef("--capture: only PostgreSQL has a write-ahead log to read; MySQL relays poll")
 	}
-	table := pg.TableName().Name
+	table := pg.TableName()
 	publication, slot := c.String("publication"), c.String("slot")
 	if publication == "" {
 		publication = postgres.PublicationDefault(table)
@@ -181,5 +181,5 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 // slotFlag names the CAPTURE=wal replication slot, as WAL_SLOT_NAME does.
 func slotFlag() cli.Flag {
 	return &cli.StringFlag{Name: "slot", EnvVars: []string{"WAL_SLOT_NAME"},
-		Usage: "the CAPTURE=wal replication slot's `NAME` (default outbox_relay_<table>, as WAL_SLOT_NAME)"}
+		Usage: "the CAPTURE=wal replication slot's `NAME` (default outbox_relay_<schema>_<table>, as WAL_SLOT_NAME)"}
 }

@@ -301,7 +301,7 @@ func walSlot(ctx context.Context, store storage.Storage, name string) (*slotJSON
 		return nil, nil
 	}
 	if name == "" {
-		name = postgres.SlotDefault(pg.TableName().Name)
+		name = postgres.SlotDefault(pg.TableName())
 	}
 	st, err := pg.SlotStatus(ctx, name)
 	if err != nil || !st.Exists {

@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // walStore is what CAPTURE=wal needs of the storage: PostgreSQL's.
@@ -21,11 +22,11 @@ type walStore interface {
 	WALSource(cfg pgwal.Config) pgwal.Source
 	CreatePublication(ctx context.Context, name string) error
 	SlotStatus(ctx context.Context, name string) (postgres.SlotStatus, error)
+	TableName() schema.Table
 }
 
-// walNames are the slot and publication CAPTURE=wal uses for table (its
-// name without the schema).
-func (c config) walNames(table string) (slot, publication string) {
+// walNames are the slot and publication CAPTURE=wal uses for table.
+func (c config) walNames(table schema.Table) (slot, publication string) {
 	slot, publication = c.WALSlotName, c.WALPublicationName
 	if slot == "" {
 		slot = postgres.SlotDefault(table)
@@ -44,11 +45,7 @@ func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *
 	if !ok {
 		return nil, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
 	}
-	table := store.Table()
-	if i := lastDot(table); i >= 0 {
-		table = table[i+1:]
-	}
-	slot, publication := cfg.walNames(table)
+	slot, publication := cfg.walNames(ws.TableName())
 	if cfg.AutoMigrate {
 		if err := ws.CreatePublication(ctx, publication); err != nil {
 			return nil, err
@@ -86,13 +83,4 @@ func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *
 	}
 	log.Info("reading new events from the write-ahead log", "slot", slot, "publication", publication)
 	return relay.NewCapture(engine, src, ws, obs), nil
-}
-
-func lastDot(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '.' {
-			return i
-		}
-	}
-	return -1
 }

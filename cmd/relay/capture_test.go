@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -47,7 +48,7 @@ func TestCaptureWALWithoutReplicationExits2(t *testing.T) {
 	c := pgcluster.Start(t, pgcluster.Options{})
 	db := c.CreateDatabase(t)
 	tb := pgtest.NewAt(t, c.URL(db))
-	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_openoutbox_events"); err != nil {
+	if err := tb.Store.CreatePublication(context.Background(), postgres.PublicationDefault(tb.Store.TableName())); err != nil {
 		t.Fatal(err)
 	}
 	schemaName, _, _ := strings.Cut(tb.Name, ".")

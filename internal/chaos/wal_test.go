@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -202,19 +203,20 @@ func TestWALSlotDroppedByAnOperatorMidStream(t *testing.T) {
 	w.tb.InsertN(t, n/2, "wal.event")
 	// An operator ends the stream and drops the slot in one go, before the
 	// relay can take it again; what is written next is in no slot.
-	w.cluster.Exec(t, w.db, `DO $$
+	slot := postgres.SlotDefault(w.tb.Store.TableName())
+	w.cluster.Exec(t, w.db, strings.ReplaceAll(`DO $$
 		DECLARE pid int;
 		BEGIN
 			LOOP
-				SELECT active_pid INTO pid FROM pg_replication_slots WHERE slot_name = 'outbox_relay_openoutbox_events';
+				SELECT active_pid INTO pid FROM pg_replication_slots WHERE slot_name = '{{slot}}';
 				IF pid IS NOT NULL THEN PERFORM pg_terminate_backend(pid); END IF;
 				BEGIN
-					PERFORM pg_drop_replication_slot('outbox_relay_openoutbox_events');
+					PERFORM pg_drop_replication_slot('{{slot}}');
 					EXIT;
 				EXCEPTION WHEN object_in_use THEN PERFORM pg_sleep(0.01);
 				END;
 			END LOOP;
-		END $$`)
+		END $$`, "{{slot}}", slot))
 	w.tb.InsertN(t, n/2, "wal.event")
 	w.requireAllDelivered(t, n, p)
 	if !strings.Contains(p.Log(), "made a new replication slot") {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,9 @@ const (
 	captureFallbackAfter = 30 * time.Second
 	// backfillCheck is how often a backfill looks whether it is done.
 	backfillCheck = 250 * time.Millisecond
+	// streamSteady is how long a stream must have run for its end to
+	// reset the backoff before the next.
+	streamSteady = time.Minute
 )
 
 // Log operations, as reported to Observer.StartSettle.
@@ -90,7 +94,10 @@ type Capture struct {
 // NewCapture returns a Capture that publishes through e and leaves to e's
 // claims only the events the log does not deliver. Run e as well.
 func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, obs CaptureObserver) *Capture {
-	e.freshTo.Store(storage.FreshNone)
+	// Until a stream opens the claims take every event: opening can wait
+	// (a new slot waits for the transactions running then to end), and a
+	// stream's backfill claims again whatever it might have missed.
+	e.freshTo.Store(0)
 	if obs == nil {
 		obs = nopCaptureObserver{}
 	}
@@ -173,7 +180,7 @@ func (c *Capture) Run(ctx context.Context) error {
 			backoff = min(backoff*2, storageBackoffMax)
 			continue
 		}
-		failingSince, backoff = time.Time{}, storageBackoffMin
+		failingSince = time.Time{}
 		if c.server != "" && start.Server != c.server {
 			c.log.Warn("the database server is not the one of the last stream: a failover or a restore; "+
 				"a slot there starts afresh and events written in between are claimed from the table",
@@ -191,20 +198,37 @@ func (c *Capture) Run(ctx context.Context) error {
 			c.log.Info("streaming from the replication slot", "position", start.Position)
 		}
 		c.opened = true
+		began := time.Now()
 		err = c.stream(ctx, stream)
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = stream.Close(closeCtx)
 		cancel()
-		if ctx.Err() == nil {
-			c.log.Warn("the log stream ended; opening it again", "error", err)
-			c.setState(CaptureFailing, err)
+		if ctx.Err() != nil {
+			break
 		}
+		c.setState(CaptureFailing, err)
+		if errors.As(err, &setup) {
+			// The table or the server changed under the stream (a
+			// column the reader cannot read): an operator's to fix.
+			return err
+		}
+		// A stream that ends soon after it opened would otherwise be
+		// opened again at once, over and over.
+		if time.Since(began) > streamSteady {
+			backoff = storageBackoffMin
+		}
+		c.log.Warn("the log stream ended; opening it again", "error", err, "retry_in", backoff)
+		sleep(ctx, backoff)
+		backoff = min(backoff*2, storageBackoffMax)
 	}
 	return nil
 }
 
 // stream relays one open stream until it ends or ctx does.
-func (c *Capture) stream(ctx context.Context, s capture.Stream) error {
+func (c *Capture) stream(parent context.Context, s capture.Stream) error {
+	// The backfill's watcher ends with the stream.
+	ctx, endStream := context.WithCancel(parent)
+	defer endStream()
 	// Everything written before the stream's position that is not
 	// delivered yet — events of transactions the previous reader had not
 	// settled, and all of them when the slot is new — is claimed from the
@@ -245,49 +269,112 @@ func (c *Capture) stream(ctx context.Context, s capture.Stream) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	txns := s.Txns()
-	for {
-		var first capture.Txn
-		var ok bool
-		select {
-		case first, ok = <-txns:
-		case <-ctx.Done():
-			return nil
-		}
+	// queue holds what was received and not yet batched: transactions,
+	// or the parts of one too large for a batch.
+	var queue []capture.Txn
+	closed := false
+	receive := func(t capture.Txn, ok bool) {
 		if !ok {
-			return s.Err()
+			closed = true
+			return
 		}
-		b := logBatch{txns: []capture.Txn{first}, n: len(first.Events)}
-		closed := false
-	gather:
-		for b.n < c.e.cfg.BatchSize {
+		queue = append(queue, c.split(t)...)
+	}
+	for {
+		if len(queue) == 0 {
 			select {
 			case t, ok := <-txns:
-				if !ok {
-					closed = true
-					break gather
-				}
-				b.txns = append(b.txns, t)
-				b.n += len(t.Events)
-			default:
-				break gather
+				receive(t, ok)
+			case <-ctx.Done():
+				return nil
 			}
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
+		var b logBatch
+		var size int64
+		for {
+			// What is queued first, then what has arrived meanwhile,
+			// without waiting: a batch takes whole parts while they fit.
+			for len(queue) > 0 {
+				part := queue[0]
+				n, bytes := len(part.Events), eventBytes(part.Events)
+				if b.n > 0 && (b.n+n > c.e.cfg.BatchSize || size+bytes > c.e.cfg.MaxBatchBytes) {
+					break
+				}
+				b.txns, b.n, size = append(b.txns, part), b.n+n, size+bytes
+				queue = queue[1:]
+			}
+			if len(queue) > 0 || closed || b.n >= c.e.cfg.BatchSize {
+				break
+			}
+			select {
+			case t, ok := <-txns:
+				receive(t, ok)
+				continue
+			default:
+			}
+			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			c.process(publishing, settling, b, records)
-		}()
-		if closed {
+		if b.n > 0 {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				c.process(publishing, settling, b, records)
+			}()
+		}
+		if closed && len(queue) == 0 {
 			wg.Wait()
 			return s.Err()
 		}
 	}
+}
+
+// split returns t, or, when it holds more events or bytes than a batch
+// takes, its parts in order: each is settled on its own, and t once every
+// part is.
+func (c *Capture) split(t capture.Txn) []capture.Txn {
+	if len(t.Events) <= c.e.cfg.BatchSize && eventBytes(t.Events) <= c.e.cfg.MaxBatchBytes {
+		return []capture.Txn{t}
+	}
+	var parts []capture.Txn
+	for start := 0; start < len(t.Events); {
+		end, bytes := start, int64(0)
+		for end < len(t.Events) && end-start < c.e.cfg.BatchSize {
+			n := int64(len(t.Events[end].Payload) + len(t.Events[end].Headers))
+			if end > start && bytes+n > c.e.cfg.MaxBatchBytes {
+				break
+			}
+			bytes += n
+			end++
+		}
+		parts = append(parts, capture.Txn{Events: t.Events[start:end], Seqs: t.Seqs[start:end], Xid: t.Xid})
+		start = end
+	}
+	var left atomic.Int64
+	left.Store(int64(len(parts)))
+	for i := range parts {
+		parts[i].Settle = func() {
+			if left.Add(-1) == 0 {
+				t.Settle()
+			}
+		}
+	}
+	return parts
+}
+
+// eventBytes is the events' payload and header bytes, the measure of
+// MaxBatchBytes.
+func eventBytes(events []outbox.Event) int64 {
+	var n int64
+	for i := range events {
+		n += int64(len(events[i].Payload) + len(events[i].Headers))
+	}
+	return n
 }
 
 // lastSeq reads where the backfill ends, retrying while the database fails.

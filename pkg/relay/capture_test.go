@@ -110,6 +110,7 @@ type recorder struct {
 	block     chan struct{} // publishes wait for it when set
 	published chan struct{} // closed at the first publish
 	once      sync.Once
+	largest   int // the largest batch published
 }
 
 func newRecorder() *recorder {
@@ -134,6 +135,7 @@ func (r *recorder) Publish(ctx context.Context, batch []outbox.Event) []error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.largest = max(r.largest, len(batch))
 	errs := make([]error, len(batch))
 	for i, ev := range batch {
 		if r.down {
@@ -558,6 +560,7 @@ func TestWALLostSlotIsMadeAnewAndNothingSkipped(t *testing.T) {
 	obs := &slotEvents{}
 	r2 := startWALObserved(t, w, relay.Config{}, pub, obs)
 	waitFor(t, "every event delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
+	waitFor(t, "the slot made anew", 30*time.Second, func() bool { return obs.recreated.Load() > 0 })
 	if obs.lost.Load() == 0 || obs.recreated.Load() != 1 {
 		t.Fatalf("lost reported %d times, slot made anew %d times; want the loss said and one new slot", obs.lost.Load(), obs.recreated.Load())
 	}
@@ -597,4 +600,27 @@ func TestWALToPollDeliversWhatTheStreamLeft(t *testing.T) {
 	close(release)
 	start(t, relay.Config{}, w.Store, pub)
 	waitFor(t, "every event delivered by polling", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
+}
+
+// A transaction larger than a batch goes in batches of BATCH_SIZE, and is
+// acknowledged once every part is settled.
+func TestWALSplitsATransactionLargerThanABatch(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{BatchSize: 10}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 35, "large")
+	end := w.currentLSN(t)
+	waitFor(t, "every event delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 35 })
+	pub.mu.Lock()
+	largest := pub.largest
+	pub.mu.Unlock()
+	if largest > 10 {
+		t.Fatalf("a batch of %d events went to the broker, want at most BATCH_SIZE 10", largest)
+	}
+	waitFor(t, "the slot acknowledged past the transaction", 10*time.Second, func() bool {
+		c, _ := w.slotState(t)
+		return c != "" && w.lsnAtLeast(t, c, end)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -12,10 +13,8 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
-// Type OIDs the decoder tells apart; the other columns it reads are taken
-// as their binary bytes (text, bytea) or integers of any width.
+// Type OIDs the decoder tells apart.
 const (
-	oidTimestamp   = 1114
 	oidTimestamptz = 1184
 	oidUUID        = 2950
 	oidJSONB       = 3802
@@ -78,7 +77,11 @@ func (d *decoder) decode(data []byte, a *acks) (*txn, error) {
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
-		d.relations[m.RelationID] = d.relation(m)
+		rel := d.relation(m)
+		if err := rel.check(); err != nil {
+			return nil, err
+		}
+		d.relations[m.RelationID] = rel
 	case *pglogrepl.BeginMessage:
 		d.txn = &txn{xid: m.Xid}
 		d.skip = false
@@ -203,6 +206,58 @@ func (d *decoder) relation(m *pglogrepl.RelationMessage) *relation {
 	return rel
 }
 
+// Type OIDs the decoder reads each column as.
+const (
+	oidBytea = 17
+	oidInt8  = 20
+	oidInt2  = 21
+	oidInt4  = 23
+	oidText  = 25
+	oidJSON  = 114
+	oidVchar = 1043
+)
+
+// columnTypes are the types the decoder can read each column as; a column
+// missing from a table where the decoder needs it is as bad as a wrong one.
+var columnTypes = [colCount]struct {
+	oids     []uint32
+	required bool
+}{
+	colID:        {[]uint32{oidUUID}, true},
+	colType:      {[]uint32{oidText, oidVchar}, false},
+	colKey:       {[]uint32{oidText, oidVchar}, false},
+	colPayload:   {[]uint32{oidBytea}, false},
+	colHeaders:   {[]uint32{oidJSONB, oidJSON}, false},
+	colStatus:    {[]uint32{oidText, oidVchar}, true},
+	colAttempts:  {[]uint32{oidInt2, oidInt4, oidInt8}, false},
+	colAvailable: {[]uint32{oidTimestamptz}, true},
+	colCreated:   {[]uint32{oidTimestamptz}, true},
+	colSeq:       {[]uint32{oidInt8, oidInt4}, true},
+}
+
+// check refuses an outbox table whose columns the decoder cannot read:
+// every insert would fail the stream, again at every reconnection, while
+// the slot kept the WAL. It is the operator's to fix, as a SetupError.
+func (rel *relation) check() error {
+	if !rel.outbox {
+		return nil
+	}
+	for c, want := range columnTypes {
+		if rel.at[c] < 0 {
+			if want.required {
+				return &SetupError{Problem: fmt.Sprintf("the outbox table has no %s column", columnNames[c]),
+					Fix: "CAPTURE=wal reads the table relay-cli migrate creates; use CAPTURE=poll for this one"}
+			}
+			continue
+		}
+		if !slices.Contains(want.oids, rel.oid[c]) {
+			return &SetupError{Problem: fmt.Sprintf("the outbox table's %s column has a type (oid %d) the WAL reader does not read", columnNames[c], rel.oid[c]),
+				Fix: "use the column types relay-cli migrate creates (timestamptz, not timestamp), or CAPTURE=poll"}
+		}
+	}
+	return nil
+}
+
 // event reads an inserted row. fresh is false for a row the log does not
 // deliver: one not PENDING, or one due again or scheduled (available_at
 // after created_at), which the claims take.
@@ -278,7 +333,7 @@ func timeOf(v []byte, oid uint32) (time.Time, error) {
 	if v == nil {
 		return negInfinity, nil
 	}
-	if oid != oidTimestamptz && oid != oidTimestamp {
+	if oid != oidTimestamptz {
 		return time.Time{}, fmt.Errorf("type %d is not a timestamp", oid)
 	}
 	if len(v) != 8 {

@@ -2,12 +2,15 @@ package pgwal_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/capture/capturetest"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
@@ -65,5 +68,50 @@ func TestReaderSkipsPartitionMoves(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no transaction arrived")
+	}
+}
+
+// A publication that does not publish this table — another table's of the
+// same name in another schema, say — is a setup error, not an empty stream.
+func TestCheckRefusesAPublicationOfAnotherTable(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	a := pgtest.NewAt(t, c.URL(db))
+	b := pgtest.NewAt(t, c.URL(db))
+	if err := a.Store.CreatePublication(context.Background(), "shared_name"); err != nil {
+		t.Fatal(err)
+	}
+	err := pgwal.Check(context.Background(), pgwal.Config{ConnString: b.Store.ConnString(), Schema: b.Store.TableName().Schema,
+		Table: b.Store.TableName().Name, Slot: "s", Publication: "shared_name"})
+	var setup *capture.SetupError
+	if !errors.As(err, &setup) || !strings.Contains(err.Error(), "does not publish table") {
+		t.Fatalf("Check with another table's publication: %v, want a SetupError saying so", err)
+	}
+}
+
+// A column the reader cannot read (created_at without a time zone) ends
+// the stream with a setup error rather than failing it at every insert.
+func TestStreamRefusesColumnsItCannotRead(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	c.Exec(t, db, `CREATE TABLE odd (event_id uuid PRIMARY KEY, event_type text, status text DEFAULT 'PENDING',
+		available_at timestamptz DEFAULT now(), created_at timestamp DEFAULT now(), seq bigserial)`)
+	c.Exec(t, db, "CREATE PUBLICATION odd_pub FOR TABLE odd WITH (publish = 'insert', publish_via_partition_root = true)")
+	r, err := pgwal.Open(context.Background(), pgwal.Config{ConnString: c.URL(db), Table: "odd", Slot: "odd", Publication: "odd_pub", Heartbeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	c.Exec(t, db, "INSERT INTO odd (event_id, event_type) VALUES (gen_random_uuid(), 'x')")
+	select {
+	case _, ok := <-r.Txns():
+		var setup *capture.SetupError
+		if ok || !errors.As(r.Err(), &setup) || !strings.Contains(r.Err().Error(), "created_at") {
+			t.Fatalf("stream: ok %v, err %v; want it ended with a SetupError naming created_at", ok, r.Err())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream neither failed nor delivered")
 	}
 }

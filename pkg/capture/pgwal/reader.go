@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -166,10 +167,16 @@ func connect(ctx context.Context, connString string, replication bool) (*pgconn.
 		return nil, fmt.Errorf("parse storage URL: %w", err)
 	}
 	for k := range cfg.RuntimeParams {
-		// pgxpool's settings, not the server's.
-		if strings.HasPrefix(k, "pool_") {
+		// pgxpool's and pgx's settings, not the server's: the server
+		// refuses a startup parameter it does not know.
+		if strings.HasPrefix(k, "pool_") || clientParams[k] {
 			delete(cfg.RuntimeParams, k)
 		}
+	}
+	if cfg.ConnectTimeout == 0 {
+		// A server that accepts and never answers would hold the reader
+		// (and a relay's start) for good.
+		cfg.ConnectTimeout = ConnectTimeoutDefault
 	}
 	if replication {
 		cfg.RuntimeParams["replication"] = "database"
@@ -197,6 +204,16 @@ func connect(ctx context.Context, connString string, replication bool) (*pgconn.
 	}
 	return conn, nil
 }
+
+// clientParams are URL parameters pgx reads itself and pgconn would pass
+// on to the server.
+var clientParams = map[string]bool{
+	"default_query_exec_mode": true, "statement_cache_capacity": true, "description_cache_capacity": true,
+}
+
+// ConnectTimeoutDefault bounds connecting when the URL sets no
+// connect_timeout.
+const ConnectTimeoutDefault = 10 * time.Second
 
 // Check connects as Open would and checks what Open checks — the role may
 // replicate, wal_level is logical, the publication exists, the slot name is
@@ -250,17 +267,56 @@ func (r *Reader) check(ctx context.Context) error {
 			Fix:     "set wal_level = logical (ALTER SYSTEM SET wal_level = logical, or the managed service's parameter) and restart PostgreSQL, or use CAPTURE=poll",
 		}
 	}
-	pub, err := r.query(ctx, "SELECT 1 FROM pg_publication WHERE pubname = "+literal(r.cfg.Publication))
+	version, err := r.query(ctx, "SHOW server_version_num")
+	if err != nil {
+		return r.setupError(err, "read the server's version")
+	}
+	if n := versionNum(version); n < 150000 {
+		return &SetupError{
+			Problem: fmt.Sprintf("CAPTURE=wal needs PostgreSQL 15 or later (server_version_num %d)", n),
+			Fix:     "upgrade PostgreSQL, or use CAPTURE=poll",
+		}
+	}
+	pub, err := r.query(ctx, "SELECT p.pubinsert, p.pubviaroot, p.puballtables OR EXISTS ("+
+		"SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass("+literal(r.tableName())+"))"+
+		" FROM pg_publication p WHERE p.pubname = "+literal(r.cfg.Publication))
 	if err != nil {
 		return r.setupError(err, "look for the publication")
 	}
-	if len(pub) == 0 {
+	fix := "run relay-cli migrate --capture wal (or start the relay with STORAGE_AUTO_MIGRATE=true)"
+	switch {
+	case len(pub) == 0:
+		return &SetupError{Problem: fmt.Sprintf("publication %s does not exist", r.cfg.Publication), Fix: fix}
+	case pub[0][2] != "t":
 		return &SetupError{
-			Problem: fmt.Sprintf("publication %s does not exist", r.cfg.Publication),
-			Fix:     "run relay-cli migrate --capture wal (or start the relay with STORAGE_AUTO_MIGRATE=true)",
+			Problem: fmt.Sprintf("publication %s does not publish table %s (another table's, by its name?)", r.cfg.Publication, r.tableName()),
+			Fix:     "set WAL_PUBLICATION_NAME and WAL_SLOT_NAME to names of this table's own, then " + fix,
+		}
+	case pub[0][0] != "t" || pub[0][1] != "t":
+		return &SetupError{
+			Problem: fmt.Sprintf("publication %s does not publish inserts through the table itself (publish must include insert, publish_via_partition_root must be true)", r.cfg.Publication),
+			Fix:     fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true), or drop it and %s", r.cfg.Publication, fix),
 		}
 	}
 	return nil
+}
+
+// versionNum reads SHOW server_version_num's answer; 0 when there is none.
+func versionNum(rows [][]string) int {
+	if len(rows) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(rows[0][0])
+	return n
+}
+
+// tableName is the outbox table as SQL names it (its parts are checked
+// identifiers).
+func (r *Reader) tableName() string {
+	if r.cfg.Schema == "" {
+		return `"` + r.cfg.Table + `"`
+	}
+	return `"` + r.cfg.Schema + `"."` + r.cfg.Table + `"`
 }
 
 // prepare checks the server and the publication, finds or creates the slot

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,19 +11,37 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
+	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // What CAPTURE=wal needs in the database beside the table: a publication of
 // the table's inserts (the relay makes its replication slot itself).
 
 // PublicationDefault is the publication's name for a table: one per table,
-// so that relays of two tables in one database do not read each other's.
-func PublicationDefault(table string) string { return "outbox_relay_" + table }
+// so that relays of two tables in one database do not read each other's:
+// outbox_relay_<schema>_<table>, or outbox_relay_<table> for a table named
+// without its schema.
+func PublicationDefault(t schema.Table) string { return walName(t) }
 
-// SlotDefault is the replication slot's name for a table. Slots are named
-// server-wide: two databases of one server with tables of the same name
-// need WAL_SLOT_NAME set apart.
-func SlotDefault(table string) string { return "outbox_relay_" + table }
+// SlotDefault is the replication slot's name for a table, formed as
+// PublicationDefault's. Slots are named server-wide: two databases of one
+// server with tables of the same name need WAL_SLOT_NAME set apart.
+func SlotDefault(t schema.Table) string { return walName(t) }
+
+// walName is outbox_relay_ and the table's name; past PostgreSQL's 63
+// characters it is cut and ends with a hash of the whole, so that two
+// long names stay apart.
+func walName(t schema.Table) string {
+	name := "outbox_relay_" + t.Name
+	if t.Schema != "" {
+		name = "outbox_relay_" + t.Schema + "_" + t.Name
+	}
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:54] + "_" + hex.EncodeToString(sum[:4])
+}
 
 // CreatePublication creates the publication when it does not exist.
 func (s *Store) CreatePublication(ctx context.Context, name string) error {
