@@ -268,6 +268,24 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// A record that fails (the server shutting down, a lost connection)
+	// ends the stream: its transactions are not acknowledged, so the next
+	// stream sends them again, and meanwhile the server is not kept
+	// waiting — a clean shutdown waits for every WAL sender's client to
+	// confirm all it was sent, which this stream cannot while it cannot
+	// record. The batches in flight still record once the database
+	// answers, before stream returns.
+	var releaseOnce sync.Once
+	release := func() {
+		releaseOnce.Do(func() {
+			c.log.Warn("recording failed: ending the log stream until the database answers; it starts again where it was acknowledged")
+			go func() {
+				closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = s.Close(closeCtx)
+			}()
+		})
+	}
 	txns := s.Txns()
 	// queue holds what was received and not yet batched: transactions,
 	// or the parts of one too large for a batch.
@@ -289,7 +307,7 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 				return nil
 			}
 		}
-		var b logBatch
+		b := logBatch{release: release}
 		var size int64
 		for {
 			// What is queued first, then what has arrived meanwhile,
@@ -423,6 +441,9 @@ func (c *Capture) watchBackfill(ctx context.Context, upTo int64) {
 type logBatch struct {
 	txns []capture.Txn
 	n    int
+	// release ends the batch's stream early (see stream): a record that
+	// fails must not leave the server waiting on the stream.
+	release func()
 }
 
 // createdTimes are events' created_at by id.
@@ -554,6 +575,7 @@ func (c *Capture) recordLoop(ctx, settling context.Context, records <-chan logOu
 // and, once every record landed, settles their transactions.
 func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	var all logOutcome
+	all.b.release = group[0].b.release
 	for _, o := range group {
 		all.b.txns = append(all.b.txns, o.b.txns...)
 		all.b.n += o.b.n
@@ -717,6 +739,9 @@ func (c *Capture) recordUntil(ctx, settling context.Context, b logBatch, op stri
 			c.log.Warn("shutdown: giving up recording; the log sends these events again", "op", op, "events", n, "error", err)
 			end(err)
 			return false
+		}
+		if b.release != nil {
+			b.release()
 		}
 		c.log.Warn("recording failed; retrying", "op", op, "error", err, "retry_in", wait)
 		sleep(rctx, wait)
