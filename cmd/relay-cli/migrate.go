@@ -33,6 +33,8 @@ func migrateCommand() *cli.Command {
 			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL)"},
 			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
 			slotFlag(),
+			&cli.StringFlag{Name: "wal-storage-url", EnvVars: []string{"WAL_STORAGE_URL"},
+				Usage: "the relays' replication connection (`URL`, as WAL_STORAGE_URL): --capture poll drops the slot through it when set"},
 			jsonFlag(),
 		}, inboxMigrateFlags()...),
 		Action: func(c *cli.Context) error {
@@ -168,7 +170,12 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 		fmt.Fprintf(c.App.ErrWriter, "relay-cli: publication %s ready; start the relays with CAPTURE=wal (the first makes replication slot %s)\n", publication, slot)
 		return nil
 	}
-	if err := pgwal.DropSlot(c.Context, pg.ConnString(), slot); err != nil {
+	conn := pg.ConnString()
+	if u := c.String("wal-storage-url"); u != "" {
+		// The role with REPLICATION may be another than STORAGE_URL's.
+		conn = u
+	}
+	if err := pgwal.DropSlot(c.Context, conn, slot); err != nil {
 		return fmt.Errorf("%w (stop the relays running with CAPTURE=wal first)", err)
 	}
 	if err := pg.DropPublication(c.Context, publication); err != nil {

@@ -205,10 +205,11 @@ func connect(ctx context.Context, connString string, replication bool) (*pgconn.
 	return conn, nil
 }
 
-// clientParams are URL parameters pgx reads itself and pgconn would pass
-// on to the server.
+// clientParams are URL parameters pgx reads itself, and the relay's own
+// table, which pgconn would pass on to the server.
 var clientParams = map[string]bool{
 	"default_query_exec_mode": true, "statement_cache_capacity": true, "description_cache_capacity": true,
+	"table": true,
 }
 
 // ConnectTimeoutDefault bounds connecting when the URL sets no
