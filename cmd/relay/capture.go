@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture"
@@ -46,33 +45,28 @@ func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *
 		return nil, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
 	}
 	slot, publication := cfg.walNames(ws.TableName())
-	if cfg.AutoMigrate {
-		if err := ws.CreatePublication(ctx, publication); err != nil {
-			return nil, err
-		}
-		log.Info("publication ready", "publication", publication)
-	}
 	wcfg := pgwal.Config{Slot: slot, Publication: publication, Heartbeat: cfg.WALHeartbeatInterval, Logger: log}
 	if cfg.WALHeartbeatInterval == 0 {
 		wcfg.Heartbeat = -1
 	}
 	if cfg.WALStorageURL != "" {
-		u, err := url.Parse(cfg.WALStorageURL)
-		if err != nil {
-			return nil, usageError{errors.New("WAL_STORAGE_URL is not a URL")}
-		}
-		q := u.Query()
-		q.Del("table")
-		u.RawQuery = q.Encode()
-		wcfg.ConnString = u.String()
+		// Its table parameter, if any, is the relay's: pgwal drops it.
+		wcfg.ConnString = cfg.WALStorageURL
 	}
 	src := ws.WALSource(wcfg)
-	if err := pgwal.Check(ctx, src.Config); err != nil {
-		var setup *capture.SetupError
-		if errors.As(err, &setup) {
-			return nil, usageError{fmt.Errorf("CAPTURE=wal: %w", err)}
+	if cfg.AutoMigrate {
+		// The server first: nothing is created in a database that cannot
+		// serve the reader.
+		if err := pgwal.CheckServer(ctx, src.Config); err != nil {
+			return nil, walSetupError(err)
 		}
-		return nil, err
+		if err := ws.CreatePublication(ctx, publication); err != nil {
+			return nil, err
+		}
+		log.Info("publication ready", "publication", publication)
+	}
+	if err := pgwal.Check(ctx, src.Config); err != nil {
+		return nil, walSetupError(err)
 	}
 	obs, err := tel.CaptureObserver(func(ctx context.Context) (int64, bool, error) {
 		st, err := ws.SlotStatus(ctx, slot)
@@ -83,4 +77,14 @@ func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *
 	}
 	log.Info("reading new events from the write-ahead log", "slot", slot, "publication", publication)
 	return relay.NewCapture(engine, src, ws, obs), nil
+}
+
+// walSetupError makes a setting an operator must change a usage error
+// (exit 2).
+func walSetupError(err error) error {
+	var setup *capture.SetupError
+	if errors.As(err, &setup) {
+		return usageError{fmt.Errorf("CAPTURE=wal: %w", err)}
+	}
+	return err
 }

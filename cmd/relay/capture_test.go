@@ -27,6 +27,13 @@ func TestCaptureWALConfigurationErrorsExit2(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "wal_level") || !strings.Contains(stderr, "CAPTURE=poll") {
 		t.Fatalf("wal_level=replica: exit %d, want 2 naming wal_level and the way out; stderr:\n%s", code, stderr)
 	}
+	// Nothing was made for a mode the database cannot serve: a
+	// publication would outlive the test's schema on the shared server.
+	var pubs int
+	if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT count(*) FROM pg_publication WHERE pubname = $1",
+		postgres.PublicationDefault(tb.Store.TableName())).Scan(&pubs); err != nil || pubs != 0 {
+		t.Fatalf("a publication was created for a database without logical WAL (%d, %v)", pubs, err)
+	}
 	code, _, stderr = runRelay(t, map[string]string{
 		"STORAGE_URL":   "mysql://root@127.0.0.1:3306/test",
 		"CAPTURE":       "wal",

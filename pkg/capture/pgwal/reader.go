@@ -216,6 +216,18 @@ var clientParams = map[string]bool{
 // connect_timeout.
 const ConnectTimeoutDefault = 10 * time.Second
 
+// CheckServer connects as Open would and checks the server alone — the
+// role may replicate, wal_level is logical, PostgreSQL 15 or later — so
+// that nothing is created in a database that cannot serve the reader.
+func CheckServer(ctx context.Context, cfg Config) error {
+	conn, err := connect(ctx, cfg.ConnString, true)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return (&Reader{cfg: cfg, conn: conn}).checkServer(ctx)
+}
+
 // Check connects as Open would and checks what Open checks — the role may
 // replicate, wal_level is logical, the publication exists, the slot name is
 // not another database's — without touching the slot: a relay calls it at
@@ -247,8 +259,16 @@ func Check(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// check identifies the server and checks wal_level and the publication.
+// check identifies the server and checks it and the publication.
 func (r *Reader) check(ctx context.Context) error {
+	if err := r.checkServer(ctx); err != nil {
+		return err
+	}
+	return r.checkPublication(ctx)
+}
+
+// checkServer identifies the server and checks wal_level and its version.
+func (r *Reader) checkServer(ctx context.Context) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, r.conn)
 	if err != nil {
 		return r.setupError(err, "identify the server")
@@ -278,6 +298,12 @@ func (r *Reader) check(ctx context.Context) error {
 			Fix:     "upgrade PostgreSQL, or use CAPTURE=poll",
 		}
 	}
+	return nil
+}
+
+// checkPublication checks that the publication publishes the table's
+// inserts through the table itself.
+func (r *Reader) checkPublication(ctx context.Context) error {
 	pub, err := r.query(ctx, "SELECT p.pubinsert, p.pubviaroot, p.puballtables OR EXISTS ("+
 		"SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass("+literal(r.tableName())+"))"+
 		" FROM pg_publication p WHERE p.pubname = "+literal(r.cfg.Publication))
