@@ -29,7 +29,7 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 	if !strings.Contains(r.stderr, "publication "+name+" ready") {
 		t.Errorf("migrate --capture wal does not say the publication is ready:\n%s", r)
 	}
-	if n := count("SELECT count(*) FROM pg_publication_tables WHERE pubname = '"+name+"'"); n != 1 {
+	if n := count("SELECT count(*) FROM pg_publication_tables WHERE pubname = '" + name + "'"); n != 1 {
 		t.Fatalf("publication covers %d tables, want 1", n)
 	}
 	c.Exec(t, db, "SELECT pg_create_logical_replication_slot('"+name+"', 'pgoutput')")

@@ -271,7 +271,9 @@ func TestWALDatabaseFailoverToAStandby(t *testing.T) {
 	srv.Restart()
 	standby.Exec(t, db, "INSERT INTO "+tb.Name+" (event_id, event_type, payload) SELECT gen_random_uuid(), 'wal.event', '\\x00' FROM generate_series(1, 500)")
 	eventually.True(t, 2*time.Minute, func() bool { return count(standby, outbox.StatusDelivered) == 3000 },
-		func() string { return "every event delivered by way of the promoted standby; log:\n" + tail(p.Log(), 4000) })
+		func() string {
+			return "every event delivered by way of the promoted standby; log:\n" + tail(p.Log(), 4000)
+		})
 	if got := natstest.Count(t, st); got != 3000 {
 		t.Fatalf("stream holds %d distinct events, want 3000", got)
 	}
