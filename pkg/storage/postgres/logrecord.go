@@ -155,9 +155,15 @@ func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 }
 
 // FreshLeft reports whether a fresh PENDING row with seq up to upTo is left.
+// It runs after record_plan.sql, as the record statements do: every
+// quarter second during a backfill, it must walk the PENDING index, not
+// scan the table, whatever the statistics say.
 func (s *Store) FreshLeft(ctx context.Context, upTo int64) (bool, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.queries["record_plan"])
 	var left bool
-	if err := s.pool.QueryRow(ctx, s.queries["fresh_left"], upTo).Scan(&left); err != nil {
+	b.Queue(s.queries["fresh_left"], upTo).QueryRow(func(row pgx.Row) error { return row.Scan(&left) })
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		s.recycle(err)
 		return false, fmt.Errorf("look for events left to backfill: %w", err)
 	}
