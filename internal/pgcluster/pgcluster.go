@@ -117,21 +117,7 @@ func start(t testing.TB, opts Options, pickPort func() (int, error)) *Cluster {
 			t.Fatalf("pgcluster: running as root needs the postgres user to run the server: %v", err)
 		}
 	}
-	if c.dir, err = os.MkdirTemp(baseDir(), dirPrefix); err != nil {
-		t.Fatalf("pgcluster: %v", err)
-	}
-	c.data = filepath.Join(c.dir, "data")
-	// Registered before anything can fail, so that a failed Start
-	// leaves nothing either.
-	t.Cleanup(c.cleanup)
-	if c.lock, err = lockDir(c.dir); err != nil {
-		t.Fatalf("pgcluster: %v", err)
-	}
-	if c.owner != nil {
-		if err := chownAll(c.dir, c.owner); err != nil {
-			t.Fatalf("pgcluster: %v", err)
-		}
-	}
+	c.makeDir(t)
 
 	out, err := c.command("initdb", "-D", c.data, "-U", "postgres", "-A", "trust",
 		"-E", "UTF8", "--locale=C", "--no-sync").CombinedOutput()
@@ -171,26 +157,35 @@ func start(t testing.TB, opts Options, pickPort func() (int, error)) *Cluster {
 	return c
 }
 
+// makeDir makes the cluster's locked directory, owned by the user the
+// server runs as, and registers the cleanup that stops the server and
+// removes it — before anything can fail, so that a failed start leaves
+// nothing either.
+func (c *Cluster) makeDir(t testing.TB) {
+	t.Helper()
+	var err error
+	if c.dir, err = os.MkdirTemp(baseDir(), dirPrefix); err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	c.data = filepath.Join(c.dir, "data")
+	t.Cleanup(c.cleanup)
+	if c.lock, err = lockDir(c.dir); err != nil {
+		t.Fatalf("pgcluster: %v", err)
+	}
+	if c.owner != nil {
+		if err := chownAll(c.dir, c.owner); err != nil {
+			t.Fatalf("pgcluster: %v", err)
+		}
+	}
+}
+
 // StartStandby makes a physical standby of c (pg_basebackup -R, streaming
 // from c) on a free port of its own and starts it; it follows c until
 // Promote. t.Cleanup stops it and removes its directory, as for Start.
 func (c *Cluster) StartStandby(t testing.TB) *Cluster {
 	t.Helper()
 	s := &Cluster{bin: c.bin, owner: c.owner}
-	var err error
-	if s.dir, err = os.MkdirTemp(baseDir(), dirPrefix); err != nil {
-		t.Fatalf("pgcluster: %v", err)
-	}
-	s.data = filepath.Join(s.dir, "data")
-	t.Cleanup(s.cleanup)
-	if s.lock, err = lockDir(s.dir); err != nil {
-		t.Fatalf("pgcluster: %v", err)
-	}
-	if s.owner != nil {
-		if err := chownAll(s.dir, s.owner); err != nil {
-			t.Fatalf("pgcluster: %v", err)
-		}
-	}
+	s.makeDir(t)
 	out, err := s.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
 		"-D", s.data, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast").CombinedOutput()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/pgcluster"
@@ -83,6 +84,34 @@ func (w *walTable) lsnAtLeast(t testing.TB, a, b string) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// serverNow is the server's clock.
+func (w *walTable) serverNow(t testing.TB) time.Time {
+	t.Helper()
+	return w.scanTime(t, "SELECT clock_timestamp()")
+}
+
+// lastReply is when the server last heard the slot's reader report its
+// position (zero while none streams).
+func (w *walTable) lastReply(t testing.TB) time.Time {
+	t.Helper()
+	return w.scanTime(t, `SELECT coalesce(r.reply_time, '-infinity') FROM pg_stat_replication r
+		JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = '`+w.slot+`'`)
+}
+
+func (w *walTable) scanTime(t testing.TB, sql string) time.Time {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), w.cluster.URL(w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var at pgtype.Timestamptz
+	if err := conn.QueryRow(context.Background(), sql).Scan(&at); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return at.Time
 }
 
 // currentLSN is the server's WAL insert position.
@@ -311,7 +340,12 @@ func TestWALAcknowledgesOnlyWhatIsSettled(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		w.exec(t, "INSERT INTO other VALUES (1)")
 	}
-	time.Sleep(500 * time.Millisecond) // several status intervals: a wrong acknowledgement would have gone out
+	// Several status reports since those writes: a wrong
+	// acknowledgement would have gone out with them.
+	mark := w.serverNow(t)
+	waitFor(t, "three status reports after the other table's writes", 10*time.Second, func() bool {
+		return w.lastReply(t).After(mark.Add(300 * time.Millisecond))
+	})
 	c, _ := w.slotState(t)
 	if w.lsnAtLeast(t, c, after) {
 		t.Fatalf("slot acknowledged %s, past the unsettled transaction (%s..%s)", c, before, after)

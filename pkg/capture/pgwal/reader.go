@@ -87,8 +87,8 @@ func (cfg Config) checkNames() error {
 	return nil
 }
 
-// Slot describes the slot the reader streams from, as Open found it.
-type Slot struct {
+// slotInfo describes the slot the reader streams from, as Open found it.
+type slotInfo struct {
 	// Created is true when Open created the slot: rows written before it
 	// are not in its stream.
 	Created bool
@@ -116,7 +116,7 @@ type Reader struct {
 	cfg  Config
 	log  *slog.Logger
 	conn *pgconn.PgConn
-	slot Slot
+	slot slotInfo
 
 	acks acks
 	out  chan capture.Txn
@@ -156,9 +156,6 @@ func Open(ctx context.Context, cfg Config) (*Reader, error) {
 	go r.stream(streamCtx)
 	return r, nil
 }
-
-// Slot is the slot as Open found or made it.
-func (r *Reader) Slot() Slot { return r.slot }
 
 // connect opens a connection to connString, a replication one when asked.
 func connect(ctx context.Context, connString string, replication bool) (*pgconn.PgConn, error) {
@@ -245,14 +242,20 @@ func Check(ctx context.Context, cfg Config) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	other, err := r.query(ctx, "SELECT database FROM pg_replication_slots WHERE slot_name = "+literal(cfg.Slot)+
+	return r.slotElsewhere(ctx)
+}
+
+// slotElsewhere is a SetupError when the slot's name is taken by another
+// database's slot: slot names are server-wide.
+func (r *Reader) slotElsewhere(ctx context.Context) error {
+	other, err := r.query(ctx, "SELECT database FROM pg_replication_slots WHERE slot_name = "+literal(r.cfg.Slot)+
 		" AND database IS DISTINCT FROM current_database()")
 	if err != nil {
 		return r.setupError(err, "look for the replication slot")
 	}
 	if len(other) > 0 {
 		return &SetupError{
-			Problem: fmt.Sprintf("replication slot %s belongs to database %s", cfg.Slot, other[0][0]),
+			Problem: fmt.Sprintf("replication slot %s belongs to database %s", r.cfg.Slot, other[0][0]),
 			Fix:     "slot names are server-wide: set WAL_SLOT_NAME to a name of this database's own",
 		}
 	}
@@ -399,15 +402,12 @@ func (r *Reader) createSlot(ctx context.Context) error {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
-			// Slot names are server-wide: it may be another database's.
-			if rows, qerr := r.query(ctx, "SELECT database FROM pg_replication_slots WHERE slot_name = "+literal(r.cfg.Slot)+
-				" AND database IS DISTINCT FROM current_database()"); qerr == nil && len(rows) > 0 {
-				return &SetupError{
-					Problem: fmt.Sprintf("replication slot %s belongs to database %s", r.cfg.Slot, rows[0][0]),
-					Fix:     "slot names are server-wide: set WAL_SLOT_NAME to a name of this database's own",
-				}
+			// The name is taken: by another database's slot, or by
+			// another relay that made it a moment ago.
+			var setup *SetupError
+			if err := r.slotElsewhere(ctx); errors.As(err, &setup) {
+				return err
 			}
-			// Another relay created it a moment ago.
 			return ErrSlotInUse
 		}
 		return r.setupError(err, "create the replication slot")
@@ -468,9 +468,6 @@ func (r *Reader) Txns() <-chan capture.Txn { return r.out }
 // Err is why the stream ended: the connection failed, the slot was dropped
 // or invalidated. Read it after Txns is closed.
 func (r *Reader) Err() error { return r.err }
-
-// Confirmed is the position the reader last acknowledged to the server.
-func (r *Reader) Confirmed() pglogrepl.LSN { return r.acks.lastSent() }
 
 // Close stops streaming, tells the server how far it may discard WAL, and
 // closes the connection.
@@ -613,7 +610,6 @@ func (r *Reader) sendStatus(ctx context.Context, reply bool) error {
 	if err != nil {
 		return fmt.Errorf("send the stream position: %w", err)
 	}
-	r.acks.sent(lsn)
 	return nil
 }
 
@@ -647,7 +643,6 @@ type acks struct {
 	// unsettled one precedes; received is the furthest position the
 	// stream has reached.
 	confirmed, received pglogrepl.LSN
-	last                pglogrepl.LSN
 }
 
 func (a *acks) begin() {
@@ -700,18 +695,6 @@ func (a *acks) safe() pglogrepl.LSN {
 		a.confirmed = max(a.confirmed, a.received)
 	}
 	return a.confirmed
-}
-
-func (a *acks) sent(lsn pglogrepl.LSN) {
-	a.mu.Lock()
-	a.last = max(a.last, lsn)
-	a.mu.Unlock()
-}
-
-func (a *acks) lastSent() pglogrepl.LSN {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.last
 }
 
 // Identifier reports whether s is safe to paste into a replication
