@@ -197,6 +197,20 @@ type FailParams struct {
 	Failures []Failure
 }
 
+// Settlement is the outcome of a held batch (HeldQueue).
+type Settlement struct {
+	Delivered []uuid.UUID
+	// Delete deletes the delivered rows instead of marking them
+	// (DELIVERED_RETENTION=0).
+	Delete bool
+	Failed []Failure
+	// Released go back untouched and due at once, as Queue.Release.
+	Released []uuid.UUID
+}
+
+// Len is how many events the settlement covers.
+func (s Settlement) Len() int { return len(s.Delivered) + len(s.Failed) + len(s.Released) }
+
 // RecordParams names rows the log reader settles (LogRecorder).
 type RecordParams struct {
 	IDs []uuid.UUID

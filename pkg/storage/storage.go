@@ -31,6 +31,7 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
+	"time"
 
 	"github.com/outbox-relay/relay/pkg/driver"
 )
@@ -98,6 +99,50 @@ type Queue interface {
 	// rows it covers now. Setting the same stamp twice is harmless, so a
 	// renewal whose answer was lost can be repeated.
 	Renew(ctx context.Context, p RenewParams) (int, error)
+}
+
+// HeldQueue is offered by a storage that can lease a batch by keeping its
+// rows locked in the claim's open transaction while the batch is published
+// (LEASE_MODE=lock), instead of moving them to DELIVERING and back: every
+// delivered event then costs one new row version and its index entries, not
+// two, and no lease is left for the reaper — when a relay dies its
+// transaction ends, and its rows are PENDING as they were, for a claim to
+// find within ClaimParams.SweepInterval. Unordered claims only: an ordered
+// claim must see which keys are at the broker, which only DELIVERING rows
+// show to other relays.
+type HeldQueue interface {
+	// ClaimHeld claims as Claim does, p.Ordering none, but leaves the rows
+	// PENDING under the row locks of the returned transaction. The
+	// database ends the transaction (rows as they were) once it has been
+	// idle for longer than idle; HeldTx.Keep resets that clock. An empty
+	// batch holds no transaction.
+	ClaimHeld(ctx context.Context, p ClaimParams, idle time.Duration) (HeldBatch, error)
+	// RecordHeld records a held batch's outcome after its transaction
+	// ended without it (HeldTx.Settle failed): in a transaction of its own,
+	// on rows still PENDING, so that delivered events are not delivered
+	// again. It returns how many rows it changed.
+	RecordHeld(ctx context.Context, lease Lease, s Settlement) (int, error)
+}
+
+// HeldBatch is a batch ClaimHeld took.
+type HeldBatch struct {
+	Batch
+	// Tx holds the batch's rows; nil for an empty batch.
+	Tx HeldTx
+}
+
+// HeldTx is the open transaction of a held claim. One goroutine at a time
+// may call its methods.
+type HeldTx interface {
+	// Keep shows the database that the transaction is still in use, so
+	// that it does not end it as idle.
+	Keep(ctx context.Context) error
+	// Settle records the batch's outcome and commits. On an error the
+	// transaction has ended and recorded nothing: the rows are PENDING as
+	// they were (RecordHeld may record the outcome anew).
+	Settle(ctx context.Context, s Settlement) error
+	// Abort ends the transaction, recording nothing.
+	Abort()
 }
 
 // LogRecorder is offered by a storage whose database the relay can read

@@ -32,3 +32,6 @@ func (s *Store) ClaimFloor(relayID string, limit int) int64 {
 	defer p.mu.Unlock()
 	return p.forward(limit)
 }
+
+// Query returns the statement s runs as name, expanded for its table.
+func (s *Store) Query(name string) string { return s.queries[name] }

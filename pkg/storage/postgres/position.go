@@ -94,6 +94,11 @@ type position struct {
 	skippedFrom int64
 	skipping    bool
 	sweepNow    bool
+	// held are the transaction ids of this relay's held claims still open
+	// (LEASE_MODE=lock). They write no rows, so they hold no mark back;
+	// counted as running transactions, they would hold back every mark
+	// made while a batch is at the broker.
+	held map[int64]struct{}
 }
 
 // positions keeps a position per relay id: one store may serve several
@@ -216,6 +221,29 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 		p.sweepFrom = p.safe
 		p.sweepNow = false
 	}
+}
+
+// hold records the id of a held claim's transaction, until the returned
+// function is called. The caller holds p.mu.
+func (p *position) hold(xid int64) (unhold func()) {
+	if p.held == nil {
+		p.held = map[int64]struct{}{}
+	}
+	p.held[xid] = struct{}{}
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.held, xid)
+	}
+}
+
+// heldIDs lists the ids hold recorded. The caller holds p.mu.
+func (p *position) heldIDs() []int64 {
+	ids := make([]int64, 0, len(p.held))
+	for xid := range p.held {
+		ids = append(ids, xid)
+	}
+	return ids
 }
 
 // reset starts the position over from the table's beginning. The caller

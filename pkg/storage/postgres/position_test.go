@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -190,4 +191,38 @@ func TestAnEventWrittenWhileClaimsRunIsClaimedAtOnce(t *testing.T) {
 		close(stop)
 		<-done
 	}
+}
+
+// A relay's own held claims (LEASE_MODE=lock) stay open while their
+// batches are at the broker, and write no rows: they must not hold its
+// claim position back, or every claim would step over the batches still at
+// the broker, and the rows of the batches settled before them.
+func TestARelaysOwnHeldClaimsDoNotHoldItsPositionBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := pgtest.New(t)
+	ids := tb.InsertN(t, 30, "held")
+	const limit = 10
+	p := storage.ClaimParams{RelayID: "r", Limit: limit}
+	for range 3 {
+		b, err := tb.Store.ClaimHeld(ctx, p, time.Minute)
+		if err != nil || len(b.Events) != limit {
+			t.Fatalf("held claim: %d events, %v", len(b.Events), err)
+		}
+		t.Cleanup(b.Tx.Abort) // open until the test ends
+	}
+	var second int64
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2*limit-1]).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' transactions may hold it back for a moment; the relay's
+	// own never.
+	eventually.True(t, 10*time.Second, func() bool {
+		if _, err := tb.Store.ClaimHeld(ctx, p, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return tb.Store.ClaimFloor("r", limit) >= second
+	}, func() string {
+		return fmt.Sprintf("claims start after seq %d, want at least %d (all but the last open batch)", tb.Store.ClaimFloor("r", limit), second)
+	})
 }

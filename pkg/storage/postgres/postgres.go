@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -176,6 +177,16 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		"{{dead_holds_head}}", "AND "+noDeadBefore(table, "h"),
 		"{{no_dead_before_row}}", noDeadBefore(table, "run"),
 	).Replace(ordered)
+	// A held claim's settling statements find its rows by address and id
+	// in its transaction; RecordHeld by id alone after it ended, when the
+	// rows may have moved, and without the created_at range, which
+	// statistics that lag the inserts make look like a better way in than
+	// the primary key (its arguments end before the range's).
+	for _, name := range []string{"held_delivered", "held_deleted", "held_failed", "held_released"} {
+		q := queries[name]
+		queries[name] = strings.ReplaceAll(q, "{{row_match}}", "t.ctid = f.row_id AND t.event_id = f.event_id")
+		queries[name+"_by_id"] = createdRangeLine.ReplaceAllString(strings.ReplaceAll(q, "{{row_match}}", "t.event_id = f.event_id"), "")
+	}
 	// The log reader's statements find rows by id and exact created_at
 	// (one partition); rows whose created_at it could not read go
 	// through the _any variant.
@@ -186,6 +197,10 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	}
 	return queries, nil
 }
+
+// createdRangeLine is the line of a held_*.sql statement that bounds
+// created_at by the claim's range.
+var createdRangeLine = regexp.MustCompile(`(?m)^\s*AND t\.created_at BETWEEN .*$`)
 
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
 func mustReadSQL(name string) string { return storage.MustReadQuery(sqlFiles, "sql/"+name+".sql") }

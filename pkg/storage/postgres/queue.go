@@ -32,19 +32,40 @@ import (
 // transaction ids, then the claiming statement. Knowing the stamp before reading the rows lets a claim
 // whose rows cannot be read in full hand them back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	b, _, _, err := s.claim(ctx, s.pool, p, 0)
+	return b, err
+}
+
+// batchSender runs a pipeline: the pool, or a held claim's connection.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// claim is Claim on on, or, with idle > 0, a held claim (held.go): its
+// pipeline begins a transaction, which it leaves open on on's connection,
+// and takes the rows without leasing them. A held claim returns where each
+// of its rows lies (rows), and unhold, to be called when its transaction
+// ends.
+func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []pgtype.TID, unhold func(), _ error) {
 	p = p.WithDefaults()
+	held := idle > 0
 	b := &pgx.Batch{}
 	claim := s.queries["claim"]
 	var (
 		pos *position
 		pl  plan
 	)
+	if held {
+		b.Queue("BEGIN")
+		b.Queue(s.queries["held_begin"], idle.Milliseconds())
+		claim = s.queries["claim_held"]
+	}
 	if p.Ordering == storage.OrderingPartition {
 		// Ordered claims take turns: the claim statement's snapshot is
 		// taken after the lock is held, so it sees every run another
 		// relay claimed and cannot take a later part of it.
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
-		b.Queue(s.queries["claim_stamp"])
+		b.Queue(s.queries["claim_stamp"], []int64(nil))
 		claim = s.queries["claim_ordered_skip"]
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
@@ -55,7 +76,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		// done once, and a claim of rows due again alone reads the due
 		// index; neither moves the relay's claim position.
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"])
+		b.Queue(s.queries["claim_stamp"], []int64(nil))
 		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, int64(0), freshTo(p.FreshTo))
 	} else {
 		// One relay's claims come one after another; the position is
@@ -65,11 +86,16 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		defer pos.mu.Unlock()
 		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"])
+		b.Queue(s.queries["claim_stamp"], pos.heldIDs())
 		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor, freshTo(p.FreshTo))
 	}
+	if held {
+		// The transaction's id, which its row locks gave it: the relay's
+		// next claims leave it out of the oldest running transaction.
+		b.Queue("SELECT pg_current_xact_id_if_assigned()::text::bigint")
+	}
 
-	results := s.pool.SendBatch(ctx, b)
+	results := on.SendBatch(ctx, b)
 	// Closed once only: after an error, pgx's Close touches the
 	// connection's statement cache even when called again, by which time
 	// the connection is back in the pool and may serve another goroutine.
@@ -82,14 +108,22 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		return results.Close()
 	}
 	defer func() { _ = closeResults() }()
+	if held {
+		for _, step := range []string{"begin", "idle timeout"} {
+			if _, err := results.Exec(); err != nil {
+				s.recycle(err)
+				return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %s: %w", step, err)
+			}
+		}
+	}
 	if p.Ordering == storage.OrderingPartition {
 		if _, err := results.Exec(); err != nil {
 			s.recycle(err)
-			return storage.Batch{}, fmt.Errorf("claim batch: lock: %w", err)
+			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: lock: %w", err)
 		}
 	} else if _, err := results.Exec(); err != nil {
 		s.recycle(err)
-		return storage.Batch{}, fmt.Errorf("claim batch: plan: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: plan: %w", err)
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
 	var (
@@ -98,9 +132,13 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	)
 	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax, &issued); err != nil {
 		s.recycle(err)
-		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
-	events, lowest, highest, err := readEvents(results, p.Limit)
+	events, rows, lowest, highest, err := readEvents(results, p.Limit, held)
+	var xid pgtype.Int8
+	if err == nil && held {
+		err = results.QueryRow().Scan(&xid)
+	}
 	if err == nil {
 		err = closeResults()
 	}
@@ -110,15 +148,21 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		_ = closeResults()
 		claimErr := fmt.Errorf("claim batch: %w", err)
 		var pgErr *pgconn.PgError
+		if held {
+			// Its transaction is still open: ClaimHeld ends it, and the
+			// rows are PENDING as they were.
+			s.recycle(err)
+			return storage.Batch{}, nil, nil, claimErr
+		}
 		if errors.As(err, &pgErr) {
 			// The server refused the claim, so the pipeline's implicit
 			// transaction rolled back and no row is leased: nothing to hand
 			// back, and a hand-back failing for the same reason would only
 			// blur the error.
 			s.recycle(err)
-			return storage.Batch{}, claimErr
+			return storage.Batch{}, nil, nil, claimErr
 		}
-		return storage.Batch{}, s.handBack(ctx, lease, claimErr)
+		return storage.Batch{}, nil, nil, s.handBack(ctx, lease, claimErr)
 	}
 	batch := storage.Batch{Lease: lease, Events: events}
 	if pos != nil {
@@ -141,7 +185,11 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
-	return batch, nil
+	unhold = func() {}
+	if pos != nil && xid.Valid {
+		unhold = pos.hold(xid.Int64)
+	}
+	return batch, rows, unhold, nil
 }
 
 // freshTo is the highest seq of a fresh row a claim may take
@@ -238,17 +286,17 @@ const handBackTimeout = 5 * time.Second
 const claimLockClass = 0x6f72 // "or"
 
 // readEvents reads the claimed rows, which the claim returns in write
-// order, the lowest seq among those that were not PENDING again (0 for
+// order, with a held claim's row addresses, the lowest seq among those that were not PENDING again (0 for
 // none: rows a sweep found behind the claim position) and the highest seq.
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int) (events []outbox.Event, lowest, highest int64, err error) {
+func readEvents(results pgx.BatchResults, limit int, held bool) (events []outbox.Event, addrs []pgtype.TID, lowest, highest int64, err error) {
 	rows, err := results.Query()
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, nil, 0, 0, err
 	}
 	defer rows.Close()
 	events = make([]outbox.Event, 0, limit)
@@ -261,14 +309,24 @@ func readEvents(results pgx.BatchResults, limit int) (events []outbox.Event, low
 		createdAt                  pgtype.Timestamptz
 		seq                        pgtype.Int8
 		again                      pgtype.Bool
+		addr                       pgtype.TID
 		arena                      byteArena
 		strs                       = map[string]string{}
 	)
+	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again}
+	if held {
+		// A held claim's rows come with their addresses (claim_held.sql).
+		dest = append(dest, &addr)
+		addrs = make([]pgtype.TID, 0, limit)
+	}
 	for rows.Next() {
 		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
 		// through database/sql's Scanner and the id's text form.
-		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again); err != nil {
-			return nil, 0, 0, fmt.Errorf("read row: %w", err)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, 0, 0, fmt.Errorf("read row: %w", err)
+		}
+		if held {
+			addrs = append(addrs, addr)
 		}
 		if seq.Valid && !again.Bool && (lowest == 0 || seq.Int64 < lowest) {
 			lowest = seq.Int64
@@ -287,7 +345,7 @@ func readEvents(results pgx.BatchResults, limit int) (events []outbox.Event, low
 		}
 		events = append(events, e)
 	}
-	return events, lowest, highest, rows.Err()
+	return events, addrs, lowest, highest, rows.Err()
 }
 
 // intern returns b as a string, the same string for the same bytes.

@@ -60,6 +60,13 @@ var tests = []struct {
 	{"Settle/LeaseStampsKeepMicroseconds", testLeaseStampsKeepMicroseconds},
 	{"Settle/StaleLeasesChangeNothing", testStaleLeasesChangeNothing},
 
+	{"Held/LeavesRowsPendingUnderItsLocks", testHeldClaimLeavesRowsPendingUnderItsLocks},
+	{"Held/SettleRecordsEveryOutcome", testHeldSettleRecordsEveryOutcome},
+	{"Held/StopsAtMaxBytes", testHeldClaimStopsAtMaxBytes},
+	{"Held/AbortLeavesRowsAsTheyWere", testHeldAbortLeavesRowsAsTheyWere},
+	{"Held/TransactionEndsWhenLeftIdle", testHeldTransactionEndsWhenLeftIdle},
+	{"Held/OutcomeRecordedAfterTheTransactionEnded", testHeldOutcomeRecordedAfterTheTransactionEnded},
+
 	{"Reap/CountsAnAttemptAndBuriesAtTheLimit", testReapCountsAnAttemptAndBuriesAtTheLimit},
 	{"Reap/LimitTakesOldestLeasesFirst", testReapLimitTakesOldestLeasesFirst},
 	{"Reap/MaxAttemptsOneBuriesAtOnce", testReapWithMaxAttemptsOneBuriesAtOnce},

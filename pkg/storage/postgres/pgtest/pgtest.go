@@ -238,6 +238,21 @@ func (tb *Table) Exec(t testing.TB, sql string, args ...any) int64 {
 	return tag.RowsAffected()
 }
 
+// Held counts the PENDING rows another transaction holds locked: the
+// batches that held claims (LEASE_MODE=lock) have at the broker.
+func (tb *Table) Held(t testing.TB) int {
+	t.Helper()
+	var n int
+	err := tb.Store.Pool().QueryRow(context.Background(),
+		"SELECT (SELECT count(*) FROM "+tb.Name+" WHERE status = 'PENDING') - "+
+			"(SELECT count(*) FROM (SELECT 1 FROM "+tb.Name+" WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED) AS free)").
+		Scan(&n)
+	if err != nil {
+		t.Fatalf("pgtest: held: %v", err)
+	}
+	return n
+}
+
 // Settled reports whether no row is PENDING or DELIVERING. It reads only
 // the partial indexes, so polling it does not load the server.
 func (tb *Table) Settled(t testing.TB) bool {

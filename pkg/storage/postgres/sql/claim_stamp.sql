@@ -9,7 +9,14 @@
 -- nothing (others claim it all) moves its position up to it instead of
 -- stepping over the same claimed rows at every poll. NULL where the
 -- relay's role may not read the sequence (grants from before it needed to).
-SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+--
+-- $1 are the ids of the relay's own held claims (LEASE_MODE=lock), open
+-- while their batches are at the broker: they write no new rows, so the
+-- oldest running transaction is taken among the others.
+SELECT now(),
+       coalesce((SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+                 WHERE x::text::bigint <> ALL(coalesce($1::bigint[], '{}'))),
+                pg_snapshot_xmax(pg_current_snapshot())::text::bigint),
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
        CASE WHEN has_sequence_privilege('{{schema}}"{{name}}_seq"', 'SELECT')
             THEN pg_sequence_last_value('{{schema}}"{{name}}_seq"') END

@@ -1,0 +1,192 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Held claims (storage.HeldQueue, LEASE_MODE=lock): the claim's transaction
+// stays open on a connection of its own while its batch is at the broker,
+// and the outcome is recorded and committed in it. The rows never become
+// DELIVERING: a delivered event costs one row version and its index entries
+// instead of two, and the settle needs no lease guard, since no other
+// statement can change a row this transaction has locked.
+
+var _ storage.HeldQueue = (*Store)(nil)
+
+// ClaimHeld claims as Claim does, leaving the rows PENDING under the row
+// locks of the returned transaction.
+func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.Duration) (storage.HeldBatch, error) {
+	if p.Ordering == storage.OrderingPartition || p.FreshTo != 0 {
+		return storage.HeldBatch{}, errors.New("claim batch: a held claim is unordered and polls every event")
+	}
+	if idle < time.Millisecond {
+		return storage.HeldBatch{}, fmt.Errorf("claim batch: a held claim's idle time must be at least 1ms, not %v", idle)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return storage.HeldBatch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	tx := &heldTx{s: s, conn: conn, unhold: func() {}}
+	b, addrs, unhold, err := s.claim(ctx, conn, p, idle)
+	if unhold != nil {
+		tx.unhold = unhold
+	}
+	if err != nil || len(b.Events) == 0 {
+		tx.Abort()
+		return storage.HeldBatch{}, err
+	}
+	tx.lease = b.Lease
+	tx.rows = make(map[uuid.UUID]pgtype.TID, len(addrs))
+	for i, a := range addrs {
+		tx.rows[b.Events[i].ID] = a
+	}
+	return storage.HeldBatch{Batch: b, Tx: tx}, nil
+}
+
+// RecordHeld records a held batch's outcome on its rows still PENDING, in a
+// transaction of its own (one pipeline).
+func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, st storage.Settlement) (int, error) {
+	b := &pgx.Batch{}
+	n := s.queueSettlement(b, lease, st, nil)
+	results := s.pool.SendBatch(ctx, b)
+	defer results.Close()
+	changed := 0
+	for range n {
+		tag, err := results.Exec()
+		if err != nil {
+			s.recycle(err)
+			return 0, fmt.Errorf("record held batch: %w", err)
+		}
+		changed += int(tag.RowsAffected())
+	}
+	return changed, results.Close()
+}
+
+// queueSettlement queues the statements that record st on the rows of
+// lease, and returns how many statements b holds then. With rows (where each row lies, in
+// the claim's transaction) the statements find them there; without, by id.
+func (s *Store) queueSettlement(b *pgx.Batch, lease storage.Lease, st storage.Settlement, rows map[uuid.UUID]pgtype.TID) int {
+	queue := func(name string, ids []uuid.UUID, args ...any) {
+		if rows == nil {
+			b.Queue(s.queries[name+"_by_id"], append([]any{[]pgtype.TID(nil)}, args...)...)
+			return
+		}
+		addrs := make([]pgtype.TID, len(ids))
+		for i, id := range ids {
+			addrs[i] = rows[id]
+		}
+		b.Queue(s.queries[name], append(append([]any{addrs}, args...), createdFrom(lease), createdTo(lease))...)
+	}
+	if len(st.Delivered) > 0 {
+		name := "held_delivered"
+		if st.Delete {
+			name = "held_deleted"
+		}
+		queue(name, st.Delivered, uuidArray(st.Delivered))
+	}
+	if len(st.Failed) > 0 {
+		ids, msgs, dead, delays := failureArrays(st.Failed)
+		failed := make([]uuid.UUID, len(st.Failed))
+		for i, f := range st.Failed {
+			failed[i] = f.ID
+		}
+		queue("held_failed", failed, ids, msgs, dead, delays)
+	}
+	if len(st.Released) > 0 {
+		queue("held_released", st.Released, uuidArray(st.Released))
+	}
+	return b.Len()
+}
+
+// heldTx is a held claim's open transaction on its own connection.
+type heldTx struct {
+	s     *Store
+	conn  *pgxpool.Conn // nil once the transaction has ended
+	lease storage.Lease
+	// rows are where the claim found each of its rows.
+	rows map[uuid.UUID]pgtype.TID
+	// unhold tells the claim position that the transaction has ended.
+	unhold func()
+}
+
+// Keep runs an empty statement in the transaction: the server's idle clock
+// starts again.
+func (t *heldTx) Keep(ctx context.Context) error {
+	if t.conn == nil {
+		return errors.New("keep held batch: its transaction has ended")
+	}
+	if _, err := t.conn.Exec(ctx, ";"); err != nil {
+		t.Abort()
+		return fmt.Errorf("keep held batch: %w", err)
+	}
+	return nil
+}
+
+// Settle records st and commits, in one round trip.
+func (t *heldTx) Settle(ctx context.Context, st storage.Settlement) error {
+	if t.conn == nil {
+		return errors.New("settle held batch: its transaction has ended")
+	}
+	b := &pgx.Batch{}
+	b.Queue(t.s.queries["held_plan"])
+	n := t.s.queueSettlement(b, t.lease, st, t.rows)
+	b.Queue("COMMIT")
+	err := func() error {
+		results := t.conn.SendBatch(ctx, b)
+		defer results.Close()
+		for range n {
+			if _, err := results.Exec(); err != nil {
+				return err
+			}
+		}
+		tag, err := results.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.String() != "COMMIT" {
+			// COMMIT of a transaction that had already failed.
+			return errors.New("the transaction was rolled back")
+		}
+		return results.Close()
+	}()
+	if err != nil {
+		t.s.recycle(err)
+		t.Abort()
+		return fmt.Errorf("settle held batch: %w", err)
+	}
+	t.conn.Release()
+	t.conn = nil
+	t.unhold()
+	return nil
+}
+
+// abortTimeout bounds the rollback of a held claim's transaction; a
+// connection that does not answer in time is closed, which ends it too.
+const abortTimeout = 2 * time.Second
+
+// Abort rolls the transaction back, or closes its connection when that
+// fails.
+func (t *heldTx) Abort() {
+	if t.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	defer cancel()
+	if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		// Released in a transaction (or busy), the pool closes it.
+		_ = t.conn.Conn().Close(ctx)
+	}
+	t.conn.Release()
+	t.conn = nil
+	t.unhold()
+}

@@ -1,0 +1,53 @@
+-- Claim a batch under row locks (LEASE_MODE=lock): the claim's transaction
+-- stays open while the batch is at the broker, and records its outcome and
+-- commits (held_*.sql). The rows stay PENDING; the locks keep other claims
+-- away (they skip locked rows) and end with the transaction, also when the
+-- relay dies. Rows are looked for where claim.sql looks, with the same
+-- parameters ($5 is always the highest seq there is: a held claim takes
+-- fresh rows), and come back in write order (seq).
+--
+-- Unlike claim.sql it locks no more rows than it may take, since it keeps
+-- its locks: fresh rows fill what the rows due again left of the batch.
+-- The two sets do not overlap (a fresh row's available_at is not after its
+-- created_at), so every row is read once, with all it carries, and nothing
+-- is read again by its key. Rows it locked but does not take (past the
+-- byte limit) are made due again, for the claims to find in the due index
+-- once its transaction ends. Each row comes back with its physical
+-- address (ctid), where the settling statements find it: no other
+-- statement can move a row while this transaction holds it.
+WITH again AS (
+    SELECT ctid AS row_id, event_id, event_type, partition_key, payload, headers, attempts,
+           created_at, available_at, seq, octet_length(payload) + pg_column_size(headers) AS size
+    FROM {{table}}
+    WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+    ORDER BY available_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), fresh AS (
+    SELECT ctid AS row_id, event_id, event_type, partition_key, payload, headers, attempts,
+           created_at, available_at, seq, octet_length(payload) + pg_column_size(headers) AS size
+    FROM {{table}}
+    WHERE status = 'PENDING' AND seq > $4::bigint AND seq <= $5::bigint
+      AND available_at <= now() AND available_at <= created_at
+    ORDER BY seq
+    LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
+    FOR UPDATE SKIP LOCKED
+), locked AS (
+    SELECT *, sum(size) OVER w AS running, row_number() OVER w AS n
+    FROM (SELECT * FROM again UNION ALL SELECT * FROM fresh) AS both_sets
+    WINDOW w AS (ORDER BY seq, event_id ROWS UNBOUNDED PRECEDING)
+), left_over AS (
+    UPDATE {{table}} AS t
+    SET available_at = greatest(statement_timestamp(), t.created_at + interval '1 microsecond'),
+        updated_at = statement_timestamp()
+    FROM locked
+    WHERE t.ctid = locked.row_id AND t.event_id = locked.event_id
+      AND NOT ($3::bigint <= 0 OR locked.running <= $3::bigint OR locked.n = 1)
+)
+-- As in claim.sql, with the row's address last. $1, the relay id, names
+-- no lease here.
+SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
+       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at, row_id
+FROM locked
+WHERE ($3::bigint <= 0 OR running <= $3::bigint OR n = 1) AND $1::text IS NOT NULL
+ORDER BY seq, event_id

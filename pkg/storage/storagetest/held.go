@@ -1,0 +1,249 @@
+package storagetest
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// Held claims (storage.HeldQueue) are optional: each test is skipped for a
+// driver that does not offer them.
+
+// heldQueue returns tb's storage as a HeldQueue, or skips t.
+func heldQueue(t *testing.T, tb Table) storage.HeldQueue {
+	t.Helper()
+	h, ok := tb.Storage().(storage.HeldQueue)
+	if !ok {
+		t.Skip("the driver does not hold claims (storage.HeldQueue)")
+	}
+	return h
+}
+
+// claimHeld makes a held claim with an idle time of a minute.
+func claimHeld(t *testing.T, h storage.HeldQueue, p storage.ClaimParams) storage.HeldBatch {
+	t.Helper()
+	return claimHeldIdle(t, h, p, time.Minute)
+}
+
+func claimHeldIdle(t *testing.T, h storage.HeldQueue, p storage.ClaimParams, idle time.Duration) storage.HeldBatch {
+	t.Helper()
+	b, err := h.ClaimHeld(ctx, p, idle)
+	if err != nil {
+		t.Fatalf("ClaimHeld: %v", err)
+	}
+	if b.Tx != nil {
+		t.Cleanup(b.Tx.Abort)
+	}
+	return b
+}
+
+func testHeldClaimLeavesRowsPendingUnderItsLocks(t *testing.T, h Harness) {
+	tb := h.New(t)
+	held := heldQueue(t, tb)
+	ids := insertN(t, tb, 5, "e")
+	before := snapshot(t, tb)
+
+	b := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 3})
+	if got := eventIDs(b.Events); !slices.Equal(got, ids[:3]) {
+		t.Fatalf("held claim took %v, want the first three %v", got, ids[:3])
+	}
+	requireUnchanged(t, "a held claim", before, snapshot(t, tb))
+
+	// Another relay, leasing or holding, skips the locked rows.
+	other := openSecond(t, tb)
+	if got := eventIDs(claim(t, other, "relay-2", 10).Events); !slices.Equal(got, ids[3:]) {
+		t.Fatalf("another relay claimed %v, want only the rows not held %v", got, ids[3:])
+	}
+	if b2 := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-3", Limit: 10}); len(b2.Events) != 0 || b2.Tx != nil {
+		t.Fatalf("a second held claim took %v, want nothing and no transaction", eventIDs(b2.Events))
+	}
+
+	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[:3] {
+		row := rowOf(t, tb, id)
+		if row.Status != outbox.StatusDelivered || row.DeliveredAt == nil || row.LockedBy != nil {
+			t.Fatalf("settled row %s", describe(row))
+		}
+		// Settled after the claim, by the database's clock.
+		if row.DeliveredAt.Before(b.Lease.LockedAt) {
+			t.Errorf("delivered_at %s is before the claim at %s", row.DeliveredAt, b.Lease.LockedAt)
+		}
+	}
+}
+
+func testHeldSettleRecordsEveryOutcome(t *testing.T, h Harness) {
+	for _, del := range []bool{false, true} {
+		name := "mark"
+		if del {
+			name = "delete"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tb := h.New(t)
+			held := heldQueue(t, tb)
+			ids := insertN(t, tb, 4, "e")
+			b := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 10})
+			if len(b.Events) != 4 {
+				t.Fatalf("held claim took %d events, want 4", len(b.Events))
+			}
+			st := storage.Settlement{
+				Delivered: ids[:1],
+				Delete:    del,
+				Failed: []storage.Failure{
+					{ID: ids[1], Error: "broker said later", Delay: time.Hour},
+					{ID: ids[2], Error: "broker said never", Dead: true},
+				},
+				Released: ids[3:],
+			}
+			if err := b.Tx.Settle(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			rows := byID(t, tb)
+			switch row, ok := rows[ids[0]]; {
+			case del && ok:
+				t.Errorf("delivered row left in delete mode: %s", describe(row))
+			case !del && row.Status != outbox.StatusDelivered:
+				t.Errorf("delivered row %s", describe(row))
+			}
+			if row := rows[ids[1]]; row.Status != outbox.StatusPending || row.Attempts != 1 ||
+				str(row.LastError) != "broker said later" || !within(row.AvailableAt, tb.Now(t).Add(time.Hour), time.Minute) {
+				t.Errorf("retried row %s, want PENDING, attempts 1, its error, due in an hour", describe(row))
+			}
+			if row := rows[ids[2]]; row.Status != outbox.StatusDead || row.Attempts != 1 || str(row.LastError) != "broker said never" {
+				t.Errorf("dead row %s", describe(row))
+			}
+			if row := rows[ids[3]]; row.Status != outbox.StatusPending || row.Attempts != 0 || row.LastError != nil {
+				t.Errorf("released row %s, want PENDING as it was", describe(row))
+			}
+			// The released row is due at once, wherever the relay's claims
+			// stand; the retried one is not.
+			if got := eventIDs(claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 10}).Events); !slices.Equal(got, ids[3:]) {
+				t.Errorf("the next held claim took %v, want the released row %v", got, ids[3:])
+			}
+		})
+	}
+}
+
+func testHeldClaimStopsAtMaxBytes(t *testing.T, h Harness) {
+	tb := h.New(t)
+	held := heldQueue(t, tb)
+	big := func(n int) event { return event{Payload: []byte(strings.Repeat("p", n))} }
+	ids := insert(t, tb, big(400_000), big(400_000), big(100_000), big(400_000), big(10))
+	p := storage.ClaimParams{RelayID: "r", Limit: 100, MaxBytes: 1_000_000}
+	b := claimHeld(t, held, p)
+	if !slices.Equal(eventIDs(b.Events), ids[:3]) {
+		t.Fatalf("held claim took %d events, want the first 3 (900 KB of 1 MB)", len(b.Events))
+	}
+	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
+		t.Fatal(err)
+	}
+	// The rows it locked past the limit are due again, where every relay's
+	// claims look, whatever their claim positions passed while the locks
+	// hid them; the next claims take them, the larger one alone.
+	for _, id := range ids[3:] {
+		if row := rowOf(t, tb, id); !row.AvailableAt.After(row.CreatedAt) || row.Status != outbox.StatusPending {
+			t.Errorf("row locked past the limit: %s, available_at %s, created_at %s; want PENDING and due again (available_at after created_at)",
+				row.Status, row.AvailableAt, row.CreatedAt)
+		}
+	}
+	p.MaxBytes = 100_000
+	for _, want := range ids[3:] {
+		b := claimHeld(t, held, p)
+		if got := eventIDs(b.Events); !slices.Equal(got, []uuid.UUID{want}) {
+			t.Fatalf("held claim took %v, want %v alone", got, want)
+		}
+		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: []uuid.UUID{want}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := counts(t, tb); c[outbox.StatusDelivered] != len(ids) {
+		t.Fatalf("counts %v, want all %d delivered", c, len(ids))
+	}
+}
+
+func testHeldAbortLeavesRowsAsTheyWere(t *testing.T, h Harness) {
+	tb := h.New(t)
+	held := heldQueue(t, tb)
+	ids := insertN(t, tb, 3, "e")
+	before := snapshot(t, tb)
+	p := storage.ClaimParams{RelayID: "relay-1", Limit: 10, SweepInterval: 100 * time.Millisecond}
+	b := claimHeld(t, held, p)
+	b.Tx.Abort()
+	requireUnchanged(t, "an aborted held claim", before, snapshot(t, tb))
+	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
+		t.Error("Settle after Abort succeeded, want an error: the transaction has ended")
+	}
+	// Behind the relay's claim position now: its sweep finds them.
+	claimUntil(t, tb.Storage(), p, ids[0], 10*time.Second)
+}
+
+func testHeldTransactionEndsWhenLeftIdle(t *testing.T, h Harness) {
+	tb := h.New(t)
+	held := heldQueue(t, tb)
+	ids := insertN(t, tb, 2, "e")
+	const idle = 300 * time.Millisecond
+
+	// Kept: the rows stay held past several idle times.
+	kept := claimHeldIdle(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 1}, idle)
+	other := openSecond(t, tb)
+	deadline := time.Now().Add(4 * idle)
+	for tick := time.NewTicker(idle / 3); time.Now().Before(deadline); <-tick.C {
+		if err := kept.Tx.Keep(ctx); err != nil {
+			t.Fatalf("Keep: %v", err)
+		}
+	}
+	if err := kept.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:1]}); err != nil {
+		t.Fatalf("Settle of a kept transaction: %v", err)
+	}
+
+	// Left idle: the database ends the transaction, and another claim
+	// takes the rows.
+	left := claimHeldIdle(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 1}, idle)
+	if got := eventIDs(left.Events); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("held claim took %v, want %v", got, ids[1:])
+	}
+	var taken storage.Batch
+	eventually.True(t, 10*time.Second, func() bool {
+		taken = claim(t, other, "relay-2", 10)
+		return len(taken.Events) > 0
+	}, func() string { return "the idle transaction's row claimed by another relay" })
+	if err := left.Tx.Settle(ctx, storage.Settlement{Delivered: ids[1:]}); err == nil {
+		t.Fatal("Settle of a transaction the database ended succeeded")
+	}
+	// Recording anew changes nothing another claim owns.
+	if n, err := held.RecordHeld(ctx, left.Lease, storage.Settlement{Delivered: ids[1:]}); err != nil || n != 0 {
+		t.Fatalf("RecordHeld = %d, %v; want 0 rows: another relay leases it", n, err)
+	}
+	if row := rowOf(t, tb, ids[1]); row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-2" {
+		t.Errorf("row %s, want DELIVERING under relay-2", describe(row))
+	}
+}
+
+func testHeldOutcomeRecordedAfterTheTransactionEnded(t *testing.T, h Harness) {
+	tb := h.New(t)
+	held := heldQueue(t, tb)
+	ids := insertN(t, tb, 3, "e")
+	b := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 10})
+	b.Tx.Abort()
+	n, err := held.RecordHeld(ctx, b.Lease, storage.Settlement{
+		Delivered: ids[:1],
+		Failed:    []storage.Failure{{ID: ids[1], Error: "later", Delay: time.Hour}},
+		Released:  ids[2:],
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("RecordHeld = %d, %v; want 3 rows", n, err)
+	}
+	rows := byID(t, tb)
+	if rows[ids[0]].Status != outbox.StatusDelivered || rows[ids[1]].Attempts != 1 || rows[ids[2]].Status != outbox.StatusPending {
+		t.Fatalf("rows %s / %s / %s", describe(rows[ids[0]]), describe(rows[ids[1]]), describe(rows[ids[2]]))
+	}
+}
