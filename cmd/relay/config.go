@@ -62,6 +62,7 @@ type config struct {
 	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE"`
 	Ordering       string        `env:"ORDERING"`
 	OrderingOnDead string        `env:"ORDERING_ON_DEAD"`
+	LeaseMode      string        `env:"LEASE_MODE"`
 
 	HTTPAddr  string `env:"HTTP_ADDR"`
 	LogLevel  string `env:"LOG_LEVEL"`
@@ -129,6 +130,7 @@ func defaultConfig() config {
 		WALHeartbeatInterval: pgwal.HeartbeatDefault,
 		Ordering:             string(relay.OrderingDefault),
 		OrderingOnDead:       string(relay.OnDeadDefault),
+		LeaseMode:            string(relay.LeaseModeDefault),
 		HTTPAddr:             httpAddrDefault,
 		LogLevel:             "info",
 		LogFormat:            "json",
@@ -325,6 +327,7 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 		},
 		Ordering:       storage.Ordering(c.Ordering),
 		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
+		LeaseMode:      relay.LeaseMode(c.LeaseMode),
 		NotifyDebounce: c.NotifyDebounce,
 		// DELIVERED_RETENTION=0: delete on delivery.
 		DeleteDelivered: c.DeliveredRetention == 0,

@@ -28,6 +28,7 @@ const (
 	NotifyDebounceDefault     = 5 * time.Millisecond
 	OrderingDefault           = storage.OrderingNone
 	OnDeadDefault             = storage.DeadSkip
+	LeaseModeDefault          = LeaseAuto
 	// LeaseTimeoutMin leaves room for a claim, a publish and the renewals
 	// every third of the lease; shorter leases expire under a working relay.
 	LeaseTimeoutMin = 500 * time.Millisecond
@@ -69,6 +70,12 @@ type Config struct {
 	// OnDead says whether a DEAD event holds back the later events of its
 	// key under partition ordering.
 	OnDead storage.DeadPolicy
+	// LeaseMode says how a claimed batch is kept from other relays while
+	// it is published: under the row locks of the claim's open transaction
+	// (lock), or as DELIVERING rows under a lease stamp (status); auto, the
+	// default, holds claims wherever the storage can (storage.HeldQueue)
+	// and Ordering is none.
+	LeaseMode LeaseMode
 	// DeleteDelivered deletes a delivered event's row in the settle
 	// statement instead of marking it DELIVERED (DELIVERED_RETENTION=0).
 	// The Observer still counts it as delivered.
@@ -85,6 +92,25 @@ type Config struct {
 	// Observer is told what the engine does; nil observes nothing.
 	Observer Observer
 }
+
+// LeaseMode is Config.LeaseMode.
+type LeaseMode string
+
+// Lease modes.
+const (
+	// LeaseAuto holds claims where it can, and leases them by status
+	// elsewhere.
+	LeaseAuto LeaseMode = "auto"
+	// LeaseLock holds every claim (storage.HeldQueue): its rows stay
+	// PENDING, locked by the claim's transaction, which records the
+	// outcome and commits. One row version per delivered event instead of
+	// two; a relay that dies leaves nothing for the reaper.
+	LeaseLock LeaseMode = "lock"
+	// LeaseStatus moves claimed rows to DELIVERING under a lease stamp,
+	// renewed while the batch is at the broker; the reaper takes back the
+	// leases of relays that died.
+	LeaseStatus LeaseMode = "status"
+)
 
 // RetryPolicy is exponential backoff with jitter and an attempt limit.
 type RetryPolicy struct {
@@ -124,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OnDead == "" {
 		c.OnDead = OnDeadDefault
+	}
+	if c.LeaseMode == "" {
+		c.LeaseMode = LeaseModeDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -166,6 +195,10 @@ func (c Config) Validate() error {
 		"ORDERING must be none or partition, got %q", c.Ordering)
 	check(c.OnDead == storage.DeadSkip || c.OnDead == storage.DeadBlock,
 		"ORDERING_ON_DEAD must be skip or block, got %q", c.OnDead)
+	check(c.LeaseMode == LeaseAuto || c.LeaseMode == LeaseLock || c.LeaseMode == LeaseStatus,
+		"LEASE_MODE must be auto, lock or status, got %q", c.LeaseMode)
+	check(c.LeaseMode != LeaseLock || c.Ordering == storage.OrderingNone,
+		"LEASE_MODE=lock needs ORDERING=none: an ordered claim must see which keys are at the broker, which only DELIVERING rows show (use auto or status)")
 	check(c.NotifyDebounce >= 0, "NOTIFY_DEBOUNCE must not be negative, got %s", c.NotifyDebounce)
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -61,9 +62,12 @@ func (s State) String() string {
 type Engine struct {
 	cfg   Config
 	store storage.Queue
-	pub   publisher.Publisher
-	log   *slog.Logger
-	obs   Observer
+	// held claims batches (LeaseMode); nil when they are leased by
+	// status.
+	held storage.HeldQueue
+	pub  publisher.Publisher
+	log  *slog.Logger
+	obs  Observer
 
 	wake   chan struct{}
 	health *health
@@ -95,6 +99,11 @@ func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, err
 		log:   cfg.Logger.With("relay_id", cfg.RelayID),
 		obs:   cfg.Observer,
 		wake:  make(chan struct{}, 1),
+	}
+	if h, ok := store.(storage.HeldQueue); ok && cfg.LeaseMode != LeaseStatus && cfg.Ordering == storage.OrderingNone {
+		e.held = h
+	} else if cfg.LeaseMode == LeaseLock {
+		return nil, errors.New("LEASE_MODE=lock: this storage cannot hold claims (PostgreSQL can); use auto or status")
 	}
 	e.notify = debouncer{wait: cfg.NotifyDebounce, wake: e.Wake}
 	brokerLog := e.log
@@ -244,6 +253,8 @@ type claimed struct {
 	ctx context.Context
 	// settleBy ends when settling must stop, a little after ctx.
 	settleBy context.Context
+	// tx holds the batch's rows when the claim was held; nil for a lease.
+	tx storage.HeldTx
 }
 
 // claim takes the next batch. Its context is not cancelled by a shutdown
@@ -255,8 +266,7 @@ func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 	c.ctx, end = e.obs.StartClaim(publishing)
 	claimCtx, cancel := context.WithTimeout(c.ctx, e.cfg.LeaseTimeout/2)
 	defer cancel()
-	var err error
-	c.batch, err = e.store.Claim(claimCtx, storage.ClaimParams{
+	p := storage.ClaimParams{
 		RelayID:  e.cfg.RelayID,
 		Limit:    e.cfg.BatchSize,
 		MaxBytes: e.cfg.MaxBatchBytes,
@@ -266,7 +276,17 @@ func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 
 		SweepInterval: e.cfg.SweepInterval,
 		FreshTo:       e.freshTo.Load(),
-	})
+	}
+	var err error
+	if e.held != nil && p.FreshTo == 0 {
+		// While a Capture reads the log, claims take only what it does
+		// not deliver, and lease it by status.
+		var hb storage.HeldBatch
+		hb, err = e.held.ClaimHeld(claimCtx, p, e.cfg.LeaseTimeout)
+		c.batch, c.tx = hb.Batch, hb.Tx
+	} else {
+		c.batch, err = e.store.Claim(claimCtx, p)
+	}
 	end(len(c.batch.Events), err)
 	if err == nil && e.cfg.Ordering == storage.OrderingPartition {
 		// The driver knows where its walk over keys ended.

@@ -327,12 +327,14 @@ func TestTwoEnginesShareATable(t *testing.T) {
 	const n = 5000
 	tb.InsertN(t, n, "shared.event")
 
-	counting := func(id string) (*countingPublisher, *running) {
+	counting := func(id string, mode relay.LeaseMode) (*countingPublisher, *running) {
 		cp := &countingPublisher{Publisher: openNATS(t, srv, "")}
-		return cp, start(t, relay.Config{RelayID: id, BatchSize: 100}, tb.Store, cp)
+		return cp, start(t, relay.Config{RelayID: id, BatchSize: 100, LeaseMode: mode}, tb.Store, cp)
 	}
-	a, _ := counting("relay-a")
-	b, _ := counting("relay-b")
+	// One holds its claims, the other leases them: relays of both kinds
+	// share a table during a rolling upgrade.
+	a, _ := counting("relay-a", relay.LeaseLock)
+	b, _ := counting("relay-b", relay.LeaseStatus)
 	waitCounts(t, tb, time.Minute, map[outbox.Status]int{outbox.StatusDelivered: n})
 
 	if got := natstest.Count(t, st); got != n {
@@ -434,31 +436,55 @@ func TestShutdownLeavesNothingDelivering(t *testing.T) {
 
 func TestShutdownReleasesBatchesTheBrokerNeverAcknowledges(t *testing.T) {
 	t.Parallel()
-	tb := pgtest.New(t)
-	srv := natstest.Start(t)
-	// A plain subscriber and no stream: publishes find a responder that
-	// never acknowledges, so the batch hangs until shutdown cuts it off.
-	nc, _ := srv.Connect(t)
-	if _, err := nc.SubscribeSync("hang.>"); err != nil {
-		t.Fatal(err)
-	}
-	ids := tb.InsertN(t, 50, "hang.event")
-
-	// A quarter of it is left for handing the batch back.
-	r := start(t, relay.Config{ShutdownTimeout: time.Second}, tb.Store, openNATS(t, srv, "?timeout=1m"))
-	eventually.True(t, 10*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivering] == len(ids) },
-		func() string { return "the batch in flight" })
-	began := time.Now()
-	r.stop(t)
-	if took := time.Since(began); took > 10*time.Second {
-		t.Errorf("shutdown took %s with a 1s SHUTDOWN_TIMEOUT", took)
-	}
-	for _, id := range ids {
-		row := tb.Get(t, id)
-		if row.Status != outbox.StatusPending || row.Attempts != 0 {
-			t.Fatalf("unacknowledged event after shutdown: %+v, want PENDING with 0 attempts", row)
+	forEachLeaseMode(t, func(t *testing.T, mode relay.LeaseMode) {
+		tb := pgtest.New(t)
+		srv := natstest.Start(t)
+		// A plain subscriber and no stream: publishes find a responder that
+		// never acknowledges, so the batch hangs until shutdown cuts it off.
+		nc, _ := srv.Connect(t)
+		if _, err := nc.SubscribeSync("hang.>"); err != nil {
+			t.Fatal(err)
 		}
+		ids := tb.InsertN(t, 50, "hang.event")
+
+		// A quarter of it is left for handing the batch back.
+		r := start(t, relay.Config{ShutdownTimeout: time.Second, LeaseMode: mode}, tb.Store, openNATS(t, srv, "?timeout=1m"))
+		eventually.True(t, 10*time.Second, func() bool { return inFlight(t, tb, mode) == len(ids) },
+			func() string { return "the batch in flight" })
+		began := time.Now()
+		r.stop(t)
+		if took := time.Since(began); took > 10*time.Second {
+			t.Errorf("shutdown took %s with a 1s SHUTDOWN_TIMEOUT", took)
+		}
+		for _, id := range ids {
+			row := tb.Get(t, id)
+			if row.Status != outbox.StatusPending || row.Attempts != 0 {
+				t.Fatalf("unacknowledged event after shutdown: %+v, want PENDING with 0 attempts", row)
+			}
+		}
+		if held := tb.Held(t); held != 0 {
+			t.Errorf("%d rows still held after shutdown", held)
+		}
+	})
+}
+
+// forEachLeaseMode runs test once per LEASE_MODE, in parallel.
+func forEachLeaseMode(t *testing.T, test func(t *testing.T, mode relay.LeaseMode)) {
+	for _, mode := range []relay.LeaseMode{relay.LeaseLock, relay.LeaseStatus} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			test(t, mode)
+		})
 	}
+}
+
+// inFlight counts the events claimed and not yet settled: DELIVERING under
+// a lease, or PENDING and locked under a held claim.
+func inFlight(t testing.TB, tb *pgtest.Table, mode relay.LeaseMode) int {
+	if mode == relay.LeaseStatus {
+		return tb.Counts(t)[outbox.StatusDelivering]
+	}
+	return tb.Held(t)
 }
 
 func TestReaperHandsAbandonedLeasesToALiveRelay(t *testing.T) {

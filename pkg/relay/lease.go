@@ -9,8 +9,8 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// keepLease renews c's lease every third of LeaseTimeout until the returned
-// function is called, so a broker that is slow to acknowledge does not let
+// keepLease renews c's lease (or keeps its held transaction) every third of
+// LeaseTimeout until the returned function is called, so a broker that is slow to acknowledge does not let
 // the reaper hand the batch to another relay, which would publish it again
 // while this one still waits. The function waits for the last renewal, so
 // c's lease can be read safely after it returns.
@@ -34,6 +34,12 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
+			}
+			if c.tx != nil {
+				if !e.keepHeld(c) {
+					return
+				}
+				continue
 			}
 			renewedAt := time.Now()
 			to := claimStamp.Add(renewedAt.Sub(claimedAt)).Truncate(time.Microsecond)
@@ -64,6 +70,24 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 		close(done)
 		<-stopped
 	}
+}
+
+// keepHeld keeps a held claim's transaction from being ended as idle while
+// its batch is at the broker, and reports whether it is still open.
+func (e *Engine) keepHeld(c *claimed) bool {
+	ctx, cancel := detach(c.ctx, c.settleBy)
+	defer cancel()
+	ctx, cancelKeep := context.WithTimeout(ctx, e.cfg.LeaseTimeout/3)
+	defer cancelKeep()
+	ctx, end := e.obs.StartSettle(ctx, OpRenew, len(c.batch.Events))
+	err := c.tx.Keep(ctx)
+	end(err)
+	if err != nil {
+		e.log.Warn("lost the transaction holding a batch still being published; its events are PENDING again",
+			"events", len(c.batch.Events), "error", err)
+		return false
+	}
+	return true
 }
 
 // detach returns a context with ctx's values (the batch's span, say) that

@@ -18,7 +18,9 @@ type Observer interface {
 	// per event.
 	StartPublish(ctx context.Context, events []outbox.Event) (_ context.Context, end func(results []error))
 	// StartSettle begins a statement on leased rows: op is mark_delivered
-	// (or delete_delivered), mark_failed, release or renew — or, for events
+	// (or delete_delivered), mark_failed, release or renew — a held
+	// batch's settle, one round trip for all its outcomes, as the first
+	// of these it records — or, for events
 	// read from the database's log (Capture), record_delivered (or
 	// record_deleted), record_failed or defer — and events how many rows
 	// it covers.
@@ -50,7 +52,8 @@ const (
 	OpDeleteDelivered = "delete_delivered"
 	OpMarkFailed      = "mark_failed"
 	OpRelease         = "release"
-	// OpRenew extends the lease of a batch still at the broker.
+	// OpRenew extends the lease of a batch still at the broker (or keeps a
+	// held claim's transaction from being ended as idle).
 	OpRenew = "renew"
 )
 

@@ -83,6 +83,10 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 // until it lands (settleUntil): the engine knows the outcome, so it must not
 // leave rows DELIVERING for the reaper to find minutes later.
 func (e *Engine) settle(c claimed, o outcome) {
+	if c.tx != nil {
+		e.settleHeld(c, o)
+		return
+	}
 	lease := c.batch.Lease
 	if len(o.delivered) > 0 {
 		// DELIVERED_RETENTION=0 deletes the rows instead, under the same
@@ -105,6 +109,48 @@ func (e *Engine) settle(c claimed, o outcome) {
 			return e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
 		})
 	}
+}
+
+// settleHeld records a held batch's outcome and commits its transaction.
+// When that fails, the transaction has ended without it and the rows are
+// PENDING as they were: the outcome is recorded anew, on the rows no claim
+// took meanwhile, so that delivered events are not delivered again.
+func (e *Engine) settleHeld(c claimed, o outcome) {
+	st := storage.Settlement{Delivered: o.delivered, Delete: e.cfg.DeleteDelivered, Failed: o.failed, Released: o.released}
+	op := e.heldOp(st)
+	ctx, cancel := detach(c.ctx, c.settleBy)
+	defer cancel()
+	sctx, end := e.obs.StartSettle(ctx, op, st.Len())
+	err := c.tx.Settle(sctx, st)
+	end(err)
+	if err == nil {
+		return
+	}
+	if c.settleBy.Err() != nil {
+		e.log.Warn("shutdown: giving up settling; the batch's events are PENDING again and will be published again",
+			"events", st.Len(), "error", err)
+		return
+	}
+	e.log.Warn("settling a held batch in its transaction failed; recording its outcome anew",
+		"events", st.Len(), "error", err)
+	e.settleUntil(c, op, st.Len(), func(ctx context.Context) (int, error) {
+		return e.held.RecordHeld(ctx, c.batch.Lease, st)
+	})
+}
+
+// heldOp is the op a held batch's settle is reported as: the first kind
+// of statement it runs, so that dashboards of the settle ops (Open
+// Outbox's mark_delivered above all) go on showing what they showed.
+func (e *Engine) heldOp(st storage.Settlement) string {
+	switch {
+	case len(st.Delivered) > 0 && st.Delete:
+		return OpDeleteDelivered
+	case len(st.Delivered) > 0:
+		return OpMarkDelivered
+	case len(st.Failed) > 0:
+		return OpMarkFailed
+	}
+	return OpRelease
 }
 
 // settleGrace is the least time a settle gets, even when the lease has run
