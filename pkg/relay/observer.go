@@ -72,3 +72,21 @@ func (NopObserver) StartSettle(ctx context.Context, _ string, _ int) (context.Co
 func (NopObserver) Finished(context.Context, Outcome) {}
 
 func (NopObserver) StateChanged(State) {}
+
+// CaptureObserver is told what a Capture does beyond the engine's stages,
+// which it reports to the engine's Observer.
+type CaptureObserver interface {
+	// CaptureStateChanged reports a new state, with the error behind a
+	// failing or lost one.
+	CaptureStateChanged(s CaptureState, err error)
+	// SlotRecreated reports that the log position had to be made anew
+	// after it was lost or removed.
+	SlotRecreated()
+}
+
+// NopCaptureObserver observes nothing.
+type NopCaptureObserver struct{}
+
+func (NopCaptureObserver) CaptureStateChanged(CaptureState, error) {}
+
+func (NopCaptureObserver) SlotRecreated() {}
