@@ -225,8 +225,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		}
 	}
 	reaperCfg := cfg.reaperConfig(log)
-	reaperCfg.OnReap = tel.OnReap
-	rp, err := reaper.New(reaperCfg, tel.InstrumentReap(store))
+	reaperCfg.Observer = tel.ReaperObserver()
+	rp, err := reaper.New(reaperCfg, store)
 	if err != nil {
 		return usageError{err}
 	}

@@ -97,7 +97,7 @@ func TestBacklogPollerRunsOnItsInterval(t *testing.T) {
 }
 
 // TestReaperReclaimedAndTimed runs the real reaper over abandoned leases
-// with the telemetry hooks cmd/relay installs.
+// with the observer cmd/relay gives it.
 func TestReaperReclaimedAndTimed(t *testing.T) {
 	t.Parallel()
 	tel, reader, _ := setup(t, telemetry.Config{})
@@ -117,8 +117,8 @@ func TestReaperReclaimedAndTimed(t *testing.T) {
 	}
 	rp, err := reaper.New(reaper.Config{
 		Interval: time.Hour, LeaseTimeout: time.Minute, BatchSize: 100, MaxAttempts: 5,
-		OnReap: tel.OnReap,
-	}, tel.InstrumentReap(tb.Store))
+		Observer: tel.ReaperObserver(),
+	}, tb.Store)
 	if err != nil {
 		t.Fatal(err)
 	}

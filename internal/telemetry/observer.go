@@ -220,13 +220,6 @@ func failSpan(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// OnReap counts what the reaper took back; pass it as reaper.Config.OnReap.
-func (t *Telemetry) OnReap(r storage.ReapResult) {
-	ctx := context.Background()
-	t.inst.reclaimed.Add(ctx, int64(r.Requeued), setRequeued)
-	t.inst.reclaimed.Add(ctx, int64(r.Dead), setReapDead)
-}
-
 // OnRetentionDeleted counts rows retention removed; pass it as
 // retention.Config.OnDeleted.
 func (t *Telemetry) OnRetentionDeleted(status outbox.Status, rows int64) {
@@ -245,21 +238,4 @@ func (t *Telemetry) OnPartitions(r storage.PartitionReport) {
 	t.inst.partitions.Add(ctx, int64(len(r.Created)), setCreated)
 	t.inst.partitions.Add(ctx, int64(len(r.Dropped)), setDropped)
 	t.inst.partitionsKept.Record(ctx, int64(len(r.Kept)))
-}
-
-// InstrumentReap times every reap statement as storage.latency with
-// op = reap. The reaper has no observer of its own; wrapping its store is
-// all it takes.
-func (t *Telemetry) InstrumentReap(s storage.Reaper) storage.Reaper { return timedReap{s, t} }
-
-type timedReap struct {
-	storage.Reaper
-	t *Telemetry
-}
-
-func (r timedReap) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapResult, error) {
-	began := time.Now()
-	res, err := r.Reaper.Reap(ctx, p)
-	r.t.inst.storageLatency.Record(ctx, time.Since(began).Seconds(), storageSet(opReap, err))
-	return res, err
 }
