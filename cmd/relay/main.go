@@ -232,8 +232,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	}
 	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
 	retentionCfg := cfg.retentionConfig(log)
-	retentionCfg.OnDeleted = tel.OnRetentionDeleted
-	retentionCfg.OnPartitions = tel.OnPartitions
+	retentionCfg.Observer = tel.RetentionObserver()
 	var retainer *retention.Runner
 	if retention.Needed(retentionCfg, store) {
 		if retainer, err = retention.New(retentionCfg, store); err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // Span names. A batch is one trace: outbox.batch from the start of its
@@ -218,24 +217,4 @@ func (o observer) StateChanged(s relay.State) { o.t.state.Store(int32(s)) }
 func failSpan(span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
-}
-
-// OnRetentionDeleted counts rows retention removed; pass it as
-// retention.Config.OnDeleted.
-func (t *Telemetry) OnRetentionDeleted(status outbox.Status, rows int64) {
-	set := setDelivered
-	if status == outbox.StatusDead {
-		set = setDead
-	}
-	t.inst.retentionDeleted.Add(context.Background(), rows, set)
-}
-
-// OnPartitions counts the partitions a maintenance created and dropped and
-// records how many expired ones it kept; pass it as
-// retention.Config.OnPartitions.
-func (t *Telemetry) OnPartitions(r storage.PartitionReport) {
-	ctx := context.Background()
-	t.inst.partitions.Add(ctx, int64(len(r.Created)), setCreated)
-	t.inst.partitions.Add(ctx, int64(len(r.Dropped)), setDropped)
-	t.inst.partitionsKept.Record(ctx, int64(len(r.Kept)))
 }
