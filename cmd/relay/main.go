@@ -213,7 +213,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	closeStore.runsAfter(closeTelemetry)
 
 	engineCfg := cfg.engineConfig(log)
-	engineCfg.Observer = tel.Observer()
+	engineCfg.Observer = tel.EngineObserver()
 	engine, err := relay.New(engineCfg, store, pub)
 	if err != nil {
 		return usageError{err}
