@@ -9,7 +9,6 @@ import (
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
-	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	schema "github.com/outbox-relay/relay/schema/postgres"
@@ -36,13 +35,21 @@ func (c config) walNames(table schema.Table) (slot, publication string) {
 	return slot, publication
 }
 
-// newCapture sets up CAPTURE=wal: the publication when STORAGE_AUTO_MIGRATE
-// asks for it, a check that the database and role can stream (exit 2 with
-// the fix when not), and the Capture beside engine.
-func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *relay.Engine, tel *telemetry.Telemetry, log *slog.Logger) (*relay.Capture, error) {
+// walCapture is what CAPTURE=wal reads the log from and records through.
+type walCapture struct {
+	source   pgwal.Source
+	recorder storage.LogRecorder
+	// retained reads the WAL the slot keeps, for the retained_bytes gauge.
+	retained telemetry.SlotReader
+}
+
+// openWAL sets up CAPTURE=wal: the publication when STORAGE_AUTO_MIGRATE
+// asks for it, and a check that the database and role can stream (exit 2
+// with the fix when not).
+func openWAL(ctx context.Context, cfg config, store storage.Storage, log *slog.Logger) (walCapture, error) {
 	ws, ok := store.(walStore)
 	if !ok {
-		return nil, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
+		return walCapture{}, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
 	}
 	slot, publication := cfg.walNames(ws.TableName())
 	wcfg := pgwal.Config{Slot: slot, Publication: publication, Heartbeat: cfg.WALHeartbeatInterval, Logger: log}
@@ -58,25 +65,25 @@ func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *
 		// The server first: nothing is created in a database that cannot
 		// serve the reader.
 		if err := pgwal.CheckServer(ctx, src.Config); err != nil {
-			return nil, walSetupError(err)
+			return walCapture{}, walSetupError(err)
 		}
 		if err := ws.CreatePublication(ctx, publication); err != nil {
-			return nil, err
+			return walCapture{}, err
 		}
 		log.Info("publication ready", "publication", publication)
 	}
 	if err := pgwal.Check(ctx, src.Config); err != nil {
-		return nil, walSetupError(err)
-	}
-	obs, err := tel.CaptureObserver(func(ctx context.Context) (int64, bool, error) {
-		st, err := ws.SlotStatus(ctx, slot)
-		return st.RetainedBytes, st.Exists, err
-	}, log)
-	if err != nil {
-		return nil, err
+		return walCapture{}, walSetupError(err)
 	}
 	log.Info("reading new events from the write-ahead log", "slot", slot, "publication", publication)
-	return relay.NewCapture(engine, src, ws, obs), nil
+	return walCapture{
+		source:   src,
+		recorder: ws,
+		retained: func(ctx context.Context) (int64, bool, error) {
+			st, err := ws.SlotStatus(ctx, slot)
+			return st.RetainedBytes, st.Exists, err
+		},
+	}, nil
 }
 
 // walSetupError makes a setting an operator must change a usage error

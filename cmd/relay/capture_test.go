@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -71,5 +74,47 @@ func TestCaptureWALWithoutReplicationExits2(t *testing.T) {
 	})
 	if code != 2 || !strings.Contains(stderr, "REPLICATION") {
 		t.Fatalf("exit %d, want 2 naming REPLICATION; stderr:\n%s", code, stderr)
+	}
+}
+
+// With CAPTURE=wal the relay wires the capture to its observer: the events
+// the log brings are recorded (record_delivered in storage.latency, through
+// the engine's observer) and counted, and the capture's own gauges say it
+// streams and how much WAL its slot keeps.
+func TestCaptureWALIsObserved(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	tb := pgtest.NewAt(t, c.URL(db))
+	r := startRelay(t, map[string]string{
+		"STORAGE_URL":          storage.URLWithTable(c.URL(db), tb.Name),
+		"STORAGE_AUTO_MIGRATE": "true",
+		"CAPTURE":              "wal",
+		"PUBLISHER_URL":        "null://",
+		"POLL_INTERVAL":        "1h", // the log, not the claims, must bring the events
+	})
+	var last scraped
+	eventually.True(t, 30*time.Second, func() bool {
+		last = r.scrape(t)
+		v, ok := last.value("openoutbox_wal_streaming")
+		return ok && v == 1
+	}, func() string {
+		return "openoutbox_wal_streaming 1; last scrape:" + last.describe("openoutbox_wal_streaming") + "\nrelay log:\n" + r.log.String()
+	})
+	const n = 20
+	tb.InsertN(t, n, "wal.observed")
+	eventually.True(t, 30*time.Second, func() bool {
+		last = r.scrape(t)
+		delivered, _ := last.value("openoutbox_events_total", "status", "success")
+		recorded, _ := last.value("openoutbox_storage_latency_seconds", "op", "record_delivered", "status", "success")
+		_, retained := last.value("openoutbox_wal_retained_bytes")
+		return delivered == n && recorded > 0 && retained
+	}, func() string {
+		return fmt.Sprintf("%d events delivered and recorded from the log, retained bytes read; last scrape:", n) +
+			last.describe("openoutbox_events_total", "openoutbox_storage_latency_seconds", "openoutbox_wal_retained_bytes") +
+			"\nrelay log:\n" + r.log.String()
+	})
+	if v, ok := last.value("openoutbox_wal_slot_recreated_total"); !ok || v != 0 {
+		t.Errorf("openoutbox_wal_slot_recreated_total = %g (present %v), want 0", v, ok)
 	}
 }

@@ -212,28 +212,43 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	closeTelemetry := sd.add("telemetry", tel.Shutdown)
 	closeStore.runsAfter(closeTelemetry)
 
+	// The relay's components, one step each. Each logs through log and
+	// reports its work to an observer of its own, which internal/telemetry
+	// implements in the file named for it (engine.go, capture.go,
+	// reaper.go, retention.go; backlog.go polls for the backlog gauges).
+
+	// The engine: claim, publish, settle.
 	engineCfg := cfg.engineConfig(log)
-	engineCfg.Observer = tel.Observer()
+	engineCfg.Observer = tel.EngineObserver()
 	engine, err := relay.New(engineCfg, store, pub)
 	if err != nil {
 		return usageError{err}
 	}
+	// CAPTURE=wal: the log reader beside the engine's claims.
 	var capt *relay.Capture
 	if cfg.Capture == captureWAL {
-		if capt, err = newCapture(ctx, cfg, store, engine, tel, log); err != nil {
+		wal, err := openWAL(ctx, cfg, store, log)
+		if err != nil {
 			return sd.startError(ctx, err)
 		}
+		obs, err := tel.CaptureObserver(wal.retained, log)
+		if err != nil {
+			return sd.startError(ctx, err)
+		}
+		capt = relay.NewCapture(engine, wal.source, wal.recorder, obs)
 	}
+	// The reaper: expired leases back to PENDING.
 	reaperCfg := cfg.reaperConfig(log)
-	reaperCfg.OnReap = tel.OnReap
-	rp, err := reaper.New(reaperCfg, tel.InstrumentReap(store))
+	reaperCfg.Observer = tel.ReaperObserver()
+	rp, err := reaper.New(reaperCfg, store)
 	if err != nil {
 		return usageError{err}
 	}
+	// The backlog gauges and /stats: a poller inside telemetry.
 	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
+	// Retention: DELIVERED_RETENTION, DEAD_RETENTION, partitions.
 	retentionCfg := cfg.retentionConfig(log)
-	retentionCfg.OnDeleted = tel.OnRetentionDeleted
-	retentionCfg.OnPartitions = tel.OnPartitions
+	retentionCfg.Observer = tel.RetentionObserver()
 	var retainer *retention.Runner
 	if retention.Needed(retentionCfg, store) {
 		if retainer, err = retention.New(retentionCfg, store); err != nil {

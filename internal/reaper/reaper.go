@@ -34,8 +34,8 @@ type Config struct {
 	MaxAttempts int
 	// Logger receives the reaper's logs; nil discards them.
 	Logger *slog.Logger
-	// OnReap, when set, is told what every pass took back.
-	OnReap func(storage.ReapResult)
+	// Observer is told of every reap statement; nil observes nothing.
+	Observer Observer
 }
 
 // Validate reports every setting that cannot work.
@@ -61,6 +61,7 @@ type Reaper struct {
 	cfg   Config
 	store storage.Reaper
 	log   *slog.Logger
+	obs   Observer
 }
 
 // New returns a Reaper, or the configuration's errors.
@@ -71,7 +72,10 @@ func New(cfg Config, store storage.Reaper) (*Reaper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reaper{cfg: cfg, store: store, log: cfg.Logger}, nil
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
+	return &Reaper{cfg: cfg, store: store, log: cfg.Logger, obs: cfg.Observer}, nil
 }
 
 // Run reaps every Interval until ctx ends.
@@ -95,11 +99,13 @@ func (r *Reaper) Run(ctx context.Context) {
 func (r *Reaper) RunOnce(ctx context.Context) (storage.ReapResult, error) {
 	var total storage.ReapResult
 	for {
-		res, err := r.store.Reap(ctx, storage.ReapParams{
+		reapCtx, end := r.obs.StartReap(ctx)
+		res, err := r.store.Reap(reapCtx, storage.ReapParams{
 			LeaseTimeout: r.cfg.LeaseTimeout,
 			Limit:        r.cfg.BatchSize,
 			MaxAttempts:  r.cfg.MaxAttempts,
 		})
+		end(res, err)
 		total.Requeued += res.Requeued
 		total.Dead += res.Dead
 		if err != nil {
@@ -108,9 +114,6 @@ func (r *Reaper) RunOnce(ctx context.Context) (storage.ReapResult, error) {
 		if n := res.Requeued + res.Dead; n > 0 {
 			r.log.Warn("took back expired leases", "requeued", res.Requeued, "dead", res.Dead,
 				"lease_timeout", r.cfg.LeaseTimeout)
-			if r.cfg.OnReap != nil {
-				r.cfg.OnReap(res)
-			}
 		}
 		if res.Requeued+res.Dead < r.cfg.BatchSize {
 			return total, nil

@@ -8,7 +8,6 @@ import (
 
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -25,9 +24,8 @@ func TestRetentionMaintainsARealPartitionedTable(t *testing.T) {
 	tb.Set(t, ids[2], "created_at = now() - interval '4 hours'")
 
 	var c counts
-	var reports []storage.PartitionReport
 	r, err := retention.New(retention.Config{Delivered: time.Hour, Dead: time.Hour, PartitionAhead: 6 * time.Hour,
-		OnDeleted: c.add, OnPartitions: func(p storage.PartitionReport) { reports = append(reports, p) }}, tb.Store)
+		Observer: &c}, tb.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +33,7 @@ func TestRetentionMaintainsARealPartitionedTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reports := c.partitionReports()
 	if rep.Partitioning != "hour" || len(reports) != 1 {
 		t.Fatalf("report %+v, %d partition reports", rep, len(reports))
 	}

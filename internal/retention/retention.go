@@ -65,10 +65,9 @@ type Config struct {
 	// hours of hourly ones.
 	PartitionAhead time.Duration
 	Logger         *slog.Logger
-	// OnDeleted, when set, is told of every row removed, by status.
-	OnDeleted func(status outbox.Status, rows int64)
-	// OnPartitions, when set, is told what each partition maintenance did.
-	OnPartitions func(storage.PartitionReport)
+	// Observer is told of every row removed and every partition
+	// maintenance; nil observes nothing.
+	Observer Observer
 }
 
 // Enabled reports whether any rows are to be removed.
@@ -93,6 +92,7 @@ type Runner struct {
 	cfg   Config
 	store Store
 	log   *slog.Logger
+	obs   Observer
 }
 
 // New returns a Runner for store.
@@ -115,7 +115,10 @@ func New(cfg Config, store Store) (*Runner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, store: store, log: cfg.Logger}, nil
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
+	return &Runner{cfg: cfg, store: store, log: cfg.Logger, obs: cfg.Observer}, nil
 }
 
 // Needed reports whether a Runner has anything to do on store: rows to
@@ -227,11 +230,11 @@ func (r *Runner) prune(ctx context.Context, rep *Report) error {
 			Progress: func(deleted int64) {
 				// Counted batch by batch, so the metric moves during a
 				// long first cycle and nothing is lost when one fails.
-				r.deleted(rep, c.status, deleted-counted)
+				r.deleted(ctx, rep, c.status, deleted-counted)
 				counted = deleted
 			},
 		})
-		r.deleted(rep, c.status, res.Deleted-counted)
+		r.deleted(ctx, rep, c.status, res.Deleted-counted)
 		if err != nil {
 			return fmt.Errorf("retention of %s rows: %w", c.status, err)
 		}
@@ -239,14 +242,12 @@ func (r *Runner) prune(ctx context.Context, rep *Report) error {
 	return nil
 }
 
-func (r *Runner) deleted(rep *Report, status outbox.Status, n int64) {
+func (r *Runner) deleted(ctx context.Context, rep *Report, status outbox.Status, n int64) {
 	if n <= 0 {
 		return
 	}
 	rep.Deleted[status] += n
-	if r.cfg.OnDeleted != nil {
-		r.cfg.OnDeleted(status, n)
-	}
+	r.obs.Deleted(ctx, status, n)
 }
 
 // maintainPartitions has the driver create partitions ahead and drop
@@ -264,11 +265,9 @@ func (r *Runner) maintainPartitions(ctx context.Context, p storage.Partitioner, 
 	})
 	rep.Partitions = pr
 	for status, n := range pr.DroppedRows {
-		r.deleted(rep, outbox.Status(status), n)
+		r.deleted(ctx, rep, outbox.Status(status), n)
 	}
-	if r.cfg.OnPartitions != nil {
-		r.cfg.OnPartitions(pr)
-	}
+	r.obs.PartitionsMaintained(ctx, pr)
 	if err != nil {
 		return fmt.Errorf("retention: partition maintenance: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -85,13 +86,15 @@ func requireExactly(t *testing.T, tb storagetest.Table, a aged) {
 	}
 }
 
-// counts collects OnDeleted.
+// counts is a retention.Observer that collects what it is told: the rows
+// removed, by status, and the partition reports.
 type counts struct {
-	mu sync.Mutex
-	m  map[outbox.Status]int64
+	mu      sync.Mutex
+	m       map[outbox.Status]int64
+	reports []storage.PartitionReport
 }
 
-func (c *counts) add(s outbox.Status, n int64) {
+func (c *counts) Deleted(_ context.Context, s outbox.Status, n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -100,10 +103,22 @@ func (c *counts) add(s outbox.Status, n int64) {
 	c.m[s] += n
 }
 
+func (c *counts) PartitionsMaintained(_ context.Context, r storage.PartitionReport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reports = append(c.reports, r)
+}
+
 func (c *counts) get() map[outbox.Status]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.m)
+}
+
+func (c *counts) partitionReports() []storage.PartitionReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.reports)
 }
 
 // RunOnce removes exactly what is past its age, in small batches, and
@@ -114,7 +129,7 @@ func TestRemovesExactlyWhatIsPastItsAge(t *testing.T) {
 		tb := h.New(t)
 		a := newAged(t, tb)
 		var c counts
-		r, err := retention.New(retention.Config{Delivered: 7 * day, Dead: 30 * day, BatchSize: 2, OnDeleted: c.add}, tb.Storage())
+		r, err := retention.New(retention.Config{Delivered: 7 * day, Dead: 30 * day, BatchSize: 2, Observer: &c}, tb.Storage())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +187,7 @@ func TestOnlyOneRelayPrunesATable(t *testing.T) {
 		}
 		defer second.Close()
 		var secondDeleted counts
-		other, _ := retention.New(retention.Config{Delivered: 7 * day, Dead: 30 * day, OnDeleted: secondDeleted.add},
+		other, _ := retention.New(retention.Config{Delivered: 7 * day, Dead: 30 * day, Observer: &secondDeleted},
 			lockedStore{Storage: second})
 
 		var during retention.Report
@@ -205,7 +220,7 @@ func TestRunPrunesInTheBackground(t *testing.T) {
 	a := newAged(t, tb)
 	var c counts
 	r, _ := retention.New(retention.Config{Delivered: 7 * day, Dead: 30 * day, FirstDelay: 10 * time.Millisecond,
-		Interval: 50 * time.Millisecond, OnDeleted: c.add}, tb.Storage())
+		Interval: 50 * time.Millisecond, Observer: &c}, tb.Storage())
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { r.Run(rctx); close(done) }()
@@ -258,7 +273,7 @@ func TestPartitionedTablesAreMaintainedNotPruned(t *testing.T) {
 		t.Error("a storage that may be partitioned needs no retention loop")
 	}
 	var c counts
-	r, _ := retention.New(retention.Config{Delivered: retention.Forever, Dead: retention.Forever, OnDeleted: c.add}, p)
+	r, _ := retention.New(retention.Config{Delivered: retention.Forever, Dead: retention.Forever, Observer: &c}, p)
 	rep, err := r.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -311,9 +326,7 @@ func TestMaintainsARealPartitionedTable(t *testing.T) {
 	tb.Set(t, ids[2], "created_at = now() - interval '12 days'") // PENDING
 	// ids[3]: PENDING, now.
 	var c counts
-	var reports []storage.PartitionReport
-	r, err := retention.New(retention.Config{Delivered: 7 * day, Dead: 7 * day, OnDeleted: c.add,
-		OnPartitions: func(p storage.PartitionReport) { reports = append(reports, p) }}, tb.Store)
+	r, err := retention.New(retention.Config{Delivered: 7 * day, Dead: 7 * day, Observer: &c}, tb.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +334,7 @@ func TestMaintainsARealPartitionedTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Partitioning != "day" || len(rep.Partitions.Created) != 2 || len(rep.Partitions.Dropped) != 1 || len(reports) != 1 {
+	if rep.Partitioning != "day" || len(rep.Partitions.Created) != 2 || len(rep.Partitions.Dropped) != 1 || len(c.partitionReports()) != 1 {
 		t.Errorf("report %+v", rep)
 	}
 	if got := c.get(); got[outbox.StatusDelivered] != 1 || got[outbox.StatusDead] != 1 {

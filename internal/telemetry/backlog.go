@@ -2,12 +2,71 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/outbox-relay/relay/pkg/storage"
 )
+
+// The backlog gauges, read from the BacklogPoller's last reading; the first
+// two are Open Outbox Relay's. Its query is timed in storage.latency with
+// op = backlog.
+const (
+	MetricPendingCount = "openoutbox.backlog.pending_count"
+	MetricOldestAge    = "openoutbox.backlog.oldest_age_seconds"
+	MetricDeadCount    = "openoutbox.backlog.dead_count"
+)
+
+const (
+	opBacklog = "backlog"
+
+	statusNew      = "new"
+	statusRetrying = "retrying"
+)
+
+var (
+	setNew      = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusNew)))
+	setRetrying = metric.WithAttributeSet(attribute.NewSet(attribute.String(attrStatus, statusRetrying)))
+)
+
+func (t *Telemetry) createBacklogInstruments() error {
+	m := t.meter
+	var errs [3]error
+	var pending, dead metric.Int64ObservableGauge
+	var oldest metric.Float64ObservableGauge
+	pending, errs[0] = m.Int64ObservableGauge(MetricPendingCount, metric.WithUnit(unitEvents),
+		metric.WithDescription("PENDING events in the table: new (never attempted) or retrying. Read every BACKLOG_INTERVAL."))
+	oldest, errs[1] = m.Float64ObservableGauge(MetricOldestAge, metric.WithUnit(unitSeconds),
+		metric.WithDescription("Age of the oldest PENDING event, 0 when none is pending. Read every BACKLOG_INTERVAL."))
+	dead, errs[2] = m.Int64ObservableGauge(MetricDeadCount, metric.WithUnit(unitEvents),
+		metric.WithDescription("DEAD events in the table. Read every BACKLOG_INTERVAL."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return err
+	}
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		p := t.backlog.Load()
+		if p == nil {
+			return nil
+		}
+		// Until the first reading there is nothing to report: a zero
+		// would claim an empty backlog.
+		r, ok, _ := p.Last()
+		if !ok {
+			return nil
+		}
+		o.ObserveInt64(pending, r.PendingNew, setNew)
+		o.ObserveInt64(pending, r.PendingRetrying, setRetrying)
+		o.ObserveFloat64(oldest, r.OldestPendingAge.Seconds())
+		o.ObserveInt64(dead, r.Dead)
+		return nil
+	}, pending, oldest, dead)
+	return err
+}
 
 // BacklogIntervalDefault is how often the backlog is read (BACKLOG_INTERVAL).
 const BacklogIntervalDefault = 15 * time.Second
@@ -84,7 +143,7 @@ func (p *BacklogPoller) RunOnce(ctx context.Context) error {
 	defer cancel()
 	began := time.Now()
 	b, err := p.src.Backlog(ctx)
-	p.t.inst.storageLatency.Record(ctx, time.Since(began).Seconds(), storageSet(opBacklog, err))
+	p.t.storageLatency.Record(ctx, time.Since(began).Seconds(), storageSet(opBacklog, err))
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

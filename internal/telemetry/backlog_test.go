@@ -7,8 +7,8 @@ import (
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/reaper"
+	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
-	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -97,7 +97,7 @@ func TestBacklogPollerRunsOnItsInterval(t *testing.T) {
 }
 
 // TestReaperReclaimedAndTimed runs the real reaper over abandoned leases
-// with the telemetry hooks cmd/relay installs.
+// with the observer cmd/relay gives it.
 func TestReaperReclaimedAndTimed(t *testing.T) {
 	t.Parallel()
 	tel, reader, _ := setup(t, telemetry.Config{})
@@ -117,8 +117,8 @@ func TestReaperReclaimedAndTimed(t *testing.T) {
 	}
 	rp, err := reaper.New(reaper.Config{
 		Interval: time.Hour, LeaseTimeout: time.Minute, BatchSize: 100, MaxAttempts: 5,
-		OnReap: tel.OnReap,
-	}, tel.InstrumentReap(tb.Store))
+		Observer: tel.ReaperObserver(),
+	}, tb.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,9 @@ func TestReaperReclaimedAndTimed(t *testing.T) {
 	}
 }
 
-// TestRetentionCounted: the hooks cmd/relay gives the retention loop count
-// rows by status and partitions by action.
+// TestRetentionCounted runs the real retention loop, with the observer
+// cmd/relay gives it, over a plain table and a partitioned one: rows it
+// removes are counted by status, partitions by action.
 func TestRetentionCounted(t *testing.T) {
 	t.Parallel()
 	tel, reader, _ := setup(t, telemetry.Config{})
@@ -148,19 +149,45 @@ func TestRetentionCounted(t *testing.T) {
 			t.Errorf("retention.deleted{status=%s} starts at %g", status, got)
 		}
 	}
-	tel.OnRetentionDeleted(outbox.StatusDelivered, 1000)
-	tel.OnRetentionDeleted(outbox.StatusDelivered, 7)
-	tel.OnRetentionDeleted(outbox.StatusDead, 2)
-	tel.OnPartitions(storage.PartitionReport{Created: []string{"a", "b"}, Dropped: []string{"c"},
-		Kept: []storage.KeptPartition{{Name: "d"}}})
+
+	// A plain table: one DELIVERED and one DEAD row past retention are
+	// pruned, the PENDING row stays.
+	plain := pgtest.New(t)
+	ids := plain.InsertN(t, 3, "retention.test")
+	plain.Set(t, ids[0], "status = 'DELIVERED', delivered_at = now() - interval '2 days'")
+	plain.Set(t, ids[1], "status = 'DEAD', updated_at = now() - interval '2 days'")
+	// A table partitioned by hour: the partition of two DELIVERED rows is
+	// dropped (its rows counted), the one of a PENDING row kept.
+	parted := pgtest.NewPartitioned(t, "hour")
+	pids := parted.InsertN(t, 3, "retention.test")
+	parted.Set(t, pids[0], "created_at = now() - interval '5 hours', status = 'DELIVERED', delivered_at = now() - interval '2 days'")
+	parted.Set(t, pids[1], "created_at = now() - interval '5 hours', status = 'DELIVERED', delivered_at = now() - interval '2 days'")
+	parted.Set(t, pids[2], "created_at = now() - interval '4 hours'")
+
+	var created float64
+	for _, store := range []retention.Store{plain.Store, parted.Store} {
+		r, err := retention.New(retention.Config{Delivered: time.Hour, Dead: time.Hour, PartitionAhead: 6 * time.Hour,
+			Observer: tel.RetentionObserver()}, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		created += float64(len(rep.Partitions.Created))
+	}
+	if created < 2 {
+		t.Fatalf("the partitioned table's cycle created %g partitions, want the hours ahead", created)
+	}
 	m = collect(t, reader)
 	for _, c := range []struct {
 		name, key, value string
 		want             float64
 	}{
-		{telemetry.MetricRetentionDeleted, "status", "delivered", 1007},
-		{telemetry.MetricRetentionDeleted, "status", "dead", 2},
-		{telemetry.MetricRetentionPartitions, "action", "created", 2},
+		{telemetry.MetricRetentionDeleted, "status", "delivered", 3},
+		{telemetry.MetricRetentionDeleted, "status", "dead", 1},
+		{telemetry.MetricRetentionPartitions, "action", "created", created},
 		{telemetry.MetricRetentionPartitions, "action", "dropped", 1},
 	} {
 		if got := m.mustValue(t, c.name, c.key, c.value); got != c.want {

@@ -1,9 +1,12 @@
 // Package telemetry makes the relay observable with OpenTelemetry: it sets
 // up the meter and tracer providers and their exporters (a Prometheus
 // scrape handler, OTLP, the console), creates the instruments under Open
-// Outbox Relay's names so its dashboards keep working, implements
-// relay.Observer to record metrics and spans for every batch, counts what
-// the reaper takes back, and polls the table's backlog for the gauges.
+// Outbox Relay's names so its dashboards keep working, and implements the
+// observer of each of the relay's components, one file each: engine.go
+// (relay.Observer: metrics and a trace per batch), capture.go
+// (relay.CaptureObserver, CAPTURE=wal), reaper.go (reaper.Observer) and
+// retention.go (retention.Observer). backlog.go polls the table's backlog
+// for the gauges. A component's metric or span is added in its file alone.
 //
 // Nothing here reads the environment: cmd/relay passes the exporter choices
 // in Config. Only the OpenTelemetry SDK and its exporters read their own
@@ -41,8 +44,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/outbox-relay/relay/pkg/relay"
 )
 
 // Exporter names, as OTEL_METRICS_EXPORTER and OTEL_TRACES_EXPORTER take
@@ -183,13 +184,16 @@ func exporterList(s string, allowed ...string) ([]string, error) {
 type Telemetry struct {
 	meter   metric.Meter
 	tracer  trace.Tracer
-	inst    instruments
 	metrics http.Handler
 	// shutdown flushes and stops the providers, last created first.
 	shutdown []func(context.Context) error
 
-	// state is the engine state the relay.state gauge reports.
-	state atomic.Int32
+	// storageLatency is shared; each component's instruments are its
+	// own, in its file.
+	storageLatency metric.Float64Histogram
+	engineInst     engineInstruments
+	reaperInst     reaperInstruments
+	retentionInst  retentionInstruments
 	// backlog is where the backlog gauges read; nil until PollBacklog.
 	backlog atomic.Pointer[BacklogPoller]
 }
@@ -203,7 +207,6 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	cfg = cfg.withDefaults()
 	t := &Telemetry{}
-	t.state.Store(int32(relay.StateActive))
 
 	// Exporters fail in the background (a collector that is down); their
 	// errors land in the relay's log rather than the standard logger. The

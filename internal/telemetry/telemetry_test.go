@@ -164,7 +164,7 @@ const (
 func TestObserverRecordsABatch(t *testing.T) {
 	t.Parallel()
 	tel, reader, exp := setup(t, telemetry.Config{})
-	o := tel.Observer()
+	o := tel.EngineObserver()
 	ctx := context.Background()
 
 	// An empty claim is timed but leaves no span and no batch size.
@@ -275,7 +275,7 @@ func TestObserverRecordsABatch(t *testing.T) {
 func TestFailedClaimIsASpanWithAnError(t *testing.T) {
 	t.Parallel()
 	tel, reader, exp := setup(t, telemetry.Config{})
-	_, end := tel.Observer().StartClaim(context.Background())
+	_, end := tel.EngineObserver().StartClaim(context.Background())
 	end(0, errors.New("cannot reach PostgreSQL"))
 	spans := exp.GetSpans()
 	if len(spans) != 1 || spans[0].Name != telemetry.SpanClaim || spans[0].Status.Code != codes.Error {
@@ -294,7 +294,7 @@ func TestNoTracesExporterRecordsNoSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tel.Shutdown(context.Background()) }()
-	o := tel.Observer()
+	o := tel.EngineObserver()
 	bctx, end := o.StartClaim(context.Background())
 	end(1, nil)
 	ctx, endPublish := o.StartPublish(bctx, []outbox.Event{{Headers: []byte(`{"traceparent":"00-` + producerTrace + `-` + producerSpan + `-01"}`)}})
@@ -437,7 +437,7 @@ func TestPrometheusNamesAreOpenOutboxs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tel.Shutdown(context.Background()) }()
-	o := tel.Observer()
+	o := tel.EngineObserver()
 	bctx, end := o.StartClaim(context.Background())
 	end(1, nil)
 	_, endPublish := o.StartPublish(bctx, []outbox.Event{{CreatedAt: time.Now()}})
@@ -506,7 +506,7 @@ func TestBrokerLabelsEverySeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tel.Shutdown(context.Background()) }()
-	o := tel.Observer()
+	o := tel.EngineObserver()
 	bctx, end := o.StartClaim(context.Background())
 	end(1, nil)
 	_, endPublish := o.StartPublish(bctx, []outbox.Event{{CreatedAt: time.Now()}})
@@ -571,7 +571,7 @@ func TestConsoleExporterWritesSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := tel.Observer()
+	o := tel.EngineObserver()
 	bctx, end := o.StartClaim(context.Background())
 	end(1, nil)
 	_, endPublish := o.StartPublish(bctx, []outbox.Event{{Headers: []byte(`{"traceparent":"00-` + producerTrace + `-` + producerSpan + `-01"}`)}})
@@ -626,7 +626,7 @@ func TestOTLPUsesTheStandardVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := tel.Observer()
+	o := tel.EngineObserver()
 	bctx, end := o.StartClaim(context.Background())
 	end(1, nil)
 	o.Finished(bctx, relay.Outcome{Delivered: 1})

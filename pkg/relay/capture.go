@@ -62,16 +62,6 @@ const (
 	CaptureLost        CaptureState = "lost"        // the log lost its position; claims poll everything
 )
 
-// CaptureObserver is told what a Capture does beyond the engine's stages.
-type CaptureObserver interface {
-	// CaptureStateChanged reports a new state, with the error behind a
-	// failing or lost one.
-	CaptureStateChanged(s CaptureState, err error)
-	// SlotRecreated reports that the log position had to be made anew
-	// after it was lost or removed.
-	SlotRecreated()
-}
-
 // Capture relays events read from the database's log.
 type Capture struct {
 	e   *Engine
@@ -92,14 +82,16 @@ type Capture struct {
 }
 
 // NewCapture returns a Capture that publishes through e and leaves to e's
-// claims only the events the log does not deliver. Run e as well.
+// claims only the events the log does not deliver. Run e as well. The
+// capture reports its stages through e's Observer and what is its own to
+// obs; nil observes nothing.
 func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, obs CaptureObserver) *Capture {
 	// Until a stream opens the claims take every event: opening can wait
 	// (a new slot waits for the transactions running then to end), and a
 	// stream's backfill claims again whatever it might have missed.
 	e.freshTo.Store(0)
 	if obs == nil {
-		obs = nopCaptureObserver{}
+		obs = NopCaptureObserver{}
 	}
 	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), obs: obs, state: CaptureStarting}
 }
@@ -789,8 +781,3 @@ func byID(events []outbox.Event, id uuid.UUID) outbox.Event {
 	}
 	return outbox.Event{ID: id}
 }
-
-type nopCaptureObserver struct{}
-
-func (nopCaptureObserver) CaptureStateChanged(CaptureState, error) {}
-func (nopCaptureObserver) SlotRecreated()                          {}

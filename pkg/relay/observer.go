@@ -6,6 +6,17 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
+// Every component of the relay reports what it does to an observer of its
+// own, declared beside it: Observer for the engine, CaptureObserver for
+// CAPTURE=wal, and reaper.Observer and retention.Observer in the relay
+// command's packages. Each has a no-op (NopObserver, NopCaptureObserver)
+// to embed, so that an implementation written for some methods keeps
+// compiling when one is added. The relay command's implementations are in
+// internal/telemetry, one file per component: a metric or a span for a
+// component is added there alone. Log lines are not observed: a
+// component writes them where it decides, through its Logger, so that a
+// program using the engine without telemetry keeps them.
+
 // Observer is told what the engine does, so that metrics and traces live
 // outside it (internal/telemetry implements one). Each Start method is called as
 // a stage begins and returns the context the stage runs in (carrying a span,
@@ -75,3 +86,21 @@ func (NopObserver) StartSettle(ctx context.Context, _ string, _ int) (context.Co
 func (NopObserver) Finished(context.Context, Outcome) {}
 
 func (NopObserver) StateChanged(State) {}
+
+// CaptureObserver is told what a Capture does beyond the engine's stages,
+// which it reports to the engine's Observer.
+type CaptureObserver interface {
+	// CaptureStateChanged reports a new state, with the error behind a
+	// failing or lost one.
+	CaptureStateChanged(s CaptureState, err error)
+	// SlotRecreated reports that the log position had to be made anew
+	// after it was lost or removed.
+	SlotRecreated()
+}
+
+// NopCaptureObserver observes nothing.
+type NopCaptureObserver struct{}
+
+func (NopCaptureObserver) CaptureStateChanged(CaptureState, error) {}
+
+func (NopCaptureObserver) SlotRecreated() {}
