@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -18,6 +20,7 @@ import (
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
+	pkgconfig "github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -26,26 +29,32 @@ import (
 // config is everything the relay reads from the environment. Names follow
 // Open Outbox Relay where it has the same setting. docs/configuration.md
 // documents each one; a test keeps the two in step.
+//
+// A variable's sets tag names the package Config fields it sets
+// (package.Field, as the package's FieldErrors name them), so that an error
+// about a field names the variable instead (explainFieldErrors). Unset, a
+// variable keeps the package's default, which defaultConfig holds; set to 0
+// it is refused (explicitZeros) unless its zero tag says what 0 means there.
 type config struct {
 	StorageURL       string `env:"STORAGE_URL"`
 	PublisherURL     string `env:"PUBLISHER_URL"`
 	StorageTableName string `env:"STORAGE_TABLE_NAME"`
 	AutoMigrate      bool   `env:"STORAGE_AUTO_MIGRATE"`
-	RelayID          string `env:"RELAY_ID"`
+	RelayID          string `env:"RELAY_ID" sets:"relay.RelayID"`
 
-	BatchSize          int           `env:"BATCH_SIZE"`
-	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES"`
-	PollInterval       time.Duration `env:"POLL_INTERVAL"`
-	SweepInterval      time.Duration `env:"SWEEP_INTERVAL"`
-	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES"`
-	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT"`
+	BatchSize          int           `env:"BATCH_SIZE" sets:"relay.BatchSize"`
+	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES" sets:"relay.MaxBatchBytes"`
+	PollInterval       time.Duration `env:"POLL_INTERVAL" sets:"relay.PollInterval"`
+	SweepInterval      time.Duration `env:"SWEEP_INTERVAL" sets:"relay.SweepInterval"`
+	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES" sets:"relay.MaxInFlightBatches"`
+	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT" sets:"relay.LeaseTimeout"`
 	ReaperInterval     time.Duration `env:"REAPER_INTERVAL"`
 	ReapBatchSize      int           `env:"REAP_BATCH_SIZE"`
-	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS"`
-	RetryBaseDelay     time.Duration `env:"RETRY_BASE_DELAY"`
-	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY"`
-	RetryJitter        float64       `env:"RETRY_JITTER"`
-	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT"`
+	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS" sets:"relay.Retry.MaxAttempts"`
+	RetryBaseDelay     time.Duration `env:"RETRY_BASE_DELAY" sets:"relay.Retry.BaseDelay"`
+	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY" sets:"relay.Retry.MaxDelay"`
+	RetryJitter        float64       `env:"RETRY_JITTER" sets:"relay.Retry.Jitter" zero:"off"`
+	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT" sets:"relay.ShutdownTimeout"`
 
 	DeliveredRetention keepFor       `env:"DELIVERED_RETENTION"`
 	DeadRetention      keepFor       `env:"DEAD_RETENTION"`
@@ -59,9 +68,9 @@ type config struct {
 	WALStorageURL        string        `env:"WAL_STORAGE_URL"`
 
 	Wakeup         string        `env:"WAKEUP"`
-	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE"`
-	Ordering       string        `env:"ORDERING"`
-	OrderingOnDead string        `env:"ORDERING_ON_DEAD"`
+	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE" sets:"relay.NotifyDebounce" zero:"off"`
+	Ordering       string        `env:"ORDERING" sets:"relay.Ordering"`
+	OrderingOnDead string        `env:"ORDERING_ON_DEAD" sets:"relay.OnDead"`
 
 	HTTPAddr  string `env:"HTTP_ADDR"`
 	LogLevel  string `env:"LOG_LEVEL"`
@@ -188,6 +197,86 @@ func explainEnvError(err error) error {
 	return errors.Join(out...)
 }
 
+// fieldVariables maps "package.Field", as a package's FieldError names a
+// Config field, to the variables whose sets tag names it. A field that
+// several variables set is named by the most specific, the others in
+// parentheses: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL (or
+// OTEL_EXPORTER_OTLP_PROTOCOL).
+var fieldVariables = sync.OnceValue(func() map[string]string {
+	type setter struct {
+		name   string
+		fields int
+	}
+	setters := map[string][]setter{}
+	t := reflect.TypeOf(config{})
+	for i := range t.NumField() {
+		f := t.Field(i)
+		fields := strings.Fields(f.Tag.Get("sets"))
+		for _, field := range fields {
+			setters[field] = append(setters[field], setter{f.Tag.Get("env"), len(fields)})
+		}
+	}
+	names := map[string]string{}
+	for field, s := range setters {
+		slices.SortStableFunc(s, func(a, b setter) int { return a.fields - b.fields })
+		name := s[0].name
+		for i, o := range s[1:] {
+			if i == 0 {
+				name += " (or "
+			} else {
+				name += " or "
+			}
+			name += o.name
+		}
+		if len(s) > 1 {
+			name += ")"
+		}
+		names[field] = name
+	}
+	return names
+})
+
+// fieldVariable is the variable that sets a package's Config field, or "".
+func fieldVariable(pkg, field string) string { return fieldVariables()[pkg+"."+field] }
+
+// explainFieldErrors rewrites the packages' FieldErrors in err, which name
+// Go fields, to name the variables that set them, each message once.
+func explainFieldErrors(err error) error { return pkgconfig.Rename(err, fieldVariable) }
+
+// explicitZeros refuses the variables set to 0 whose fields take their
+// default at zero: unset is how to ask for the default, and a 0 written on
+// purpose (BATCH_SIZE=0) would otherwise be quietly replaced. defaultConfig
+// fills every such field, so a zero here was set. A zero tag says what 0
+// means instead (off, for RETRY_JITTER), and the config's XxxConfig
+// methods translate it.
+func (c config) explicitZeros() error {
+	var errs []error
+	v, t := reflect.ValueOf(c), reflect.TypeOf(c)
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get("sets") == "" || f.Tag.Get("zero") != "" {
+			continue
+		}
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int64, reflect.Float64:
+			if v.Field(i).IsZero() {
+				errs = append(errs, fmt.Errorf("%s must be positive, got %v", f.Tag.Get("env"), v.Field(i).Interface()))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// offWhenZero is v, or off when v is 0: a variable whose 0 turns
+// something off, where the package's zero is its default.
+func offWhenZero[T comparable](v, off T) T {
+	var zero T
+	if v == zero {
+		return off
+	}
+	return v
+}
+
 func kindName(t reflect.Type) string {
 	switch t {
 	case reflect.TypeOf(time.Duration(0)):
@@ -230,6 +319,7 @@ func (c config) validate() error {
 			add(fmt.Errorf("PUBLISHER_URL: %w", err))
 		}
 	}
+	add(c.explicitZeros())
 	add(c.engineConfig(nil).Validate())
 	add(c.reaperConfig(nil).Validate())
 	add(c.validateRetention())
@@ -248,7 +338,7 @@ func (c config) validate() error {
 	if c.BacklogInterval <= 0 {
 		add(fmt.Errorf("BACKLOG_INTERVAL must be positive, got %s", c.BacklogInterval))
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := explainFieldErrors(errors.Join(errs...)); err != nil {
 		return usageError{err}
 	}
 	return nil
@@ -321,11 +411,11 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 			MaxAttempts: c.RetryMaxAttempts,
 			BaseDelay:   c.RetryBaseDelay,
 			MaxDelay:    c.RetryMaxDelay,
-			Jitter:      c.RetryJitter,
+			Jitter:      offWhenZero(c.RetryJitter, relay.NoJitter),
 		},
 		Ordering:       storage.Ordering(c.Ordering),
 		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
-		NotifyDebounce: c.NotifyDebounce,
+		NotifyDebounce: offWhenZero(c.NotifyDebounce, relay.NoDebounce),
 		// DELIVERED_RETENTION=0: delete on delivery.
 		DeleteDelivered: c.DeliveredRetention == 0,
 		Broker:          publisher.Redact(c.PublisherURL),

@@ -84,10 +84,10 @@ type Engine struct {
 
 // New returns an engine; zero fields of cfg take their defaults.
 func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	e := &Engine{
 		cfg:   cfg,
 		store: store,
