@@ -47,10 +47,10 @@ type config struct {
 	PollInterval       time.Duration `env:"POLL_INTERVAL" sets:"relay.PollInterval"`
 	SweepInterval      time.Duration `env:"SWEEP_INTERVAL" sets:"relay.SweepInterval"`
 	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES" sets:"relay.MaxInFlightBatches"`
-	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT" sets:"relay.LeaseTimeout"`
-	ReaperInterval     time.Duration `env:"REAPER_INTERVAL"`
-	ReapBatchSize      int           `env:"REAP_BATCH_SIZE"`
-	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS" sets:"relay.Retry.MaxAttempts"`
+	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT" sets:"relay.LeaseTimeout reaper.LeaseTimeout"`
+	ReaperInterval     time.Duration `env:"REAPER_INTERVAL" sets:"reaper.Interval"`
+	ReapBatchSize      int           `env:"REAP_BATCH_SIZE" sets:"reaper.BatchSize"`
+	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS" sets:"relay.Retry.MaxAttempts reaper.MaxAttempts"`
 	RetryBaseDelay     time.Duration `env:"RETRY_BASE_DELAY" sets:"relay.Retry.BaseDelay"`
 	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY" sets:"relay.Retry.MaxDelay"`
 	RetryJitter        float64       `env:"RETRY_JITTER" sets:"relay.Retry.Jitter" zero:"off"`

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 )
 
@@ -66,8 +67,12 @@ func TestFieldErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"BATCH_SIZE": "0"}, "BATCH_SIZE must be positive, got 0"},
 		{map[string]string{"POLL_INTERVAL": "0s"}, "POLL_INTERVAL must be positive, got 0s"},
 		{map[string]string{"MAX_BATCH_BYTES": "0"}, "MAX_BATCH_BYTES must be positive, got 0"},
+		// The engine and the reaper share these two: one line each.
 		{map[string]string{"LEASE_TIMEOUT": "100ms"}, "LEASE_TIMEOUT must be at least 500ms, got 100ms"},
+		{map[string]string{"LEASE_TIMEOUT": "-1s"}, "LEASE_TIMEOUT must be at least 500ms, got -1s"},
 		{map[string]string{"RETRY_MAX_ATTEMPTS": "-2"}, "RETRY_MAX_ATTEMPTS must be positive, got -2"},
+		{map[string]string{"REAPER_INTERVAL": "-1s", "REAP_BATCH_SIZE": "0"},
+			"REAP_BATCH_SIZE must be positive, got 0\nREAPER_INTERVAL must be positive, got -1s"},
 		{map[string]string{"RETRY_MAX_DELAY": "1ms"}, "RETRY_MAX_DELAY (1ms) must not be below RETRY_BASE_DELAY (1s)"},
 		{map[string]string{"RETRY_JITTER": "-0.5"}, "RETRY_JITTER must be between 0 and 1, got -0.5"},
 		{map[string]string{"ORDERING_ON_DEAD": "wait"}, `ORDERING_ON_DEAD must be skip or block, got "wait"`},
@@ -136,7 +141,8 @@ func TestZeroRefusedVariablesHaveDefaults(t *testing.T) {
 func TestSetsTagsNameRealFields(t *testing.T) {
 	t.Parallel()
 	configs := map[string]reflect.Type{
-		"relay": reflect.TypeOf(relay.Config{}),
+		"relay":  reflect.TypeOf(relay.Config{}),
+		"reaper": reflect.TypeOf(reaper.Config{}),
 	}
 	typ := reflect.TypeOf(config{})
 	for i := range typ.NumField() {

@@ -18,18 +18,17 @@ const (
 	PollIntervalDefault       = 500 * time.Millisecond
 	SweepIntervalDefault      = storage.SweepIntervalDefault
 	MaxInFlightBatchesDefault = 4
-	LeaseTimeoutDefault       = time.Minute
+	LeaseTimeoutDefault       = storage.LeaseTimeoutDefault
 	ShutdownTimeoutDefault    = 30 * time.Second
-	RetryMaxAttemptsDefault   = 25
+	RetryMaxAttemptsDefault   = storage.MaxAttemptsDefault
 	RetryBaseDelayDefault     = time.Second
 	RetryMaxDelayDefault      = 24 * time.Hour
 	RetryJitterDefault        = 0.15
 	NotifyDebounceDefault     = 5 * time.Millisecond
 	OrderingDefault           = storage.OrderingNone
 	OnDeadDefault             = storage.DeadSkip
-	// LeaseTimeoutMin leaves room for a claim, a publish and the renewals
-	// every third of the lease; shorter leases expire under a working relay.
-	LeaseTimeoutMin = 500 * time.Millisecond
+	// LeaseTimeoutMin is the shortest LeaseTimeout, the reaper's too.
+	LeaseTimeoutMin = storage.LeaseTimeoutMin
 )
 
 // Values that turn a setting off, for the settings where off is a choice
