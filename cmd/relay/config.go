@@ -58,7 +58,7 @@ type config struct {
 
 	DeliveredRetention keepFor       `env:"DELIVERED_RETENTION"`
 	DeadRetention      keepFor       `env:"DEAD_RETENTION"`
-	RetentionInterval  time.Duration `env:"RETENTION_INTERVAL"`
+	RetentionInterval  time.Duration `env:"RETENTION_INTERVAL" sets:"retention.Interval"`
 
 	// CAPTURE=wal reads new events from PostgreSQL's write-ahead log.
 	Capture              string        `env:"CAPTURE"`
@@ -323,6 +323,7 @@ func (c config) validate() error {
 	add(c.engineConfig(nil).Validate())
 	add(c.reaperConfig(nil).Validate())
 	add(c.validateRetention())
+	add(c.retentionConfig(nil).Validate())
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add(err)
 	}

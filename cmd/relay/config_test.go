@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/reaper"
+	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/pkg/relay"
 )
 
@@ -73,6 +74,7 @@ func TestFieldErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"RETRY_MAX_ATTEMPTS": "-2"}, "RETRY_MAX_ATTEMPTS must be positive, got -2"},
 		{map[string]string{"REAPER_INTERVAL": "-1s", "REAP_BATCH_SIZE": "0"},
 			"REAP_BATCH_SIZE must be positive, got 0\nREAPER_INTERVAL must be positive, got -1s"},
+		{map[string]string{"RETENTION_INTERVAL": "-1s"}, "RETENTION_INTERVAL must be positive, got -1s"},
 		{map[string]string{"RETRY_MAX_DELAY": "1ms"}, "RETRY_MAX_DELAY (1ms) must not be below RETRY_BASE_DELAY (1s)"},
 		{map[string]string{"RETRY_JITTER": "-0.5"}, "RETRY_JITTER must be between 0 and 1, got -0.5"},
 		{map[string]string{"ORDERING_ON_DEAD": "wait"}, `ORDERING_ON_DEAD must be skip or block, got "wait"`},
@@ -141,8 +143,9 @@ func TestZeroRefusedVariablesHaveDefaults(t *testing.T) {
 func TestSetsTagsNameRealFields(t *testing.T) {
 	t.Parallel()
 	configs := map[string]reflect.Type{
-		"relay":  reflect.TypeOf(relay.Config{}),
-		"reaper": reflect.TypeOf(reaper.Config{}),
+		"relay":     reflect.TypeOf(relay.Config{}),
+		"reaper":    reflect.TypeOf(reaper.Config{}),
+		"retention": reflect.TypeOf(retention.Config{}),
 	}
 	typ := reflect.TypeOf(config{})
 	for i := range typ.NumField() {
