@@ -40,7 +40,7 @@ type config struct {
 	PublisherURL     string `env:"PUBLISHER_URL"`
 	StorageTableName string `env:"STORAGE_TABLE_NAME"`
 	AutoMigrate      bool   `env:"STORAGE_AUTO_MIGRATE"`
-	RelayID          string `env:"RELAY_ID" sets:"relay.RelayID"`
+	RelayID          string `env:"RELAY_ID" sets:"relay.RelayID telemetry.InstanceID"`
 
 	BatchSize          int           `env:"BATCH_SIZE" sets:"relay.BatchSize"`
 	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES" sets:"relay.MaxBatchBytes"`
@@ -79,13 +79,13 @@ type config struct {
 	// Telemetry. The OTEL_* names are the OpenTelemetry specification's;
 	// the exporters read the rest of theirs (OTEL_EXPORTER_OTLP_ENDPOINT,
 	// ...) from the process environment themselves.
-	ServiceName         string        `env:"OTEL_SERVICE_NAME"`
-	MetricsExporter     string        `env:"OTEL_METRICS_EXPORTER"`
-	TracesExporter      string        `env:"OTEL_TRACES_EXPORTER"`
-	OTLPProtocol        string        `env:"OTEL_EXPORTER_OTLP_PROTOCOL"`
-	OTLPMetricsProtocol string        `env:"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"`
-	OTLPTracesProtocol  string        `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"`
-	BacklogInterval     time.Duration `env:"BACKLOG_INTERVAL"`
+	ServiceName         string        `env:"OTEL_SERVICE_NAME" sets:"telemetry.ServiceName"`
+	MetricsExporter     string        `env:"OTEL_METRICS_EXPORTER" sets:"telemetry.MetricsExporter"`
+	TracesExporter      string        `env:"OTEL_TRACES_EXPORTER" sets:"telemetry.TracesExporter"`
+	OTLPProtocol        string        `env:"OTEL_EXPORTER_OTLP_PROTOCOL" sets:"telemetry.OTLPMetricsProtocol telemetry.OTLPTracesProtocol"`
+	OTLPMetricsProtocol string        `env:"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL" sets:"telemetry.OTLPMetricsProtocol"`
+	OTLPTracesProtocol  string        `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" sets:"telemetry.OTLPTracesProtocol"`
+	BacklogInterval     time.Duration `env:"BACKLOG_INTERVAL" sets:"telemetry.BacklogInterval"`
 
 	// notes say which Open Outbox settings were translated or ignored.
 	notes []string
@@ -336,9 +336,6 @@ func (c config) validate() error {
 	}
 	add(c.validateHTTPAddr())
 	add(c.telemetryConfig(nil).Validate())
-	if c.BacklogInterval <= 0 {
-		add(fmt.Errorf("BACKLOG_INTERVAL must be positive, got %s", c.BacklogInterval))
-	}
 	if err := explainFieldErrors(errors.Join(errs...)); err != nil {
 		return usageError{err}
 	}
@@ -453,6 +450,7 @@ func (c config) telemetryConfig(log *slog.Logger) telemetry.Config {
 		TracesExporter:      c.TracesExporter,
 		OTLPMetricsProtocol: or(c.OTLPMetricsProtocol, c.OTLPProtocol),
 		OTLPTracesProtocol:  or(c.OTLPTracesProtocol, c.OTLPProtocol),
+		BacklogInterval:     c.BacklogInterval,
 		Logger:              log,
 		SpanExporter:        c.spanExporter,
 	}

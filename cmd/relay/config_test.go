@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/internal/retention"
+	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/relay"
 )
 
@@ -74,6 +75,11 @@ func TestFieldErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"RETRY_MAX_ATTEMPTS": "-2"}, "RETRY_MAX_ATTEMPTS must be positive, got -2"},
 		{map[string]string{"REAPER_INTERVAL": "-1s", "REAP_BATCH_SIZE": "0"},
 			"REAP_BATCH_SIZE must be positive, got 0\nREAPER_INTERVAL must be positive, got -1s"},
+		{map[string]string{"BACKLOG_INTERVAL": "-1s"}, "BACKLOG_INTERVAL must be positive, got -1s"},
+		{map[string]string{"OTEL_METRICS_EXPORTER": "statsd"}, `OTEL_METRICS_EXPORTER: unknown exporter "statsd"; use prometheus, otlp or none`},
+		// A field two variables set is named by both, the specific first.
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"},
+			`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (or OTEL_EXPORTER_OTLP_PROTOCOL) must be grpc or http/protobuf (http/json is not supported), got "http/json"`},
 		{map[string]string{"RETENTION_INTERVAL": "-1s"}, "RETENTION_INTERVAL must be positive, got -1s"},
 		{map[string]string{"RETRY_MAX_DELAY": "1ms"}, "RETRY_MAX_DELAY (1ms) must not be below RETRY_BASE_DELAY (1s)"},
 		{map[string]string{"RETRY_JITTER": "-0.5"}, "RETRY_JITTER must be between 0 and 1, got -0.5"},
@@ -146,6 +152,7 @@ func TestSetsTagsNameRealFields(t *testing.T) {
 		"relay":     reflect.TypeOf(relay.Config{}),
 		"reaper":    reflect.TypeOf(reaper.Config{}),
 		"retention": reflect.TypeOf(retention.Config{}),
+		"telemetry": reflect.TypeOf(telemetry.Config{}),
 	}
 	typ := reflect.TypeOf(config{})
 	for i := range typ.NumField() {

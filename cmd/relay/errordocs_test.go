@@ -59,6 +59,8 @@ func TestErrorSourcesHoldFieldErrorsByTheirVariables(t *testing.T) {
 		"relay: BatchSize must be positive, got %d",
 		"BATCH_SIZE must be positive, got %d",
 		"LEASE_TIMEOUT must be at least %s, got %s",
+		"OTEL_METRICS_EXPORTER: %w",
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (or OTEL_EXPORTER_OTLP_PROTOCOL) must be grpc or http/protobuf (http/json is not supported), got %q",
 	} {
 		want := parseFormat(s)
 		if !slices.ContainsFunc(sources, func(ps []piece) bool { return slices.Equal(ps, want) }) {
@@ -189,7 +191,10 @@ func errorSources(t *testing.T, root string) errorStrings {
 						add(s)
 					}
 				}
-				if field, problem, ok := fieldErrorCall(n); ok {
+				switch field, problem, ok := fieldErrorCall(n); {
+				case ok && field == "":
+					t.Errorf("%s: a FieldError's field must be a constant string, so that its messages are known here", path)
+				case ok:
 					add(f.Name.Name + ": " + field + problem)
 					if v := fieldVariable(f.Name.Name, field); v != "" {
 						add(v + problem)
@@ -221,28 +226,30 @@ func errorSources(t *testing.T, root string) errorStrings {
 // fieldErrorCall recognises v.Expect("Field", ok, "format", …) and
 // v.Wrap("Field", err), config.Checker's ways to record a FieldError, and
 // returns the field and the problem's format as the error prints them after
-// the field's name.
+// the field's name; field is "" when it is not a constant string.
 func fieldErrorCall(n ast.Node) (field, problem string, ok bool) {
 	call, isCall := n.(*ast.CallExpr)
 	if !isCall {
 		return "", "", false
 	}
 	sel, isSel := call.Fun.(*ast.SelectorExpr)
-	if !isSel || len(call.Args) < 2 {
-		return "", "", false
-	}
-	field, ok = foldString(call.Args[0])
-	if !ok {
+	if !isSel {
 		return "", "", false
 	}
 	switch {
 	case sel.Sel.Name == "Expect" && len(call.Args) >= 3:
-		format, ok := foldString(call.Args[2])
-		return field, " " + format, ok
+		format, isString := foldString(call.Args[2])
+		if !isString {
+			return "", "", false
+		}
+		problem = " " + format
 	case sel.Sel.Name == "Wrap" && len(call.Args) == 2:
-		return field, ": %w", true
+		problem = ": %w"
+	default:
+		return "", "", false
 	}
-	return "", "", false
+	field, _ = foldString(call.Args[0])
+	return field, problem, true
 }
 
 // keep reports whether s could be (part of) an error message: it has a

@@ -230,7 +230,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	if err != nil {
 		return usageError{err}
 	}
-	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
+	backlog := tel.PollBacklog(store, log)
 	retentionCfg := cfg.retentionConfig(log)
 	retentionCfg.OnDeleted = tel.OnRetentionDeleted
 	retentionCfg.OnPartitions = tel.OnPartitions
