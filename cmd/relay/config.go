@@ -62,9 +62,9 @@ type config struct {
 
 	// CAPTURE=wal reads new events from PostgreSQL's write-ahead log.
 	Capture              string        `env:"CAPTURE"`
-	WALSlotName          string        `env:"WAL_SLOT_NAME"`
-	WALPublicationName   string        `env:"WAL_PUBLICATION_NAME"`
-	WALHeartbeatInterval time.Duration `env:"WAL_HEARTBEAT_INTERVAL"`
+	WALSlotName          string        `env:"WAL_SLOT_NAME" sets:"pgwal.Slot"`
+	WALPublicationName   string        `env:"WAL_PUBLICATION_NAME" sets:"pgwal.Publication"`
+	WALHeartbeatInterval time.Duration `env:"WAL_HEARTBEAT_INTERVAL" sets:"pgwal.Heartbeat" zero:"off"`
 	WALStorageURL        string        `env:"WAL_STORAGE_URL"`
 
 	Wakeup         string        `env:"WAKEUP"`
@@ -363,15 +363,28 @@ func (c config) validateCapture() error {
 	if d, err := storage.Lookup(c.StorageURL); err == nil && d.Name != "PostgreSQL" {
 		errs = append(errs, fmt.Errorf("CAPTURE=wal reads PostgreSQL's write-ahead log; STORAGE_URL is %s: use CAPTURE=poll", d.Name))
 	}
-	for name, v := range map[string]string{"WAL_SLOT_NAME": c.WALSlotName, "WAL_PUBLICATION_NAME": c.WALPublicationName} {
-		if v != "" && !pgwal.Identifier(v) {
-			errs = append(errs, fmt.Errorf("%s %q: use lowercase letters, digits and underscores (at most 63)", name, v))
-		}
-	}
+	errs = append(errs, c.walConfig(nil).Validate())
 	if c.WALHeartbeatInterval < 0 {
+		// pgwal's negative is off, which the variable spells 0.
 		errs = append(errs, fmt.Errorf("WAL_HEARTBEAT_INTERVAL must not be negative, got %s (0 turns heartbeats off)", c.WALHeartbeatInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// walConfig is what CAPTURE=wal reads with; the storage adds the table and
+// its connection, and empty names are the table's defaults.
+func (c config) walConfig(log *slog.Logger) pgwal.Config {
+	cfg := pgwal.Config{
+		Slot:        c.WALSlotName,
+		Publication: c.WALPublicationName,
+		Heartbeat:   offWhenZero(c.WALHeartbeatInterval, pgwal.HeartbeatOff),
+		Logger:      log,
+	}
+	if c.WALStorageURL != "" {
+		// Its table parameter, if any, is the relay's: pgwal drops it.
+		cfg.ConnString = c.WALStorageURL
+	}
+	return cfg
 }
 
 func (c config) validateHTTPAddr() error {

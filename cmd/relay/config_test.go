@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/relay"
 )
 
@@ -80,6 +81,11 @@ func TestFieldErrorsNameTheVariable(t *testing.T) {
 		// A field two variables set is named by both, the specific first.
 		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"},
 			`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (or OTEL_EXPORTER_OTLP_PROTOCOL) must be grpc or http/protobuf (http/json is not supported), got "http/json"`},
+		{map[string]string{"CAPTURE": "wal", "WAL_SLOT_NAME": "Bad-Name", "WAL_PUBLICATION_NAME": "1st"},
+			`WAL_SLOT_NAME "Bad-Name": use lowercase letters, digits and underscores (at most 63)` + "\n" +
+				`WAL_PUBLICATION_NAME "1st": use lowercase letters, digits and underscores (at most 63)`},
+		{map[string]string{"CAPTURE": "wal", "WAL_HEARTBEAT_INTERVAL": "-1s"},
+			"WAL_HEARTBEAT_INTERVAL must not be negative, got -1s (0 turns heartbeats off)"},
 		{map[string]string{"RETENTION_INTERVAL": "-1s"}, "RETENTION_INTERVAL must be positive, got -1s"},
 		{map[string]string{"RETRY_MAX_DELAY": "1ms"}, "RETRY_MAX_DELAY (1ms) must not be below RETRY_BASE_DELAY (1s)"},
 		{map[string]string{"RETRY_JITTER": "-0.5"}, "RETRY_JITTER must be between 0 and 1, got -0.5"},
@@ -153,6 +159,7 @@ func TestSetsTagsNameRealFields(t *testing.T) {
 		"reaper":    reflect.TypeOf(reaper.Config{}),
 		"retention": reflect.TypeOf(retention.Config{}),
 		"telemetry": reflect.TypeOf(telemetry.Config{}),
+		"pgwal":     reflect.TypeOf(pgwal.Config{}),
 	}
 	typ := reflect.TypeOf(config{})
 	for i := range typ.NumField() {
