@@ -70,7 +70,7 @@ func newCapture(ctx context.Context, cfg config, store storage.Storage, engine *
 		return nil, err
 	}
 	log.Info("reading new events from the write-ahead log", "slot", slot, "publication", publication)
-	return relay.NewCapture(engine, src, ws, obs), nil
+	return relay.NewCapture(engine, src, ws, relay.CaptureConfig{Observer: obs})
 }
 
 // walSetupError makes a setting an operator must change a usage error

@@ -92,3 +92,25 @@ func TestInvalidFieldsAreNamed(t *testing.T) {
 		t.Error("partition ordering with block refused")
 	}
 }
+
+// CaptureConfig keeps the same rule.
+func TestCaptureConfigTakesDefaultsAndNamesFields(t *testing.T) {
+	t.Parallel()
+	if err := (CaptureConfig{}).Validate(); err != nil {
+		t.Errorf("Validate of a zero CaptureConfig: %v", err)
+	}
+	if d := (CaptureConfig{}).withDefaults(); d.StandbyRetry != StandbyRetryDefault || d.Observer == nil {
+		t.Errorf("CaptureConfig{} with defaults = %+v", d)
+	}
+	err := CaptureConfig{StandbyRetry: -time.Second}.Validate()
+	if want := "relay: CaptureConfig.StandbyRetry must be positive, got -1s"; err == nil || err.Error() != want {
+		t.Errorf("Validate = %v, want %s", err, want)
+	}
+	e, err := New(Config{RelayID: "r"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewCapture(e, nil, nil, CaptureConfig{StandbyRetry: -time.Second}); err == nil {
+		t.Error("NewCapture accepted a negative StandbyRetry")
+	}
+}
