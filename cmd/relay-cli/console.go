@@ -14,12 +14,18 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/internal/console"
+	pkgconfig "github.com/outbox-relay/relay/pkg/config"
 )
 
 // consoleAddrDefault keeps the console on this machine unless asked.
 const consoleAddrDefault = "127.0.0.1:8090"
 
+// consoleFields names the console.Config fields relay-cli sets by the
+// flags that set them, for the console's FieldErrors.
+var consoleFields = map[string]string{"console.Refresh": "--refresh"}
+
 func consoleCommand() *cli.Command {
+	password := &envOnly{EnvVar: "CONSOLE_PASSWORD"}
 	return &cli.Command{
 		Name:  "console",
 		Usage: "serve the web console: overview, event search, event detail, retry of DEAD events",
@@ -32,6 +38,7 @@ func consoleCommand() *cli.Command {
 			&cli.StringFlag{Name: "addr", Value: consoleAddrDefault, EnvVars: []string{"CONSOLE_ADDR"}, Usage: "listen on `HOST:PORT`"},
 			&cli.BoolFlag{Name: "read-only", EnvVars: []string{"CONSOLE_READ_ONLY"}, Usage: "refuse every action that changes rows"},
 			&cli.StringFlag{Name: "password-file", EnvVars: []string{"CONSOLE_PASSWORD_FILE"}, Usage: "read the password from `FILE` (its first line)"},
+			password,
 			&cli.StringFlag{Name: "refresh", Value: "5s", Usage: "how often the overview reloads itself (`DURATION`)"},
 			slotFlag(),
 		},
@@ -43,7 +50,7 @@ func consoleCommand() *cli.Command {
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				return usagef("--addr %q: want HOST:PORT, such as %s", addr, consoleAddrDefault)
 			}
-			password, err := consolePassword(c)
+			password, err := consolePassword(c, password.Value())
 			if err != nil {
 				return err
 			}
@@ -71,17 +78,16 @@ func consoleCommand() *cli.Command {
 					return &console.Slot{Name: s.Name, Active: s.Active, WALStatus: s.WALStatus, RetainedBytes: s.RetainedBytes}, nil
 				}})
 			if err != nil {
-				return usagef("%w", err)
+				return usagef("%w", pkgconfig.Rename(err, func(pkg, field string) string { return consoleFields[pkg+"."+field] }))
 			}
 			return serveConsole(c.Context, addr, h, logger)
 		},
 	}
 }
 
-// consolePassword reads CONSOLE_PASSWORD or the first line of
+// consolePassword is env, CONSOLE_PASSWORD's value, or the first line of
 // --password-file; setting both is a mistake.
-func consolePassword(c *cli.Context) (string, error) {
-	env := os.Getenv("CONSOLE_PASSWORD")
+func consolePassword(c *cli.Context, env string) (string, error) {
 	file := c.String("password-file")
 	if file == "" {
 		return env, nil

@@ -29,6 +29,11 @@ func TestConsoleRefusesAnOpenAddressWithoutAPassword(t *testing.T) {
 		{[]string{"console", "--addr", "8090"}, nil, "want HOST:PORT"},
 		{[]string{"console", "--password-file", pwFile}, []string{"CONSOLE_PASSWORD=x"}, "keep one"},
 		{[]string{"console", "--password-file", pwFile + ".missing"}, nil, "--password-file"},
+		// The password is never a flag: a command line shows in ps.
+		{[]string{"console", "--password", "s3cret"}, nil, "flag provided but not defined: --password"},
+		{[]string{"console", "--CONSOLE_PASSWORD", "s3cret"}, nil, "flag provided but not defined"},
+		// The console's Config names its field; relay-cli names the flag.
+		{[]string{"console", "--refresh", "500ms"}, nil, "relay-cli: --refresh must be at least 1s, got 500ms"},
 	} {
 		r := cmd{args: onTable(tb, c.args...), env: c.env}.run(t)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
@@ -37,16 +42,30 @@ func TestConsoleRefusesAnOpenAddressWithoutAPassword(t *testing.T) {
 	}
 }
 
-// The console serves beyond loopback with a password from a file, asks
-// for it, and stops cleanly on SIGINT.
+// The console serves beyond loopback with a password from a file or from
+// CONSOLE_PASSWORD, asks for it, and stops cleanly on SIGINT.
 func TestConsoleServesWithAPasswordAndStopsOnInterrupt(t *testing.T) {
 	t.Parallel()
-	tb := pgtest.New(t)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	x, cancel := cmd{args: onTable(tb, "console", "--addr", "0.0.0.0:0", "--password-file", pwFile)}.start(t)
+	for name, c := range map[string]cmd{
+		"file":     {args: []string{"console", "--addr", "0.0.0.0:0", "--password-file", pwFile}},
+		"variable": {args: []string{"console", "--addr", "0.0.0.0:0"}, env: []string{"CONSOLE_PASSWORD=s3cret"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tb := pgtest.New(t)
+			c.args = onTable(tb, c.args...)
+			serveWithPassword(t, c)
+		})
+	}
+}
+
+func serveWithPassword(t *testing.T, c cmd) {
+	t.Helper()
+	x, cancel := c.start(t)
 	defer cancel()
 	stderr, err := x.StderrPipe()
 	if err != nil {

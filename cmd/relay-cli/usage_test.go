@@ -335,6 +335,13 @@ func TestOperationsGuideDocumentsEveryCommandAndFlag(t *testing.T) {
 			t.Errorf("docs/operations.md does not document relay-cli %s", c.Name)
 		}
 		for _, f := range c.Flags {
+			if e, ok := f.(*envOnly); ok {
+				// Not a flag: its variable is what to document.
+				if !strings.Contains(doc, "`"+e.EnvVar+"`") {
+					t.Errorf("docs/operations.md does not document %s's %s", c.Name, e.EnvVar)
+				}
+				continue
+			}
 			if _, isGlobal := map[string]bool{"storage-url": true, "table": true}[f.Names()[0]]; isGlobal {
 				continue
 			}
@@ -369,7 +376,8 @@ func readFile(t *testing.T, name string) string {
 func TestMisspeltVariablesAreNamed(t *testing.T) {
 	t.Parallel()
 	r := cmd{args: []string{"migrate", "--print"}, env: []string{
-		"STORAGE_URLL=" + pgtest.URL(), "CONSOLE_ADR=:9000", "BATCH_SIZE=100", "PGCONNECT_TIMEOUT=3",
+		"STORAGE_URLL=" + pgtest.URL(), "CONSOLE_ADR=:9000", "CONSOLE_PASWORD=x", "BATCH_SIZE=100", "PGCONNECT_TIMEOUT=3",
+		"CONSOLE_PASSWORD=y",
 	}}.run(t)
 	if r.code != 0 {
 		t.Fatalf("migrate --print failed:\n%s", r)
@@ -377,14 +385,17 @@ func TestMisspeltVariablesAreNamed(t *testing.T) {
 	for _, w := range []string{
 		"relay-cli: STORAGE_URLL is set but is not a variable relay-cli reads, and is ignored; did you mean STORAGE_URL?",
 		"did you mean CONSOLE_ADDR?",
+		// An env-only setting is known as well as the flags' variables.
+		"relay-cli: CONSOLE_PASWORD is set but is not a variable relay-cli reads, and is ignored; did you mean CONSOLE_PASSWORD?",
 	} {
 		if !strings.Contains(r.stderr, w) {
 			t.Errorf("stderr does not say %q:\n%s", w, r)
 		}
 	}
-	// The relay's settings and pgx's variables are not relay-cli's slips.
-	if n := strings.Count(r.stderr, "did you mean"); n != 2 {
-		t.Errorf("%d variables named, want 2:\n%s", n, r)
+	// The relay's settings, pgx's variables and CONSOLE_PASSWORD itself are
+	// not relay-cli's slips.
+	if n := strings.Count(r.stderr, "did you mean"); n != 3 {
+		t.Errorf("%d variables named, want 3:\n%s", n, r)
 	}
 }
 

@@ -52,14 +52,8 @@ func openWAL(ctx context.Context, cfg config, store storage.Storage, log *slog.L
 		return walCapture{}, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
 	}
 	slot, publication := cfg.walNames(ws.TableName())
-	wcfg := pgwal.Config{Slot: slot, Publication: publication, Heartbeat: cfg.WALHeartbeatInterval, Logger: log}
-	if cfg.WALHeartbeatInterval == 0 {
-		wcfg.Heartbeat = -1
-	}
-	if cfg.WALStorageURL != "" {
-		// Its table parameter, if any, is the relay's: pgwal drops it.
-		wcfg.ConnString = cfg.WALStorageURL
-	}
+	wcfg := cfg.walConfig(log)
+	wcfg.Slot, wcfg.Publication = slot, publication
 	src := ws.WALSource(wcfg)
 	if cfg.AutoMigrate {
 		// The server first: nothing is created in a database that cannot

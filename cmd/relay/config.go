@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -18,6 +20,7 @@ import (
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
+	pkgconfig "github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -26,43 +29,49 @@ import (
 // config is everything the relay reads from the environment. Names follow
 // Open Outbox Relay where it has the same setting. docs/configuration.md
 // documents each one; a test keeps the two in step.
+//
+// A variable's sets tag names the package Config fields it sets
+// (package.Field, as the package's FieldErrors name them), so that an error
+// about a field names the variable instead (explainFieldErrors). Unset, a
+// variable keeps the package's default, which defaultConfig holds; set to 0
+// it is refused (explicitZeros) unless its zero tag says what 0 means there.
 type config struct {
 	StorageURL       string `env:"STORAGE_URL"`
 	PublisherURL     string `env:"PUBLISHER_URL"`
 	StorageTableName string `env:"STORAGE_TABLE_NAME"`
 	AutoMigrate      bool   `env:"STORAGE_AUTO_MIGRATE"`
-	RelayID          string `env:"RELAY_ID"`
+	RelayID          string `env:"RELAY_ID" sets:"relay.RelayID telemetry.InstanceID"`
 
-	BatchSize          int           `env:"BATCH_SIZE"`
-	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES"`
-	PollInterval       time.Duration `env:"POLL_INTERVAL"`
-	SweepInterval      time.Duration `env:"SWEEP_INTERVAL"`
-	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES"`
-	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT"`
-	ReaperInterval     time.Duration `env:"REAPER_INTERVAL"`
-	ReapBatchSize      int           `env:"REAP_BATCH_SIZE"`
-	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS"`
-	RetryBaseDelay     time.Duration `env:"RETRY_BASE_DELAY"`
-	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY"`
-	RetryJitter        float64       `env:"RETRY_JITTER"`
-	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT"`
+	BatchSize          int           `env:"BATCH_SIZE" sets:"relay.BatchSize"`
+	MaxBatchBytes      byteSize      `env:"MAX_BATCH_BYTES" sets:"relay.MaxBatchBytes"`
+	PollInterval       time.Duration `env:"POLL_INTERVAL" sets:"relay.PollInterval"`
+	SweepInterval      time.Duration `env:"SWEEP_INTERVAL" sets:"relay.SweepInterval"`
+	MaxInFlightBatches int           `env:"MAX_IN_FLIGHT_BATCHES" sets:"relay.MaxInFlightBatches"`
+	LeaseTimeout       time.Duration `env:"LEASE_TIMEOUT" sets:"relay.LeaseTimeout reaper.LeaseTimeout"`
+	ReaperInterval     time.Duration `env:"REAPER_INTERVAL" sets:"reaper.Interval"`
+	ReapBatchSize      int           `env:"REAP_BATCH_SIZE" sets:"reaper.BatchSize"`
+	RetryMaxAttempts   int           `env:"RETRY_MAX_ATTEMPTS" sets:"relay.Retry.MaxAttempts reaper.MaxAttempts"`
+	RetryBaseDelay     time.Duration `env:"RETRY_BASE_DELAY" sets:"relay.Retry.BaseDelay"`
+	RetryMaxDelay      time.Duration `env:"RETRY_MAX_DELAY" sets:"relay.Retry.MaxDelay"`
+	RetryJitter        float64       `env:"RETRY_JITTER" sets:"relay.Retry.Jitter" zero:"off"`
+	ShutdownTimeout    time.Duration `env:"SHUTDOWN_TIMEOUT" sets:"relay.ShutdownTimeout"`
 
 	DeliveredRetention keepFor       `env:"DELIVERED_RETENTION"`
 	DeadRetention      keepFor       `env:"DEAD_RETENTION"`
-	RetentionInterval  time.Duration `env:"RETENTION_INTERVAL"`
+	RetentionInterval  time.Duration `env:"RETENTION_INTERVAL" sets:"retention.Interval"`
 
 	// CAPTURE=wal reads new events from PostgreSQL's write-ahead log.
 	Capture              string        `env:"CAPTURE"`
-	WALSlotName          string        `env:"WAL_SLOT_NAME"`
-	WALPublicationName   string        `env:"WAL_PUBLICATION_NAME"`
-	WALHeartbeatInterval time.Duration `env:"WAL_HEARTBEAT_INTERVAL"`
+	WALSlotName          string        `env:"WAL_SLOT_NAME" sets:"pgwal.Slot"`
+	WALPublicationName   string        `env:"WAL_PUBLICATION_NAME" sets:"pgwal.Publication"`
+	WALHeartbeatInterval time.Duration `env:"WAL_HEARTBEAT_INTERVAL" sets:"pgwal.Heartbeat" zero:"off"`
 	WALStorageURL        string        `env:"WAL_STORAGE_URL"`
 
 	Wakeup         string        `env:"WAKEUP"`
-	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE"`
-	Ordering       string        `env:"ORDERING"`
-	OrderingOnDead string        `env:"ORDERING_ON_DEAD"`
-	LeaseMode      string        `env:"LEASE_MODE"`
+	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE" sets:"relay.NotifyDebounce" zero:"off"`
+	Ordering       string        `env:"ORDERING" sets:"relay.Ordering"`
+	OrderingOnDead string        `env:"ORDERING_ON_DEAD" sets:"relay.OnDead"`
+	LeaseMode      string        `env:"LEASE_MODE" sets:"relay.LeaseMode"`
 
 	HTTPAddr  string `env:"HTTP_ADDR"`
 	LogLevel  string `env:"LOG_LEVEL"`
@@ -71,13 +80,13 @@ type config struct {
 	// Telemetry. The OTEL_* names are the OpenTelemetry specification's;
 	// the exporters read the rest of theirs (OTEL_EXPORTER_OTLP_ENDPOINT,
 	// ...) from the process environment themselves.
-	ServiceName         string        `env:"OTEL_SERVICE_NAME"`
-	MetricsExporter     string        `env:"OTEL_METRICS_EXPORTER"`
-	TracesExporter      string        `env:"OTEL_TRACES_EXPORTER"`
-	OTLPProtocol        string        `env:"OTEL_EXPORTER_OTLP_PROTOCOL"`
-	OTLPMetricsProtocol string        `env:"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"`
-	OTLPTracesProtocol  string        `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"`
-	BacklogInterval     time.Duration `env:"BACKLOG_INTERVAL"`
+	ServiceName         string        `env:"OTEL_SERVICE_NAME" sets:"telemetry.ServiceName"`
+	MetricsExporter     string        `env:"OTEL_METRICS_EXPORTER" sets:"telemetry.MetricsExporter"`
+	TracesExporter      string        `env:"OTEL_TRACES_EXPORTER" sets:"telemetry.TracesExporter"`
+	OTLPProtocol        string        `env:"OTEL_EXPORTER_OTLP_PROTOCOL" sets:"telemetry.OTLPMetricsProtocol telemetry.OTLPTracesProtocol"`
+	OTLPMetricsProtocol string        `env:"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL" sets:"telemetry.OTLPMetricsProtocol"`
+	OTLPTracesProtocol  string        `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" sets:"telemetry.OTLPTracesProtocol"`
+	BacklogInterval     time.Duration `env:"BACKLOG_INTERVAL" sets:"telemetry.BacklogInterval"`
 
 	// notes say which Open Outbox settings were translated or ignored.
 	notes []string
@@ -190,6 +199,86 @@ func explainEnvError(err error) error {
 	return errors.Join(out...)
 }
 
+// fieldVariables maps "package.Field", as a package's FieldError names a
+// Config field, to the variables whose sets tag names it. A field that
+// several variables set is named by the most specific, the others in
+// parentheses: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL (or
+// OTEL_EXPORTER_OTLP_PROTOCOL).
+var fieldVariables = sync.OnceValue(func() map[string]string {
+	type setter struct {
+		name   string
+		fields int
+	}
+	setters := map[string][]setter{}
+	t := reflect.TypeOf(config{})
+	for i := range t.NumField() {
+		f := t.Field(i)
+		fields := strings.Fields(f.Tag.Get("sets"))
+		for _, field := range fields {
+			setters[field] = append(setters[field], setter{f.Tag.Get("env"), len(fields)})
+		}
+	}
+	names := map[string]string{}
+	for field, s := range setters {
+		slices.SortStableFunc(s, func(a, b setter) int { return a.fields - b.fields })
+		name := s[0].name
+		for i, o := range s[1:] {
+			if i == 0 {
+				name += " (or "
+			} else {
+				name += " or "
+			}
+			name += o.name
+		}
+		if len(s) > 1 {
+			name += ")"
+		}
+		names[field] = name
+	}
+	return names
+})
+
+// fieldVariable is the variable that sets a package's Config field, or "".
+func fieldVariable(pkg, field string) string { return fieldVariables()[pkg+"."+field] }
+
+// explainFieldErrors rewrites the packages' FieldErrors in err, which name
+// Go fields, to name the variables that set them, each message once.
+func explainFieldErrors(err error) error { return pkgconfig.Rename(err, fieldVariable) }
+
+// explicitZeros refuses the variables set to 0 whose fields take their
+// default at zero: unset is how to ask for the default, and a 0 written on
+// purpose (BATCH_SIZE=0) would otherwise be quietly replaced. defaultConfig
+// fills every such field, so a zero here was set. A zero tag says what 0
+// means instead (off, for RETRY_JITTER), and the config's XxxConfig
+// methods translate it.
+func (c config) explicitZeros() error {
+	var errs []error
+	v, t := reflect.ValueOf(c), reflect.TypeOf(c)
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get("sets") == "" || f.Tag.Get("zero") != "" {
+			continue
+		}
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int64, reflect.Float64:
+			if v.Field(i).IsZero() {
+				errs = append(errs, fmt.Errorf("%s must be positive, got %v", f.Tag.Get("env"), v.Field(i).Interface()))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// offWhenZero is v, or off when v is 0: a variable whose 0 turns
+// something off, where the package's zero is its default.
+func offWhenZero[T comparable](v, off T) T {
+	var zero T
+	if v == zero {
+		return off
+	}
+	return v
+}
+
 func kindName(t reflect.Type) string {
 	switch t {
 	case reflect.TypeOf(time.Duration(0)):
@@ -232,9 +321,11 @@ func (c config) validate() error {
 			add(fmt.Errorf("PUBLISHER_URL: %w", err))
 		}
 	}
+	add(c.explicitZeros())
 	add(c.engineConfig(nil).Validate())
 	add(c.reaperConfig(nil).Validate())
 	add(c.validateRetention())
+	add(c.retentionConfig(nil).Validate())
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add(err)
 	}
@@ -247,10 +338,7 @@ func (c config) validate() error {
 	}
 	add(c.validateHTTPAddr())
 	add(c.telemetryConfig(nil).Validate())
-	if c.BacklogInterval <= 0 {
-		add(fmt.Errorf("BACKLOG_INTERVAL must be positive, got %s", c.BacklogInterval))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := explainFieldErrors(errors.Join(errs...)); err != nil {
 		return usageError{err}
 	}
 	return nil
@@ -277,15 +365,28 @@ func (c config) validateCapture() error {
 	if d, err := storage.Lookup(c.StorageURL); err == nil && d.Name != "PostgreSQL" {
 		errs = append(errs, fmt.Errorf("CAPTURE=wal reads PostgreSQL's write-ahead log; STORAGE_URL is %s: use CAPTURE=poll", d.Name))
 	}
-	for name, v := range map[string]string{"WAL_SLOT_NAME": c.WALSlotName, "WAL_PUBLICATION_NAME": c.WALPublicationName} {
-		if v != "" && !pgwal.Identifier(v) {
-			errs = append(errs, fmt.Errorf("%s %q: use lowercase letters, digits and underscores (at most 63)", name, v))
-		}
-	}
+	errs = append(errs, c.walConfig(nil).Validate())
 	if c.WALHeartbeatInterval < 0 {
+		// pgwal's negative is off, which the variable spells 0.
 		errs = append(errs, fmt.Errorf("WAL_HEARTBEAT_INTERVAL must not be negative, got %s (0 turns heartbeats off)", c.WALHeartbeatInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// walConfig is what CAPTURE=wal reads with; the storage adds the table and
+// its connection, and empty names are the table's defaults.
+func (c config) walConfig(log *slog.Logger) pgwal.Config {
+	cfg := pgwal.Config{
+		Slot:        c.WALSlotName,
+		Publication: c.WALPublicationName,
+		Heartbeat:   offWhenZero(c.WALHeartbeatInterval, pgwal.HeartbeatOff),
+		Logger:      log,
+	}
+	if c.WALStorageURL != "" {
+		// Its table parameter, if any, is the relay's: pgwal drops it.
+		cfg.ConnString = c.WALStorageURL
+	}
+	return cfg
 }
 
 func (c config) validateHTTPAddr() error {
@@ -323,12 +424,12 @@ func (c config) engineConfig(log *slog.Logger) relay.Config {
 			MaxAttempts: c.RetryMaxAttempts,
 			BaseDelay:   c.RetryBaseDelay,
 			MaxDelay:    c.RetryMaxDelay,
-			Jitter:      c.RetryJitter,
+			Jitter:      offWhenZero(c.RetryJitter, relay.NoJitter),
 		},
 		Ordering:       storage.Ordering(c.Ordering),
 		OnDead:         storage.DeadPolicy(c.OrderingOnDead),
 		LeaseMode:      relay.LeaseMode(c.LeaseMode),
-		NotifyDebounce: c.NotifyDebounce,
+		NotifyDebounce: offWhenZero(c.NotifyDebounce, relay.NoDebounce),
 		// DELIVERED_RETENTION=0: delete on delivery.
 		DeleteDelivered: c.DeliveredRetention == 0,
 		Broker:          publisher.Redact(c.PublisherURL),
@@ -365,6 +466,7 @@ func (c config) telemetryConfig(log *slog.Logger) telemetry.Config {
 		TracesExporter:      c.TracesExporter,
 		OTLPMetricsProtocol: or(c.OTLPMetricsProtocol, c.OTLPProtocol),
 		OTLPTracesProtocol:  or(c.OTLPTracesProtocol, c.OTLPProtocol),
+		BacklogInterval:     c.BacklogInterval,
 		Logger:              log,
 		SpanExporter:        c.spanExporter,
 	}

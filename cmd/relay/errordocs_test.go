@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +47,25 @@ func TestDocsQuoteErrorsTheCodeWrites(t *testing.T) {
 	// The patterns find a few dozen today: far fewer means one broke.
 	if found < 20 {
 		t.Errorf("found %d sample errors in the docs, want at least 20: has a pattern stopped matching?", found)
+	}
+}
+
+// A package's FieldError reaches the user naming the variable that set the
+// field, so the docs may quote it that way: the sources hold both forms.
+func TestErrorSourcesHoldFieldErrorsByTheirVariables(t *testing.T) {
+	t.Parallel()
+	sources := errorSources(t, "../..")
+	for _, s := range []string{
+		"relay: BatchSize must be positive, got %d",
+		"BATCH_SIZE must be positive, got %d",
+		"LEASE_TIMEOUT must be at least %s, got %s",
+		"OTEL_METRICS_EXPORTER: %w",
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (or OTEL_EXPORTER_OTLP_PROTOCOL) must be grpc or http/protobuf (http/json is not supported), got %q",
+	} {
+		want := parseFormat(s)
+		if !slices.ContainsFunc(sources, func(ps []piece) bool { return slices.Equal(ps, want) }) {
+			t.Errorf("the error sources lack %q", s)
+		}
 	}
 }
 
@@ -132,7 +152,9 @@ type errorStrings [][]piece
 // errorSources collects the string constants of the non-test Go files under
 // root (concatenations folded, an operand that is not a constant becoming
 // %s) and the quoted strings of the SQL files. Packages named *test are test
-// helpers and are left out.
+// helpers and are left out. A package's FieldErrors (config.Checker's
+// Expect and Wrap) name a Go field, which the relay shows by the variable
+// that set it (fieldVariable): each is collected as both print it.
 func errorSources(t *testing.T, root string) errorStrings {
 	t.Helper()
 	var out errorStrings
@@ -169,6 +191,15 @@ func errorSources(t *testing.T, root string) errorStrings {
 						add(s)
 					}
 				}
+				switch field, problem, ok := fieldErrorCall(n); {
+				case ok && field == "":
+					t.Errorf("%s: a FieldError's field must be a constant string, so that its messages are known here", path)
+				case ok:
+					add(f.Name.Name + ": " + field + problem)
+					if v := fieldVariable(f.Name.Name, field); v != "" {
+						add(v + problem)
+					}
+				}
 				return true
 			})
 		case strings.HasSuffix(path, ".sql"):
@@ -190,6 +221,35 @@ func errorSources(t *testing.T, root string) errorStrings {
 		t.Fatalf("found %d strings in the source: is the root wrong?", len(out))
 	}
 	return out
+}
+
+// fieldErrorCall recognises v.Expect("Field", ok, "format", …) and
+// v.Wrap("Field", err), config.Checker's ways to record a FieldError, and
+// returns the field and the problem's format as the error prints them after
+// the field's name; field is "" when it is not a constant string.
+func fieldErrorCall(n ast.Node) (field, problem string, ok bool) {
+	call, isCall := n.(*ast.CallExpr)
+	if !isCall {
+		return "", "", false
+	}
+	sel, isSel := call.Fun.(*ast.SelectorExpr)
+	if !isSel {
+		return "", "", false
+	}
+	switch {
+	case sel.Sel.Name == "Expect" && len(call.Args) >= 3:
+		format, isString := foldString(call.Args[2])
+		if !isString {
+			return "", "", false
+		}
+		problem = " " + format
+	case sel.Sel.Name == "Wrap" && len(call.Args) == 2:
+		problem = ": %w"
+	default:
+		return "", "", false
+	}
+	field, _ = foldString(call.Args[0])
+	return field, problem, true
 }
 
 // keep reports whether s could be (part of) an error message: it has a

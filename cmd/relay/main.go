@@ -222,7 +222,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	engineCfg.Observer = tel.EngineObserver()
 	engine, err := relay.New(engineCfg, store, pub)
 	if err != nil {
-		return usageError{err}
+		return usageError{explainFieldErrors(err)}
 	}
 	// CAPTURE=wal: the log reader beside the engine's claims.
 	var capt *relay.Capture
@@ -235,7 +235,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		if err != nil {
 			return sd.startError(ctx, err)
 		}
-		capt = relay.NewCapture(engine, wal.source, wal.recorder, obs)
+		if capt, err = relay.NewCapture(engine, wal.source, wal.recorder, relay.CaptureConfig{Observer: obs}); err != nil {
+			return sd.startError(ctx, usageError{explainFieldErrors(err)})
+		}
 	}
 	// The reaper: expired leases back to PENDING.
 	reaperCfg := cfg.reaperConfig(log)
@@ -245,7 +247,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		return usageError{err}
 	}
 	// The backlog gauges and /stats: a poller inside telemetry.
-	backlog := tel.PollBacklog(store, cfg.BacklogInterval, log)
+	backlog := tel.PollBacklog(store, log)
 	// Retention: DELIVERED_RETENTION, DEAD_RETENTION, partitions.
 	retentionCfg := cfg.retentionConfig(log)
 	retentionCfg.Observer = tel.RetentionObserver()

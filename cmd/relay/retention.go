@@ -37,18 +37,15 @@ func (k keepFor) String() string {
 	return time.Duration(k).String()
 }
 
-// validateRetention checks the retention settings together.
+// validateRetention refuses DEAD_RETENTION=0, which the retention loop
+// could do but the relay does not offer: DEAD rows are what operators look
+// at and retry, and deleting them as they die loses events without a
+// trace. The retention Config checks the rest.
 func (c config) validateRetention() error {
-	var errs []error
-	if c.RetentionInterval <= 0 {
-		errs = append(errs, fmt.Errorf("RETENTION_INTERVAL must be positive, got %s", c.RetentionInterval))
-	}
 	if c.DeadRetention == 0 {
-		// DEAD rows are what operators look at and retry; deleting them
-		// as they die loses events without a trace.
-		errs = append(errs, errors.New("DEAD_RETENTION=0 would delete events the moment they fail, before anyone can look at them or retry them; keep them for a while (such as DEAD_RETENTION=7d), or leave it unset to keep them forever (only DELIVERED_RETENTION=0 deletes at once)"))
+		return errors.New("DEAD_RETENTION=0 would delete events the moment they fail, before anyone can look at them or retry them; keep them for a while (such as DEAD_RETENTION=7d), or leave it unset to keep them forever (only DELIVERED_RETENTION=0 deletes at once)")
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // retentionConfig is what the retention loop keeps to.

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -87,17 +88,20 @@ func (s Slot) Trouble() string {
 	return ""
 }
 
-// Validate reports a setting that cannot work.
+// Validate reports every field that cannot work, by its Go name. Zero
+// fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	switch {
-	case c.Refresh < 0:
-		return fmt.Errorf("console: Refresh must not be negative, got %s", c.Refresh)
-	case c.Refresh > 0 && c.Refresh < time.Second:
-		return fmt.Errorf("console: Refresh must be at least 1s, got %s", c.Refresh)
-	case c.PageSize < 0 || c.PageSize > 1000:
-		return fmt.Errorf("console: PageSize must be 0 to 1000, got %d", c.PageSize)
-	}
-	return nil
+	v := config.Check("console")
+	v.Expect("Refresh", c.Refresh >= 0, "must not be negative, got %s", c.Refresh)
+	v.Expect("Refresh", c.Refresh <= 0 || c.Refresh >= time.Second, "must be at least 1s, got %s", c.Refresh)
+	v.Expect("PageSize", c.PageSize >= 0 && c.PageSize <= 1000, "must be 0 to 1000, got %d", c.PageSize)
+	return v.Err()
+}
+
+func (c Config) withDefaults() Config {
+	config.Default(&c.Refresh, RefreshDefault)
+	config.Default(&c.PageSize, PageSizeDefault)
+	return c
 }
 
 // Console serves the pages. It is an http.Handler.
@@ -118,12 +122,7 @@ func New(admin storage.Admin, cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Refresh == 0 {
-		cfg.Refresh = RefreshDefault
-	}
-	if cfg.PageSize == 0 {
-		cfg.PageSize = PageSizeDefault
-	}
+	cfg = cfg.withDefaults()
 	c := &Console{admin: admin, cfg: cfg, log: cfg.Logger, csrfKey: make([]byte, 32)}
 	if c.log == nil {
 		c.log = slog.Default()

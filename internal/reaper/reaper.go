@@ -6,31 +6,35 @@ package reaper
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// Defaults for Config.
+// Defaults for Config. The lease timeout and the attempt limit are the
+// engine's (storage decides them for both), so that a zero Config reaps
+// by the rules a zero relay.Config keeps.
 const (
-	IntervalDefault  = 10 * time.Second
-	BatchSizeDefault = 1000
+	IntervalDefault     = 10 * time.Second
+	BatchSizeDefault    = 1000
+	LeaseTimeoutDefault = storage.LeaseTimeoutDefault
+	MaxAttemptsDefault  = storage.MaxAttemptsDefault
 )
 
-// Config tunes a Reaper.
+// Config tunes a Reaper. Zero fields take their XxxDefault; Validate names
+// the fields that cannot work. LeaseTimeout and MaxAttempts must be the
+// engine's.
 type Config struct {
-	// Interval is the time between passes (REAPER_INTERVAL).
+	// Interval is the time between passes.
 	Interval time.Duration
-	// LeaseTimeout is the age at which a lease counts as abandoned
-	// (LEASE_TIMEOUT).
+	// LeaseTimeout is the age at which a lease counts as abandoned; at
+	// least storage.LeaseTimeoutMin.
 	LeaseTimeout time.Duration
-	// BatchSize bounds the rows one statement changes (REAP_BATCH_SIZE).
+	// BatchSize bounds the rows one statement changes.
 	BatchSize int
-	// MaxAttempts is the attempt count that sends a row DEAD
-	// (RETRY_MAX_ATTEMPTS).
+	// MaxAttempts is the attempt count that sends a row DEAD.
 	MaxAttempts int
 	// Logger receives the reaper's logs; nil discards them.
 	Logger *slog.Logger
@@ -38,22 +42,30 @@ type Config struct {
 	Observer Observer
 }
 
-// Validate reports every setting that cannot work.
+func (c Config) withDefaults() Config {
+	config.Default(&c.Interval, IntervalDefault)
+	config.Default(&c.LeaseTimeout, LeaseTimeoutDefault)
+	config.Default(&c.BatchSize, BatchSizeDefault)
+	config.Default(&c.MaxAttempts, MaxAttemptsDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	return c
+}
+
+// Validate reports every field that cannot work, by its Go name. Zero
+// fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("REAPER_INTERVAL must be positive, got %s", c.Interval))
-	}
-	if c.LeaseTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("LEASE_TIMEOUT must be positive, got %s", c.LeaseTimeout))
-	}
-	if c.BatchSize <= 0 {
-		errs = append(errs, fmt.Errorf("REAP_BATCH_SIZE must be positive, got %d", c.BatchSize))
-	}
-	if c.MaxAttempts <= 0 {
-		errs = append(errs, fmt.Errorf("RETRY_MAX_ATTEMPTS must be positive, got %d", c.MaxAttempts))
-	}
-	return errors.Join(errs...)
+	d := c.withDefaults()
+	v := config.Check("reaper")
+	v.Expect("Interval", d.Interval > 0, "must be positive, got %s", c.Interval)
+	v.Expect("LeaseTimeout", d.LeaseTimeout >= storage.LeaseTimeoutMin, "must be at least %s, got %s", storage.LeaseTimeoutMin, c.LeaseTimeout)
+	v.Expect("BatchSize", d.BatchSize > 0, "must be positive, got %d", c.BatchSize)
+	v.Expect("MaxAttempts", d.MaxAttempts > 0, "must be positive, got %d", c.MaxAttempts)
+	return v.Err()
 }
 
 // Reaper periodically takes back expired leases.
@@ -69,12 +81,7 @@ func New(cfg Config, store storage.Reaper) (*Reaper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = NopObserver{}
-	}
+	cfg = cfg.withDefaults()
 	return &Reaper{cfg: cfg, store: store, log: cfg.Logger, obs: cfg.Observer}, nil
 }
 

@@ -2,7 +2,6 @@ package reaper_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,13 +170,4 @@ func TestRunReapsOnItsInterval(t *testing.T) {
 	abandon(t, tb, "late")
 	eventually.True(t, 10*time.Second, func() bool { return tb.Counts(t)[outbox.StatusPending] == 10 },
 		func() string { return "rows requeued by a later pass" })
-}
-
-func TestConfigValidate(t *testing.T) {
-	err := reaper.Config{}.Validate()
-	for _, name := range []string{"REAPER_INTERVAL", "LEASE_TIMEOUT", "REAP_BATCH_SIZE", "RETRY_MAX_ATTEMPTS"} {
-		if err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("Validate of a zero config = %v, want it to name %s", err, name)
-		}
-	}
 }

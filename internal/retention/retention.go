@@ -15,11 +15,11 @@ package retention
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -34,6 +34,10 @@ const (
 	PauseDefault = 20 * time.Millisecond
 	// FirstDelayDefault is how soon after start the first cycle runs.
 	FirstDelayDefault = 2 * time.Second
+	// PartitionAheadDayDefault and PartitionAheadHourDefault are how far
+	// ahead a table partitioned by day or by hour gets its partitions.
+	PartitionAheadDayDefault  = 3 * 24 * time.Hour
+	PartitionAheadHourDefault = 12 * time.Hour
 )
 
 // repeatLogEvery bounds how often one failure repeated cycle after cycle
@@ -43,9 +47,10 @@ const repeatLogEvery = time.Hour
 // Forever is a retention that keeps rows forever (the variable unset).
 const Forever time.Duration = -1
 
-// Config says what to remove and how often. A zero Interval, BatchSize,
-// Pause or FirstDelay takes its default; the retentions have none (zero
-// means remove at once).
+// Config says what to remove and how often. Zero fields take their
+// XxxDefault; Validate names the fields that cannot work. The retentions
+// are what to remove, not a tuning with a default: zero is an age like
+// any other (remove at once), and Forever keeps the rows.
 type Config struct {
 	// Delivered and Dead are how long DELIVERED rows (by delivered_at)
 	// and DEAD rows (by updated_at, when they died) are kept; negative
@@ -61,8 +66,8 @@ type Config struct {
 	BatchSize int
 	Pause     time.Duration
 	// PartitionAhead is how far ahead partitions must exist on a
-	// partitioned table; zero: three days of daily partitions, twelve
-	// hours of hourly ones.
+	// partitioned table; zero: PartitionAheadDayDefault or
+	// PartitionAheadHourDefault, as the table is partitioned.
 	PartitionAhead time.Duration
 	Logger         *slog.Logger
 	// Observer is told of every row removed and every partition
@@ -73,12 +78,30 @@ type Config struct {
 // Enabled reports whether any rows are to be removed.
 func (c Config) Enabled() bool { return c.Delivered >= 0 || c.Dead >= 0 }
 
-// Validate reports settings that cannot work. Zeros take defaults.
-func (c Config) Validate() error {
-	if c.Interval < 0 || c.BatchSize < 0 || c.Pause < 0 || c.FirstDelay < 0 || c.PartitionAhead < 0 {
-		return errors.New("retention: Interval, BatchSize, Pause, FirstDelay and PartitionAhead must not be negative")
+func (c Config) withDefaults() Config {
+	config.Default(&c.Interval, IntervalDefault)
+	config.Default(&c.FirstDelay, FirstDelayDefault)
+	config.Default(&c.BatchSize, BatchSizeDefault)
+	config.Default(&c.Pause, PauseDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	return c
+}
+
+// Validate reports every field that cannot work, by its Go name. Zero
+// fields are valid: they take their defaults.
+func (c Config) Validate() error {
+	v := config.Check("retention")
+	v.Expect("Interval", c.Interval >= 0, "must be positive, got %s", c.Interval)
+	v.Expect("FirstDelay", c.FirstDelay >= 0, "must be positive, got %s", c.FirstDelay)
+	v.Expect("BatchSize", c.BatchSize >= 0, "must be positive, got %d", c.BatchSize)
+	v.Expect("Pause", c.Pause >= 0, "must be positive, got %s", c.Pause)
+	v.Expect("PartitionAhead", c.PartitionAhead >= 0, "must be positive, got %s", c.PartitionAhead)
+	return v.Err()
 }
 
 // Store is what retention needs of the table; a storage that is also a
@@ -100,24 +123,7 @@ func New(cfg Config, store Store) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = IntervalDefault
-	}
-	if cfg.FirstDelay == 0 {
-		cfg.FirstDelay = FirstDelayDefault
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = BatchSizeDefault
-	}
-	if cfg.Pause == 0 {
-		cfg.Pause = PauseDefault
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = NopObserver{}
-	}
+	cfg = cfg.withDefaults()
 	return &Runner{cfg: cfg, store: store, log: cfg.Logger, obs: cfg.Observer}, nil
 }
 
@@ -255,9 +261,9 @@ func (r *Runner) deleted(ctx context.Context, rep *Report, status outbox.Status,
 func (r *Runner) maintainPartitions(ctx context.Context, p storage.Partitioner, rep *Report) error {
 	ahead := r.cfg.PartitionAhead
 	if ahead == 0 {
-		ahead = 3 * 24 * time.Hour
+		ahead = PartitionAheadDayDefault
 		if rep.Partitioning == "hour" {
-			ahead = 12 * time.Hour
+			ahead = PartitionAheadHourDefault
 		}
 	}
 	pr, err := p.MaintainPartitions(ctx, storage.PartitionPolicy{

@@ -68,7 +68,7 @@ func (t *Telemetry) createBacklogInstruments() error {
 	return err
 }
 
-// BacklogIntervalDefault is how often the backlog is read (BACKLOG_INTERVAL).
+// BacklogIntervalDefault is how often the backlog is read.
 const BacklogIntervalDefault = 15 * time.Second
 
 // backlogTimeout bounds one backlog query, so a hung database cannot stall
@@ -105,12 +105,11 @@ type BacklogPoller struct {
 }
 
 // PollBacklog returns a poller whose readings feed the backlog gauges
-// (pending_count, oldest_age_seconds, dead_count); start it with Run.
-// interval 0 means BacklogIntervalDefault; log nil discards its warnings.
-func (t *Telemetry) PollBacklog(src BacklogSource, interval time.Duration, log *slog.Logger) *BacklogPoller {
-	if interval <= 0 {
-		interval = BacklogIntervalDefault
-	}
+// (pending_count, oldest_age_seconds, dead_count) every
+// Config.BacklogInterval; start it with Run. log nil discards its
+// warnings.
+func (t *Telemetry) PollBacklog(src BacklogSource, log *slog.Logger) *BacklogPoller {
+	interval := t.backlogInterval
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

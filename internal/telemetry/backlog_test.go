@@ -18,7 +18,7 @@ import (
 // gauge, and that a failed poll keeps the last reading.
 func TestBacklogGaugesReadTheTable(t *testing.T) {
 	t.Parallel()
-	tel, reader, _ := setup(t, telemetry.Config{})
+	tel, reader, _ := setup(t, telemetry.Config{BacklogInterval: time.Hour})
 	tb := pgtest.New(t)
 	ids := tb.InsertN(t, 6, "backlog.test")
 	tb.Exec(t, "UPDATE {{table}} SET attempts = 2 WHERE event_id = $1", ids[0])
@@ -26,7 +26,7 @@ func TestBacklogGaugesReadTheTable(t *testing.T) {
 	tb.Exec(t, "UPDATE {{table}} SET status = 'DELIVERED', delivered_at = now() WHERE event_id = $1", ids[3])
 	tb.Exec(t, "UPDATE {{table}} SET created_at = now() - interval '1 hour' WHERE event_id = $1", ids[4])
 
-	p := tel.PollBacklog(tb.Store, time.Hour, nil)
+	p := tel.PollBacklog(tb.Store, nil)
 	if _, ok, _ := p.Last(); ok {
 		t.Fatal("a reading before the first poll")
 	}
@@ -82,9 +82,9 @@ func TestBacklogGaugesReadTheTable(t *testing.T) {
 
 func TestBacklogPollerRunsOnItsInterval(t *testing.T) {
 	t.Parallel()
-	tel, _, _ := setup(t, telemetry.Config{})
+	tel, _, _ := setup(t, telemetry.Config{BacklogInterval: 20 * time.Millisecond})
 	tb := pgtest.New(t)
-	p := tel.PollBacklog(tb.Store, 20*time.Millisecond, nil)
+	p := tel.PollBacklog(tb.Store, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,6 +45,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/outbox-relay/relay/pkg/config"
 )
 
 // Exporter names, as OTEL_METRICS_EXPORTER and OTEL_TRACES_EXPORTER take
@@ -77,7 +80,7 @@ const scopeName = "github.com/outbox-relay/relay"
 // Config chooses what is exported where. Zero fields take their XxxDefault.
 type Config struct {
 	// ServiceName, ServiceVersion and InstanceID become the resource's
-	// service.name, service.version and service.instance.id (RELAY_ID).
+	// service.name, service.version and service.instance.id.
 	ServiceName    string
 	ServiceVersion string
 	InstanceID     string
@@ -87,15 +90,17 @@ type Config struct {
 	// series, so dashboards can tell brokers apart; empty leaves both out.
 	Broker string
 	// MetricsExporter is a comma-separated list of prometheus (served by
-	// MetricsHandler) and otlp, or none (OTEL_METRICS_EXPORTER).
+	// MetricsHandler) and otlp, or none.
 	MetricsExporter string
 	// TracesExporter is a comma-separated list of otlp and console, or
-	// none (OTEL_TRACES_EXPORTER).
+	// none.
 	TracesExporter string
 	// OTLPMetricsProtocol and OTLPTracesProtocol are grpc or
-	// http/protobuf (OTEL_EXPORTER_OTLP_[METRICS_|TRACES_]PROTOCOL).
+	// http/protobuf.
 	OTLPMetricsProtocol string
 	OTLPTracesProtocol  string
+	// BacklogInterval is how often PollBacklog's poller reads the backlog.
+	BacklogInterval time.Duration
 	// Console receives the console trace exporter's spans, one JSON object
 	// each; nil means stderr, so that a stdout:// publisher's output stays
 	// clean.
@@ -126,6 +131,7 @@ func (c Config) withDefaults() Config {
 	if c.OTLPTracesProtocol == "" {
 		c.OTLPTracesProtocol = OTLPProtocolDefault
 	}
+	config.Default(&c.BacklogInterval, BacklogIntervalDefault)
 	if c.Console == nil {
 		c.Console = os.Stderr
 	}
@@ -135,27 +141,25 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every setting that cannot work, naming each by its
-// environment variable. Empty fields are valid: they take defaults.
+// Validate reports every field that cannot work, by its Go name. Zero
+// fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	var errs []error
-	if _, err := exporterList(c.MetricsExporter, ExporterPrometheus, ExporterOTLP); err != nil {
-		errs = append(errs, fmt.Errorf("OTEL_METRICS_EXPORTER: %w", err))
-	}
-	if _, err := exporterList(c.TracesExporter, ExporterOTLP, ExporterConsole); err != nil {
-		errs = append(errs, fmt.Errorf("OTEL_TRACES_EXPORTER: %w", err))
-	}
-	for _, p := range []struct{ signal, value string }{
-		{"METRICS", c.OTLPMetricsProtocol},
-		{"TRACES", c.OTLPTracesProtocol},
-	} {
-		if p.value != "" && p.value != ProtocolGRPC && p.value != ProtocolHTTPProtobuf {
-			errs = append(errs, fmt.Errorf("OTEL_EXPORTER_OTLP_%s_PROTOCOL (or OTEL_EXPORTER_OTLP_PROTOCOL) must be grpc or http/protobuf (http/json is not supported), got %q",
-				p.signal, p.value))
-		}
-	}
-	return errors.Join(errs...)
+	v := config.Check("telemetry")
+	_, err := exporterList(c.MetricsExporter, ExporterPrometheus, ExporterOTLP)
+	v.Wrap("MetricsExporter", err)
+	_, err = exporterList(c.TracesExporter, ExporterOTLP, ExporterConsole)
+	v.Wrap("TracesExporter", err)
+	v.Expect("OTLPMetricsProtocol", otlpProtocol(c.OTLPMetricsProtocol),
+		"must be grpc or http/protobuf (http/json is not supported), got %q", c.OTLPMetricsProtocol)
+	v.Expect("OTLPTracesProtocol", otlpProtocol(c.OTLPTracesProtocol),
+		"must be grpc or http/protobuf (http/json is not supported), got %q", c.OTLPTracesProtocol)
+	v.Expect("BacklogInterval", c.BacklogInterval >= 0, "must be positive, got %s", c.BacklogInterval)
+	return v.Err()
 }
+
+// otlpProtocol reports whether p is an OTLP protocol the exporters speak,
+// or empty for the default.
+func otlpProtocol(p string) bool { return p == "" || p == ProtocolGRPC || p == ProtocolHTTPProtobuf }
 
 // exporterList splits a comma-separated exporter list; none stands alone
 // and means an empty list.
@@ -196,6 +200,8 @@ type Telemetry struct {
 	retentionInst  retentionInstruments
 	// backlog is where the backlog gauges read; nil until PollBacklog.
 	backlog atomic.Pointer[BacklogPoller]
+	// backlogInterval is Config.BacklogInterval.
+	backlogInterval time.Duration
 }
 
 // New sets up the providers and exporters cfg asks for and creates the
@@ -206,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	t := &Telemetry{}
+	t := &Telemetry{backlogInterval: cfg.BacklogInterval}
 
 	// Exporters fail in the background (a collector that is down); their
 	// errors land in the relay's log rather than the standard logger. The

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/relay/internal/telemetry"
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
@@ -325,18 +326,23 @@ func TestConfigValidate(t *testing.T) {
 		cfg  telemetry.Config
 		want string
 	}{
-		{telemetry.Config{MetricsExporter: "statsd"}, "OTEL_METRICS_EXPORTER"},
-		{telemetry.Config{MetricsExporter: "console"}, "OTEL_METRICS_EXPORTER"},
-		{telemetry.Config{MetricsExporter: "none,otlp"}, "none cannot be combined"},
-		{telemetry.Config{TracesExporter: "jaeger"}, "OTEL_TRACES_EXPORTER"},
-		{telemetry.Config{TracesExporter: "prometheus"}, "OTEL_TRACES_EXPORTER"},
-		{telemetry.Config{OTLPMetricsProtocol: "http/json"}, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"},
-		{telemetry.Config{OTLPTracesProtocol: "udp"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
+		{telemetry.Config{MetricsExporter: "statsd"}, `telemetry: MetricsExporter: unknown exporter "statsd"; use prometheus, otlp or none`},
+		{telemetry.Config{MetricsExporter: "console"}, "telemetry: MetricsExporter: unknown exporter"},
+		{telemetry.Config{MetricsExporter: "none,otlp"}, "telemetry: MetricsExporter: none cannot be combined"},
+		{telemetry.Config{TracesExporter: "jaeger"}, "telemetry: TracesExporter: unknown exporter"},
+		{telemetry.Config{TracesExporter: "prometheus"}, "telemetry: TracesExporter: unknown exporter"},
+		{telemetry.Config{OTLPMetricsProtocol: "http/json"}, "telemetry: OTLPMetricsProtocol must be grpc or http/protobuf"},
+		{telemetry.Config{OTLPTracesProtocol: "udp"}, `telemetry: OTLPTracesProtocol must be grpc or http/protobuf (http/json is not supported), got "udp"`},
+		{telemetry.Config{BacklogInterval: -time.Second}, "telemetry: BacklogInterval must be positive, got -1s"},
 	}
 	for _, c := range bad {
 		err := c.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.want)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %s", c.cfg, err, c.want)
+		}
+		var fe *config.FieldError
+		if !errors.As(err, &fe) || strings.Contains(err.Error(), "OTEL_") {
+			t.Errorf("%v does not name the field alone", err)
 		}
 		if _, err := telemetry.New(context.Background(), c.cfg); err == nil {
 			t.Errorf("New accepted %+v", c.cfg)
@@ -445,7 +451,7 @@ func TestPrometheusNamesAreOpenOutboxs(t *testing.T) {
 	o.Finished(bctx, relay.Outcome{Delivered: 1})
 	tb := pgtest.New(t)
 	tb.InsertN(t, 1, "names.test")
-	p := tel.PollBacklog(tb.Store, time.Hour, nil)
+	p := tel.PollBacklog(tb.Store, nil)
 	if err := p.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

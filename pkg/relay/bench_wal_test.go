@@ -547,7 +547,10 @@ func (w *walBench) startRelay(b *testing.B, tb *pgtest.Table, pub string, mode r
 	if mode.wal {
 		// Before the engine runs: it leaves fresh events to the log from
 		// its first claim on.
-		c = relay.NewCapture(e, tb.Store.WALSource(pgwal.Config{Slot: walBenchSlot, Publication: pub, Logger: testLogger()}), r.rows, nil)
+		c, err = relay.NewCapture(e, tb.Store.WALSource(pgwal.Config{Slot: walBenchSlot, Publication: pub, Logger: testLogger()}), r.rows, relay.CaptureConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -62,17 +63,40 @@ const (
 	CaptureLost        CaptureState = "lost"        // the log lost its position; claims poll everything
 )
 
+// CaptureConfig tunes a Capture. Zero fields take their XxxDefault;
+// Validate names the fields that cannot work.
+type CaptureConfig struct {
+	// StandbyRetry is how often a standby asks for the log.
+	StandbyRetry time.Duration
+	// Observer is told what the Capture does beyond the engine's stages;
+	// nil observes nothing.
+	Observer CaptureObserver
+}
+
+// Validate reports every field that cannot work, by its Go name. Zero
+// fields are valid: they take their defaults.
+func (c CaptureConfig) Validate() error {
+	v := config.Check("relay")
+	v.Expect("CaptureConfig.StandbyRetry", c.StandbyRetry >= 0, "must be positive, got %s", c.StandbyRetry)
+	return v.Err()
+}
+
+func (c CaptureConfig) withDefaults() CaptureConfig {
+	config.Default(&c.StandbyRetry, StandbyRetryDefault)
+	if c.Observer == nil {
+		c.Observer = NopCaptureObserver{}
+	}
+	return c
+}
+
 // Capture relays events read from the database's log.
 type Capture struct {
 	e   *Engine
 	src capture.Source
 	rec storage.LogRecorder
 	log *slog.Logger
+	cfg CaptureConfig
 	obs CaptureObserver
-
-	// StandbyRetry is how often a standby asks for the log; 0 means
-	// StandbyRetryDefault.
-	StandbyRetry time.Duration
 
 	mu     sync.Mutex
 	state  CaptureState
@@ -82,18 +106,19 @@ type Capture struct {
 }
 
 // NewCapture returns a Capture that publishes through e and leaves to e's
-// claims only the events the log does not deliver. Run e as well. The
-// capture reports its stages through e's Observer and what is its own to
-// obs; nil observes nothing.
-func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, obs CaptureObserver) *Capture {
+// claims only the events the log does not deliver, or cfg's errors. Run e
+// as well.
+func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, cfg CaptureConfig) (*Capture, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	// Until a stream opens the claims take every event: opening can wait
 	// (a new slot waits for the transactions running then to end), and a
 	// stream's backfill claims again whatever it might have missed.
 	e.freshTo.Store(0)
-	if obs == nil {
-		obs = NopCaptureObserver{}
-	}
-	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), obs: obs, state: CaptureStarting}
+	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), cfg: cfg, obs: cfg.Observer,
+		state: CaptureStarting}, nil
 }
 
 // Status is what the log reader is doing now and, when failing or lost,
@@ -121,10 +146,7 @@ func (c *Capture) setState(s CaptureState, err error) {
 // from the table), and a log that cannot be opened for long leaves every
 // event to the claims until it can.
 func (c *Capture) Run(ctx context.Context) error {
-	retry := c.StandbyRetry
-	if retry <= 0 {
-		retry = StandbyRetryDefault
-	}
+	retry := c.cfg.StandbyRetry
 	var failingSince time.Time
 	backoff := storageBackoffMin
 	for ctx.Err() == nil {

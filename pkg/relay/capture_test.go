@@ -253,8 +253,10 @@ func startWALObserved(t *testing.T, w *walTable, cfg relay.Config, pub publisher
 	}
 	src := w.Store.WALSource(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
 		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond, Logger: cfg.Logger})
-	c := relay.NewCapture(e, src, w.Store, obs)
-	c.StandbyRetry = 100 * time.Millisecond
+	c, err := relay.NewCapture(e, src, w.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}
 	engineDone := make(chan struct{})

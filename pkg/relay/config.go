@@ -1,12 +1,11 @@
 package relay
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -19,9 +18,9 @@ const (
 	PollIntervalDefault       = 500 * time.Millisecond
 	SweepIntervalDefault      = storage.SweepIntervalDefault
 	MaxInFlightBatchesDefault = 4
-	LeaseTimeoutDefault       = time.Minute
+	LeaseTimeoutDefault       = storage.LeaseTimeoutDefault
 	ShutdownTimeoutDefault    = 30 * time.Second
-	RetryMaxAttemptsDefault   = 25
+	RetryMaxAttemptsDefault   = storage.MaxAttemptsDefault
 	RetryBaseDelayDefault     = time.Second
 	RetryMaxDelayDefault      = 24 * time.Hour
 	RetryJitterDefault        = 0.15
@@ -29,13 +28,22 @@ const (
 	OrderingDefault           = storage.OrderingNone
 	OnDeadDefault             = storage.DeadSkip
 	LeaseModeDefault          = LeaseAuto
-	// LeaseTimeoutMin leaves room for a claim, a publish and the renewals
-	// every third of the lease; shorter leases expire under a working relay.
-	LeaseTimeoutMin = 500 * time.Millisecond
+	// LeaseTimeoutMin is the shortest LeaseTimeout, the reaper's too.
+	LeaseTimeoutMin = storage.LeaseTimeoutMin
 )
 
-// Config tunes an Engine. Zero fields take their XxxDefault, except
-// Retry.Jitter and NotifyDebounce, for which zero means none.
+// Values that turn a setting off, for the settings where off is a choice
+// and zero is their default.
+const (
+	// NoJitter as RetryPolicy.Jitter spreads no wait.
+	NoJitter = -1
+	// NoDebounce as Config.NotifyDebounce wakes the engine for every
+	// notification.
+	NoDebounce time.Duration = -1
+)
+
+// Config tunes an Engine. Zero fields take their XxxDefault (RelayID,
+// which has none, is required); Validate names the fields that cannot work.
 type Config struct {
 	// RelayID names this relay in locked_by. Required, and unique among the
 	// relays sharing a table.
@@ -82,7 +90,8 @@ type Config struct {
 	DeleteDelivered bool
 	// NotifyDebounce is the least time between two wakeups by insert
 	// notifications, so a burst of inserts makes a few full claims instead
-	// of many tiny ones. Zero wakes the engine for every notification.
+	// of many tiny ones. NoDebounce wakes the engine for every
+	// notification.
 	NotifyDebounce time.Duration
 	// Broker names the broker in the logs about its availability (its URL
 	// without secrets); empty leaves it out.
@@ -121,7 +130,8 @@ type RetryPolicy struct {
 	BaseDelay time.Duration
 	// MaxDelay caps the wait.
 	MaxDelay time.Duration
-	// Jitter spreads each wait by up to ±Jitter of itself (0 to 1).
+	// Jitter spreads each wait by up to ±Jitter of itself (0 to 1);
+	// NoJitter spreads none.
 	Jitter float64
 }
 
@@ -129,31 +139,28 @@ type RetryPolicy struct {
 // attempts times; r in [0,1) picks the point in the jitter range.
 func (p RetryPolicy) Delay(attempts int, r float64) time.Duration {
 	exp := math.Min(float64(max(attempts-1, 0)), 62)
-	d := float64(p.BaseDelay) * math.Pow(2, exp) * (1 + p.Jitter*(2*r-1))
+	jitter := max(p.Jitter, 0) // NoJitter
+	d := float64(p.BaseDelay) * math.Pow(2, exp) * (1 + jitter*(2*r-1))
 	// The cap applies after the jitter: RETRY_MAX_DELAY is a promise.
 	return time.Duration(max(math.Min(d, float64(p.MaxDelay)), 0))
 }
 
 func (c Config) withDefaults() Config {
-	setDefault(&c.BatchSize, BatchSizeDefault)
-	setDefault(&c.MaxBatchBytes, MaxBatchBytesDefault)
-	setDefault(&c.PollInterval, PollIntervalDefault)
-	setDefault(&c.SweepInterval, SweepIntervalDefault)
-	setDefault(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
-	setDefault(&c.LeaseTimeout, LeaseTimeoutDefault)
-	setDefault(&c.ShutdownTimeout, ShutdownTimeoutDefault)
-	setDefault(&c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
-	setDefault(&c.Retry.BaseDelay, RetryBaseDelayDefault)
-	setDefault(&c.Retry.MaxDelay, RetryMaxDelayDefault)
-	if c.Ordering == "" {
-		c.Ordering = OrderingDefault
-	}
-	if c.OnDead == "" {
-		c.OnDead = OnDeadDefault
-	}
-	if c.LeaseMode == "" {
-		c.LeaseMode = LeaseModeDefault
-	}
+	config.Default(&c.BatchSize, BatchSizeDefault)
+	config.Default(&c.MaxBatchBytes, MaxBatchBytesDefault)
+	config.Default(&c.PollInterval, PollIntervalDefault)
+	config.Default(&c.SweepInterval, SweepIntervalDefault)
+	config.Default(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
+	config.Default(&c.LeaseTimeout, LeaseTimeoutDefault)
+	config.Default(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	config.Default(&c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
+	config.Default(&c.Retry.BaseDelay, RetryBaseDelayDefault)
+	config.Default(&c.Retry.MaxDelay, RetryMaxDelayDefault)
+	config.Default(&c.Retry.Jitter, RetryJitterDefault)
+	config.Default(&c.NotifyDebounce, NotifyDebounceDefault)
+	config.Default(&c.Ordering, OrderingDefault)
+	config.Default(&c.OnDead, OnDeadDefault)
+	config.Default(&c.LeaseMode, LeaseModeDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -163,42 +170,35 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func setDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
-	}
-}
-
-// Validate reports every setting that cannot work, naming each by its
-// environment variable. It checks the values as given: a zero is an error
-// here, while New first replaces zeros with defaults.
+// Validate reports every field that cannot work, by its Go name. Zero
+// fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	var errs []error
-	check := func(ok bool, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
-		}
-	}
-	check(c.RelayID != "", "RELAY_ID must not be empty")
-	check(c.BatchSize > 0, "BATCH_SIZE must be positive, got %d", c.BatchSize)
-	check(c.MaxBatchBytes > 0, "MAX_BATCH_BYTES must be positive, got %d", c.MaxBatchBytes)
-	check(c.PollInterval > 0, "POLL_INTERVAL must be positive, got %s", c.PollInterval)
-	check(c.SweepInterval > 0, "SWEEP_INTERVAL must be positive, got %s", c.SweepInterval)
-	check(c.MaxInFlightBatches > 0, "MAX_IN_FLIGHT_BATCHES must be positive, got %d", c.MaxInFlightBatches)
-	check(c.LeaseTimeout >= LeaseTimeoutMin, "LEASE_TIMEOUT must be at least %s, got %s", LeaseTimeoutMin, c.LeaseTimeout)
-	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
-	check(c.Retry.MaxAttempts > 0, "RETRY_MAX_ATTEMPTS must be positive, got %d", c.Retry.MaxAttempts)
-	check(c.Retry.BaseDelay > 0, "RETRY_BASE_DELAY must be positive, got %s", c.Retry.BaseDelay)
-	check(c.Retry.MaxDelay >= c.Retry.BaseDelay, "RETRY_MAX_DELAY (%s) must not be below RETRY_BASE_DELAY (%s)", c.Retry.MaxDelay, c.Retry.BaseDelay)
-	check(c.Retry.Jitter >= 0 && c.Retry.Jitter <= 1, "RETRY_JITTER must be between 0 and 1, got %g", c.Retry.Jitter)
-	check(c.Ordering == storage.OrderingNone || c.Ordering == storage.OrderingPartition,
-		"ORDERING must be none or partition, got %q", c.Ordering)
-	check(c.OnDead == storage.DeadSkip || c.OnDead == storage.DeadBlock,
-		"ORDERING_ON_DEAD must be skip or block, got %q", c.OnDead)
-	check(c.LeaseMode == LeaseAuto || c.LeaseMode == LeaseLock || c.LeaseMode == LeaseStatus,
-		"LEASE_MODE must be auto, lock or status, got %q", c.LeaseMode)
-	check(c.LeaseMode != LeaseLock || c.Ordering == storage.OrderingNone,
-		"LEASE_MODE=lock needs ORDERING=none: an ordered claim must see which keys are at the broker, which only DELIVERING rows show (use auto or status)")
-	check(c.NotifyDebounce >= 0, "NOTIFY_DEBOUNCE must not be negative, got %s", c.NotifyDebounce)
-	return errors.Join(errs...)
+	d := c.withDefaults()
+	v := config.Check("relay")
+	v.Expect("RelayID", c.RelayID != "", "must not be empty")
+	v.Expect("BatchSize", d.BatchSize > 0, "must be positive, got %d", c.BatchSize)
+	v.Expect("MaxBatchBytes", d.MaxBatchBytes > 0, "must be positive, got %d", c.MaxBatchBytes)
+	v.Expect("PollInterval", d.PollInterval > 0, "must be positive, got %s", c.PollInterval)
+	v.Expect("SweepInterval", d.SweepInterval > 0, "must be positive, got %s", c.SweepInterval)
+	v.Expect("MaxInFlightBatches", d.MaxInFlightBatches > 0, "must be positive, got %d", c.MaxInFlightBatches)
+	v.Expect("LeaseTimeout", d.LeaseTimeout >= LeaseTimeoutMin, "must be at least %s, got %s", LeaseTimeoutMin, c.LeaseTimeout)
+	v.Expect("ShutdownTimeout", d.ShutdownTimeout > 0, "must be positive, got %s", c.ShutdownTimeout)
+	v.Expect("Retry.MaxAttempts", d.Retry.MaxAttempts > 0, "must be positive, got %d", c.Retry.MaxAttempts)
+	v.Expect("Retry.BaseDelay", d.Retry.BaseDelay > 0, "must be positive, got %s", c.Retry.BaseDelay)
+	v.Expect("Retry.MaxDelay", d.Retry.MaxDelay >= d.Retry.BaseDelay, "(%s) must not be below %s (%s)",
+		d.Retry.MaxDelay, config.Field("Retry.BaseDelay"), d.Retry.BaseDelay)
+	v.Expect("Retry.Jitter", d.Retry.Jitter == NoJitter || d.Retry.Jitter >= 0 && d.Retry.Jitter <= 1,
+		"must be between 0 and 1, got %g", c.Retry.Jitter)
+	v.Expect("Ordering", d.Ordering == storage.OrderingNone || d.Ordering == storage.OrderingPartition,
+		"must be none or partition, got %q", c.Ordering)
+	v.Expect("OnDead", d.OnDead == storage.DeadSkip || d.OnDead == storage.DeadBlock,
+		"must be skip or block, got %q", c.OnDead)
+	v.Expect("LeaseMode", d.LeaseMode == LeaseAuto || d.LeaseMode == LeaseLock || d.LeaseMode == LeaseStatus,
+		"must be auto, lock or status, got %q", c.LeaseMode)
+	v.Expect("LeaseMode", d.LeaseMode != LeaseLock || d.Ordering == storage.OrderingNone,
+		"lock needs %s none: an ordered claim must see which keys are at the broker, which only DELIVERING rows show (use auto or status)",
+		config.Field("Ordering"))
+	v.Expect("NotifyDebounce", d.NotifyDebounce == NoDebounce || d.NotifyDebounce >= 0,
+		"must not be negative, got %s", c.NotifyDebounce)
+	return v.Err()
 }

@@ -6,13 +6,13 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -88,10 +88,10 @@ type Engine struct {
 
 // New returns an engine; zero fields of cfg take their defaults.
 func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	e := &Engine{
 		cfg:   cfg,
 		store: store,
@@ -103,7 +103,9 @@ func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, err
 	if h, ok := store.(storage.HeldQueue); ok && cfg.LeaseMode != LeaseStatus && cfg.Ordering == storage.OrderingNone {
 		e.held = h
 	} else if cfg.LeaseMode == LeaseLock {
-		return nil, errors.New("LEASE_MODE=lock: this storage cannot hold claims (PostgreSQL can); use auto or status")
+		v := config.Check("relay")
+		v.Expect("LeaseMode", false, "lock: this storage cannot hold claims (PostgreSQL can); use auto or status")
+		return nil, v.Err()
 	}
 	e.notify = debouncer{wait: cfg.NotifyDebounce, wake: e.Wake}
 	brokerLog := e.log

@@ -240,14 +240,29 @@ type HeldKeysParams struct {
 	Backfill int64
 }
 
+// The lease timeout and the attempt limit belong to two parties: the
+// engine, which holds leases and counts failed publishes, and the reaper,
+// which takes expired leases back and counts them as attempts. Their
+// defaults and the lease's floor are decided here, once for both.
+const (
+	// LeaseTimeoutDefault is how long a lease holds without renewal.
+	LeaseTimeoutDefault = time.Minute
+	// LeaseTimeoutMin leaves room for a claim, a publish and the renewals
+	// every third of the lease; shorter leases expire under a working relay.
+	LeaseTimeoutMin = 500 * time.Millisecond
+	// MaxAttemptsDefault is the attempt count at which an event goes DEAD.
+	MaxAttemptsDefault = 25
+)
+
 // ReapParams selects expired leases to take back.
 type ReapParams struct {
 	// LeaseTimeout is how long a lease may be held before it is taken back.
 	LeaseTimeout time.Duration
 	// Limit bounds the rows changed by one statement.
 	Limit int
-	// MaxAttempts is the retry limit (RETRY_MAX_ATTEMPTS). Drivers do not
-	// compare attempts with it themselves: they apply DeadFrom.
+	// MaxAttempts is the retry limit, the engine's and the reaper's.
+	// Drivers do not compare attempts with it themselves: they apply
+	// DeadFrom.
 	MaxAttempts int
 }
 

@@ -12,6 +12,8 @@ package pgwal
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
@@ -33,6 +36,9 @@ const (
 	StatusIntervalDefault = time.Second
 	HeartbeatDefault      = 10 * time.Second
 )
+
+// HeartbeatOff as Config.Heartbeat writes no heartbeats.
+const HeartbeatOff time.Duration = -1
 
 // HeartbeatPrefix is the prefix of the logical messages the reader writes as
 // heartbeats; MovePrefix marks a transaction whose inserts only move rows
@@ -57,7 +63,9 @@ var (
 // SetupError is capture's: a setting an operator must change.
 type SetupError = capture.SetupError
 
-// Config says what to read and how.
+// Config says what to read and how. Zero fields take their defaults;
+// Validate names the fields that cannot work. ConnString and Table, which
+// have none, say where to read: the storage's WALSource sets them.
 type Config struct {
 	// ConnString is the database's URL as pgx takes it; the reader adds
 	// replication=database for its streaming connection.
@@ -65,26 +73,66 @@ type Config struct {
 	// Schema (empty: any) and Table name the outbox table.
 	Schema, Table string
 	// Slot and Publication are the logical replication slot and the
-	// publication of the table's inserts.
+	// publication of the table's inserts. Empty means NameDefault of the
+	// table.
 	Slot, Publication string
 	// StatusInterval is how often the reader tells the server how far it
 	// may discard WAL. 0 means StatusIntervalDefault.
 	StatusInterval time.Duration
 	// Heartbeat is how often the reader writes a logical message, so that
 	// the slot moves while the outbox is idle and the rest of the database
-	// is not. 0 means HeartbeatDefault; negative turns heartbeats off.
+	// is not. 0 means HeartbeatDefault; HeartbeatOff (any negative value)
+	// turns heartbeats off.
 	Heartbeat time.Duration
 	Logger    *slog.Logger
 }
 
-// checkNames refuses a slot or publication name that could not be pasted
-// into a replication command safely.
-func (cfg Config) checkNames() error {
-	if !Identifier(cfg.Slot) || !Identifier(cfg.Publication) {
-		return &SetupError{Problem: fmt.Sprintf("invalid slot %q or publication %q", cfg.Slot, cfg.Publication),
-			Fix: "use lowercase letters, digits and underscores"}
+// Validate reports every field that cannot work, by its Go name: a slot
+// or publication name that could not be pasted into a replication command
+// safely, a negative StatusInterval.
+func (c Config) Validate() error {
+	v := config.Check("pgwal")
+	v.Expect("Slot", c.Slot == "" || Identifier(c.Slot), "%q: use lowercase letters, digits and underscores (at most 63)", c.Slot)
+	v.Expect("Publication", c.Publication == "" || Identifier(c.Publication), "%q: use lowercase letters, digits and underscores (at most 63)", c.Publication)
+	v.Expect("StatusInterval", c.StatusInterval >= 0, "must be positive, got %s", c.StatusInterval)
+	return v.Err()
+}
+
+func (c Config) withDefaults() Config {
+	config.Default(&c.Slot, NameDefault(c.Schema, c.Table))
+	config.Default(&c.Publication, NameDefault(c.Schema, c.Table))
+	config.Default(&c.StatusInterval, StatusIntervalDefault)
+	config.Default(&c.Heartbeat, HeartbeatDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	return c
+}
+
+// prepared is c with its defaults, or a *SetupError when it cannot work:
+// retrying would not change it.
+func (c Config) prepared() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return c, &SetupError{Problem: err.Error(), Fix: "correct the reader's Config"}
+	}
+	return c.withDefaults(), nil
+}
+
+// NameDefault is the slot's and the publication's name for a table:
+// outbox_relay_<schema>_<table>, or outbox_relay_<table> for a table named
+// without its schema, so that relays of two tables in one database do not
+// read each other's. Past PostgreSQL's 63 characters it is cut and ends
+// with a hash of the whole, so that two long names stay apart.
+func NameDefault(schema, table string) string {
+	name := "outbox_relay_" + table
+	if schema != "" {
+		name = "outbox_relay_" + schema + "_" + table
+	}
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:54] + "_" + hex.EncodeToString(sum[:4])
 }
 
 // slotInfo describes the slot the reader streams from, as Open found it.
@@ -130,16 +178,8 @@ type Reader struct {
 // slot's confirmed position. Errors: *SetupError for a setting an operator
 // must change, ErrSlotInUse, ErrSlotLost, or what the connection said.
 func Open(ctx context.Context, cfg Config) (*Reader, error) {
-	if cfg.StatusInterval <= 0 {
-		cfg.StatusInterval = StatusIntervalDefault
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = HeartbeatDefault
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if err := cfg.checkNames(); err != nil {
+	cfg, err := cfg.prepared()
+	if err != nil {
 		return nil, err
 	}
 	conn, err := connect(ctx, cfg.ConnString, true)
@@ -230,7 +270,8 @@ func CheckServer(ctx context.Context, cfg Config) error {
 // not another database's — without touching the slot: a relay calls it at
 // start, so that a database that cannot serve it is a configuration error.
 func Check(ctx context.Context, cfg Config) error {
-	if err := cfg.checkNames(); err != nil {
+	cfg, err := cfg.prepared()
+	if err != nil {
 		return err
 	}
 	conn, err := connect(ctx, cfg.ConnString, true)
@@ -750,5 +791,5 @@ func (s Source) Open(ctx context.Context) (capture.Stream, capture.Start, error)
 
 // Reset drops the slot, so that the next Open creates it anew.
 func (s Source) Reset(ctx context.Context) error {
-	return DropSlot(ctx, s.Config.ConnString, s.Config.Slot)
+	return DropSlot(ctx, s.Config.ConnString, s.Config.withDefaults().Slot)
 }

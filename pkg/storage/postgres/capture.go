@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,30 +16,14 @@ import (
 // the table's inserts (the relay makes its replication slot itself).
 
 // PublicationDefault is the publication's name for a table: one per table,
-// so that relays of two tables in one database do not read each other's:
-// outbox_relay_<schema>_<table>, or outbox_relay_<table> for a table named
-// without its schema.
-func PublicationDefault(t schema.Table) string { return walName(t) }
+// so that relays of two tables in one database do not read each other's
+// (pgwal.NameDefault).
+func PublicationDefault(t schema.Table) string { return pgwal.NameDefault(t.Schema, t.Name) }
 
 // SlotDefault is the replication slot's name for a table, formed as
 // PublicationDefault's. Slots are named server-wide: two databases of one
 // server with tables of the same name need WAL_SLOT_NAME set apart.
-func SlotDefault(t schema.Table) string { return walName(t) }
-
-// walName is outbox_relay_ and the table's name; past PostgreSQL's 63
-// characters it is cut and ends with a hash of the whole, so that two
-// long names stay apart.
-func walName(t schema.Table) string {
-	name := "outbox_relay_" + t.Name
-	if t.Schema != "" {
-		name = "outbox_relay_" + t.Schema + "_" + t.Name
-	}
-	if len(name) <= 63 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:54] + "_" + hex.EncodeToString(sum[:4])
-}
+func SlotDefault(t schema.Table) string { return pgwal.NameDefault(t.Schema, t.Name) }
 
 // CreatePublication creates the publication when it does not exist.
 func (s *Store) CreatePublication(ctx context.Context, name string) error {
