@@ -322,6 +322,15 @@ func (c config) validate() error {
 		}
 	}
 	add(c.explicitZeros())
+	// 0 turns these off, which the engine spells as a negative value: that
+	// value given is a mistake like any other negative one (which the
+	// engine refuses), not another way to say off.
+	if c.RetryJitter == relay.NoJitter {
+		add(fmt.Errorf("RETRY_JITTER must be between 0 and 1, got %g", c.RetryJitter))
+	}
+	if c.NotifyDebounce == relay.NoDebounce {
+		add(fmt.Errorf("NOTIFY_DEBOUNCE must not be negative, got %s", c.NotifyDebounce))
+	}
 	add(c.engineConfig(nil).Validate())
 	add(c.reaperConfig(nil).Validate())
 	add(c.validateRetention())

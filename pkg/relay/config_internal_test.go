@@ -35,6 +35,7 @@ func TestZeroConfigTakesTheDefaults(t *testing.T) {
 		NotifyDebounce: NotifyDebounceDefault,
 		Ordering:       OrderingDefault,
 		OnDead:         OnDeadDefault,
+		LeaseMode:      LeaseModeDefault,
 	}
 	got.Logger, got.Observer = nil, nil
 	if got != want {

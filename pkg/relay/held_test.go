@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -185,4 +187,20 @@ func TestAHeldBatchWhoseConnectionDiesIsDeliveredAnyway(t *testing.T) {
 	eventually.True(t, 10*time.Second, func() bool { return gated.waiting.Load() == 0 },
 		func() string { return "the holder's first publish done" })
 	waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+}
+
+// TestLeaseModeLockNeedsAStorageThatHoldsClaims: asked to hold claims on a
+// storage that cannot (MySQL today), the relay refuses to start rather than
+// lease them by status unasked.
+func TestLeaseModeLockNeedsAStorageThatHoldsClaims(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	leasing := struct{ storage.Queue }{tb.Store} // hides HeldQueue
+	_, err := relay.New(relay.Config{RelayID: "r", LeaseMode: relay.LeaseLock}, leasing, newGated(t))
+	if err == nil || !strings.Contains(err.Error(), "LeaseMode lock: this storage cannot hold claims") {
+		t.Fatalf("relay.New = %v, want the storage refused for LeaseMode lock", err)
+	}
+	if _, err := relay.New(relay.Config{RelayID: "r"}, leasing, newGated(t)); err != nil {
+		t.Fatalf("relay.New with LeaseMode auto = %v, want it to lease by status", err)
+	}
 }
