@@ -10,35 +10,33 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // The two benchmarks here measure claims on a database like a production
 // one rather than a freshly analysed, quiet one: `make bench MODE=horizon`
 // and `make bench MODE=stats` (STORAGE=mysql for MariaDB/MySQL).
 
-// timedQueue is a storage whose claims are timed and whose deliveries are
-// counted: the drain is over when all are delivered, which asks the table
-// nothing. (Asking it whether any row is still PENDING would walk the
-// pending index from its start, over every dead entry a held snapshot
-// keeps, and measure that instead.)
-type timedQueue struct {
-	storage.Storage
+// roundObserver times an engine's claims and counts its deliveries: the
+// drain is over when all are delivered, which asks the table nothing.
+// (Asking it whether any row is still PENDING would walk the pending index
+// from its start, over every dead entry a held snapshot keeps, and measure
+// that instead.) The engine claims as it would in production: held claims
+// on PostgreSQL, leases on MySQL.
+type roundObserver struct {
+	relay.NopObserver
 	claims, spent, delivered atomic.Int64
 }
 
-func (q *timedQueue) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	n, err := q.Storage.MarkDelivered(ctx, p)
-	q.delivered.Add(int64(n))
-	return n, err
+func (o *roundObserver) StartClaim(ctx context.Context) (context.Context, func(int, error)) {
+	began := time.Now()
+	return ctx, func(int, error) {
+		o.spent.Add(int64(time.Since(began)))
+		o.claims.Add(1)
+	}
 }
 
-func (q *timedQueue) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
-	began := time.Now()
-	b, err := q.Storage.Claim(ctx, p)
-	q.spent.Add(int64(time.Since(began)))
-	q.claims.Add(1)
-	return b, err
+func (o *roundObserver) Finished(_ context.Context, out relay.Outcome) {
+	o.delivered.Add(int64(out.Delivered))
 }
 
 // round is one drain's figures.
@@ -57,13 +55,14 @@ func drainRound(b *testing.B, tb benchTable, n int) round {
 	if err != nil {
 		b.Fatal(err)
 	}
-	q := &timedQueue{Storage: tb.store}
+	q := &roundObserver{}
 	e, err := relay.New(relay.Config{
 		RelayID:            "bench",
 		BatchSize:          *benchBatch,
 		MaxInFlightBatches: *benchInFlight,
 		PollInterval:       10 * time.Millisecond,
-	}, q, pub)
+		Observer:           q,
+	}, tb.store, pub)
 	if err != nil {
 		b.Fatal(err)
 	}
