@@ -98,7 +98,8 @@ lint:
 # drain into NATS and null://; BENCH_RELAY_BINS=a,b adds other builds and
 # OPEN_OUTBOX_RELAY_BIN Open Outbox Relay's binary to the same run.
 # MODE=delete: draining into null:// and NATS with DELIVERED_RETENTION=0
-# (rows deleted at settle) beside the same drains marking rows DELIVERED.
+# (rows deleted at settle) beside the same drains marking rows DELIVERED,
+# into null:// also with LEASE_MODE=status (claims leased, not held).
 # MODE=horizon: three rounds of EVENTS into null:// on one table, without
 # and then with a transaction holding a snapshot (vacuum, purge) back for
 # all three: rate, mean claim time and CPU per event of the database.
@@ -136,9 +137,9 @@ else ifeq ($(MODE),stats)
 else ifeq ($(MODE),wal)
 	$(GO) test -run '^$$' -bench 'WAL$$' -benchtime 1x -timeout 120m ./pkg/relay -events $(EVENTS) -wal.duration $(WAL_DURATION)
 else ifeq ($(MODE),delete)
-	$(GO) test -run '^$$' -bench 'Drain(Null|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+	$(GO) test -run '^$$' -bench 'Drain(Null(Status)?|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else
-	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null)$$|ClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null|NullStatus)$$|ClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 endif
 
 clean:
