@@ -143,7 +143,8 @@ func (e *Engine) Wake() {
 // batches in flight may publish until a quarter of ShutdownTimeout (at most
 // 3 s) is left; publishes still waiting then are cut off and their events
 // handed back in what is left. Whatever cannot be settled by the end (a
-// hung database) stays DELIVERING for the reaper. Failures of the database
+// hung database) stays DELIVERING for the reaper, or, held, PENDING as it
+// was when its transaction ends. Failures of the database
 // or the broker never end Run: it backs off and tries again. A broker that
 // does not answer at start pauses claiming until it does.
 func (e *Engine) Run(ctx context.Context) {

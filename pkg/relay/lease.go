@@ -9,10 +9,11 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// keepLease renews c's lease (or keeps its held transaction) every third of
-// LeaseTimeout until the returned function is called, so a broker that is slow to acknowledge does not let
-// the reaper hand the batch to another relay, which would publish it again
-// while this one still waits. The function waits for the last renewal, so
+// keepLease renews c's lease (or keeps its held transaction open) every
+// third of LeaseTimeout until the returned function is called, so a broker
+// that is slow to acknowledge does not let the reaper (or the database's
+// idle timeout) hand the batch to another relay, which would publish it
+// again while this one still waits. The function waits for the last renewal, so
 // c's lease can be read safely after it returns.
 func (e *Engine) keepLease(c *claimed) (stop func()) {
 	ids := make([]uuid.UUID, len(c.batch.Events))
