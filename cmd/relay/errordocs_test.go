@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
 )
@@ -399,6 +401,13 @@ func (src errorStrings) prefixOf(s string, ps []piece, depth int) int {
 		if depth >= 3 {
 			return -1
 		}
+		// The same rest of a sample comes here from many places: its
+		// answer is remembered (per set of sources), or the search takes
+		// minutes under the race detector.
+		key := wrapKey{src: fmt.Sprintf("%p", src), s: s, depth: depth}
+		if got, ok := wrapped.Load(key); ok {
+			return got.(int)
+		}
 		need := literalNeeded(s)
 		best := -1
 		for _, inner := range src {
@@ -406,6 +415,7 @@ func (src errorStrings) prefixOf(s string, ps []piece, depth int) int {
 				best = max(best, got)
 			}
 		}
+		wrapped.Store(key, best)
 		return best
 	}
 	best := -1
@@ -420,6 +430,16 @@ func (src errorStrings) prefixOf(s string, ps []piece, depth int) int {
 	}
 	return best
 }
+
+// wrapKey names what prefixOf found for the text s that a %w at depth
+// prints, with the sources it searched.
+type wrapKey struct {
+	src, s string
+	depth  int
+}
+
+// wrapped remembers prefixOf's answers for wrapped errors (wrapKey).
+var wrapped sync.Map
 
 // verbTakes reports whether a verb can print v: 0 if it can, -1 if not;
 // partial is set when v ends the sample, so that the value may go on.
