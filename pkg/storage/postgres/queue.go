@@ -29,8 +29,9 @@ import (
 // transaction in one round trip: for ordered claims first a per-table
 // advisory lock, for unordered ones the planner settings of claim_plan.sql;
 // then the lease stamp (the transaction's now()) with the snapshot's
-// transaction ids, then the claiming statement. Knowing the stamp before reading the rows lets a claim
-// whose rows cannot be read in full hand them back at once.
+// transaction ids, then the claiming statement. Knowing the stamp before
+// reading the rows lets a claim whose rows cannot be read in full hand them
+// back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
 	b, _, _, err := s.claim(ctx, s.pool, p, 0)
 	return b, err
@@ -286,8 +287,9 @@ const handBackTimeout = 5 * time.Second
 const claimLockClass = 0x6f72 // "or"
 
 // readEvents reads the claimed rows, which the claim returns in write
-// order, with a held claim's row addresses, the lowest seq among those that were not PENDING again (0 for
-// none: rows a sweep found behind the claim position) and the highest seq.
+// order, with a held claim's row addresses; the lowest seq among those that
+// were not PENDING again (0 for none: rows a sweep found behind the claim
+// position) and the highest seq.
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
