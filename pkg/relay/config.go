@@ -28,6 +28,9 @@ const (
 	OrderingDefault           = storage.OrderingNone
 	OnDeadDefault             = storage.DeadSkip
 	LeaseModeDefault          = LeaseAuto
+	// HeldMaxDefault: a held claim's transaction holds vacuum's horizon
+	// back, so a batch the broker takes longer over becomes a lease.
+	HeldMaxDefault = time.Second
 	// LeaseTimeoutMin is the shortest LeaseTimeout, the reaper's too.
 	LeaseTimeoutMin = storage.LeaseTimeoutMin
 )
@@ -84,6 +87,10 @@ type Config struct {
 	// default, holds claims wherever the storage can (storage.HeldQueue)
 	// and Ordering is none.
 	LeaseMode LeaseMode
+	// HeldMax is how long a held claim keeps its transaction open while its
+	// batch is at the broker (at most a third of LeaseTimeout); a batch
+	// still there then becomes a lease, renewed as any other.
+	HeldMax time.Duration
 	// DeleteDelivered deletes a delivered event's row in the settle
 	// statement instead of marking it DELIVERED (DELIVERED_RETENTION=0).
 	// The Observer still counts it as delivered.
@@ -161,6 +168,7 @@ func (c Config) withDefaults() Config {
 	config.Default(&c.Ordering, OrderingDefault)
 	config.Default(&c.OnDead, OnDeadDefault)
 	config.Default(&c.LeaseMode, LeaseModeDefault)
+	config.Default(&c.HeldMax, HeldMaxDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -198,6 +206,7 @@ func (c Config) Validate() error {
 	v.Expect("LeaseMode", d.LeaseMode != LeaseLock || d.Ordering == storage.OrderingNone,
 		"lock needs %s none: an ordered claim must see which keys are at the broker, which only DELIVERING rows show (use auto or status)",
 		config.Field("Ordering"))
+	v.Expect("HeldMax", d.HeldMax > 0, "must be positive, got %s", c.HeldMax)
 	v.Expect("NotifyDebounce", d.NotifyDebounce == NoDebounce || d.NotifyDebounce >= 0,
 		"must not be negative, got %s", c.NotifyDebounce)
 	return v.Err()

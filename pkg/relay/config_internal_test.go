@@ -36,6 +36,7 @@ func TestZeroConfigTakesTheDefaults(t *testing.T) {
 		Ordering:       OrderingDefault,
 		OnDead:         OnDeadDefault,
 		LeaseMode:      LeaseModeDefault,
+		HeldMax:        HeldMaxDefault,
 	}
 	got.Logger, got.Observer = nil, nil
 	if got != want {

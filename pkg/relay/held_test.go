@@ -90,7 +90,7 @@ func TestAHeldBatchIsNoOtherRelaysToClaim(t *testing.T) {
 	const n = 40
 	tb.InsertN(t, n, "held.event")
 	gated := newGated(t)
-	start(t, relay.Config{RelayID: "holder", BatchSize: n, LeaseMode: relay.LeaseLock}, tb.Store, gated)
+	start(t, relay.Config{RelayID: "holder", BatchSize: n, LeaseMode: relay.LeaseLock, HeldMax: time.Minute}, tb.Store, gated)
 	eventually.True(t, 10*time.Second, func() bool { return tb.Held(t) == n },
 		func() string { return "the batch held" })
 	if c := tb.Counts(t); c[outbox.StatusPending] != n {
@@ -136,7 +136,7 @@ func TestHeldClaimsOutliveARolesIdleTimeout(t *testing.T) {
 	tb.InsertN(t, n, "idle.event")
 	slow := newGated(t)
 	watch := &claimCounter{}
-	start(t, relay.Config{BatchSize: 20, LeaseMode: relay.LeaseLock, Observer: watch}, store, slow)
+	start(t, relay.Config{BatchSize: 20, LeaseMode: relay.LeaseLock, HeldMax: time.Minute, Observer: watch}, store, slow)
 	// Each batch waits at the broker for several of the role's timeouts.
 	eventually.True(t, 10*time.Second, func() bool { return slow.waiting.Load() > 0 },
 		func() string { return "a batch at the broker" })
@@ -170,7 +170,8 @@ func TestAHeldBatchWhoseConnectionDiesIsDeliveredAnyway(t *testing.T) {
 	tb.InsertN(t, n, "died.event")
 	gated := newGated(t)
 	gated.once = true
-	start(t, relay.Config{RelayID: "holder", BatchSize: n, LeaseMode: relay.LeaseLock, SweepInterval: 200 * time.Millisecond}, store, gated)
+	start(t, relay.Config{RelayID: "holder", BatchSize: n, LeaseMode: relay.LeaseLock, HeldMax: time.Minute,
+		SweepInterval: 200 * time.Millisecond}, store, gated)
 	eventually.True(t, 10*time.Second, func() bool { return tb.Held(t) == n },
 		func() string { return "the batch held" })
 	eventually.True(t, 10*time.Second, func() bool {
@@ -187,6 +188,28 @@ func TestAHeldBatchWhoseConnectionDiesIsDeliveredAnyway(t *testing.T) {
 	eventually.True(t, 10*time.Second, func() bool { return gated.waiting.Load() == 0 },
 		func() string { return "the holder's first publish done" })
 	waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+}
+
+// TestABatchTheBrokerIsSlowWithBecomesALease: a held claim's transaction
+// holds vacuum's horizon back, so a batch still at the broker after
+// HeldMax is leased instead, and settled as a leased batch, once.
+func TestABatchTheBrokerIsSlowWithBecomesALease(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	const n = 30
+	tb.InsertN(t, n, "slow.event")
+	gated := newGated(t)
+	start(t, relay.Config{BatchSize: n, LeaseMode: relay.LeaseLock, HeldMax: 200 * time.Millisecond}, tb.Store, gated)
+	eventually.True(t, 10*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivering] == n },
+		func() string { return fmt.Sprintf("the batch leased, counts %v", tb.Counts(t)) })
+	if held := tb.Held(t); held != 0 {
+		t.Errorf("%d rows still held by an open transaction", held)
+	}
+	close(gated.open)
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
+	if events, most := gated.sent(); events != n || most != 1 {
+		t.Errorf("sent %d events, one as often as %d times; want %d once each", events, most, n)
+	}
 }
 
 // TestLeaseModeLockNeedsAStorageThatHoldsClaims: asked to hold claims on a

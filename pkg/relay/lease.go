@@ -9,25 +9,29 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
-// keepLease renews c's lease (or keeps its held transaction open) every
-// third of LeaseTimeout until the returned function is called, so a broker
-// that is slow to acknowledge does not let the reaper (or the database's
-// idle timeout) hand the batch to another relay, which would publish it
-// again while this one still waits. The function waits for the last renewal, so
-// c's lease can be read safely after it returns.
+// keepLease renews c's lease every third of LeaseTimeout until the returned
+// function is called, so a broker that is slow to acknowledge does not let
+// the reaper hand the batch to another relay, which would publish it again
+// while this one still waits. A held batch still at the broker after
+// HeldMax (or a third of LeaseTimeout, if shorter) becomes a lease first.
+// The function waits for the last renewal, so c's lease (and c.tx) can be
+// read safely after it returns.
 func (e *Engine) keepLease(c *claimed) (stop func()) {
 	ids := make([]uuid.UUID, len(c.batch.Events))
 	for i, ev := range c.batch.Events {
 		ids[i] = ev.ID
 	}
-	// New stamps continue the database's clock from the claim by this
-	// process's monotonic clock, so the reaper's now() - locked_at stays
-	// meaningful whatever the two wall clocks say.
-	claimStamp, claimedAt := c.batch.Lease.LockedAt, c.at
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
+		if c.tx != nil && !e.leaseHeld(c, done) {
+			return
+		}
+		// New stamps continue the database's clock from the claim by this
+		// process's monotonic clock, so the reaper's now() - locked_at
+		// stays meaningful whatever the two wall clocks say.
+		claimStamp, claimedAt := c.batch.Lease.LockedAt, c.at
 		t := time.NewTicker(e.cfg.LeaseTimeout / 3)
 		defer t.Stop()
 		for {
@@ -35,12 +39,6 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-			}
-			if c.tx != nil {
-				if !e.keepHeld(c) {
-					return
-				}
-				continue
 			}
 			renewedAt := time.Now()
 			to := claimStamp.Add(renewedAt.Sub(claimedAt)).Truncate(time.Microsecond)
@@ -73,21 +71,33 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 	}
 }
 
-// keepHeld keeps a held claim's transaction from being ended as idle while
-// its batch is at the broker, and reports whether it is still open.
-func (e *Engine) keepHeld(c *claimed) bool {
+// leaseHeld waits until c's held batch has been at the broker for HeldMax
+// (or a third of LeaseTimeout, if shorter), then makes it a lease. It
+// reports whether c now has a lease to renew: false when done closed first
+// (c stays held) or the transaction ended without the lease (the settle
+// then records the outcome anew).
+func (e *Engine) leaseHeld(c *claimed, done <-chan struct{}) bool {
+	wait := time.NewTimer(min(e.cfg.HeldMax, e.cfg.LeaseTimeout/3))
+	defer wait.Stop()
+	select {
+	case <-done:
+		return false
+	case <-wait.C:
+	}
 	ctx, cancel := detach(c.ctx, c.settleBy)
 	defer cancel()
-	ctx, cancelKeep := context.WithTimeout(ctx, e.cfg.LeaseTimeout/3)
-	defer cancelKeep()
+	ctx, cancelLease := context.WithTimeout(ctx, e.cfg.LeaseTimeout/3)
+	defer cancelLease()
 	ctx, end := e.obs.StartSettle(ctx, OpRenew, len(c.batch.Events))
-	err := c.tx.Keep(ctx)
+	at := time.Now()
+	lease, err := c.tx.Lease(ctx, e.cfg.RelayID)
 	end(err)
 	if err != nil {
-		e.log.Warn("lost the transaction holding a batch still being published; its events are PENDING again",
+		e.log.Warn("turning a held batch still at the broker into a lease failed; its events are PENDING again",
 			"events", len(c.batch.Events), "error", err)
 		return false
 	}
+	c.batch.Lease, c.tx, c.at = lease, nil, at
 	return true
 }
 

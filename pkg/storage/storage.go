@@ -114,8 +114,8 @@ type HeldQueue interface {
 	// ClaimHeld claims as Claim does, p.Ordering none, but leaves the rows
 	// PENDING under the row locks of the returned transaction. The
 	// database ends the transaction (rows as they were) once it has been
-	// idle for longer than idle; HeldTx.Keep resets that clock. An empty
-	// batch holds no transaction.
+	// idle for longer than idle, which is how long a relay that hangs
+	// keeps its batch. An empty batch holds no transaction.
 	ClaimHeld(ctx context.Context, p ClaimParams, idle time.Duration) (HeldBatch, error)
 	// RecordHeld records a held batch's outcome after its transaction
 	// ended without it (HeldTx.Settle failed): in a transaction of its own,
@@ -134,9 +134,13 @@ type HeldBatch struct {
 // HeldTx is the open transaction of a held claim. One goroutine at a time
 // may call its methods.
 type HeldTx interface {
-	// Keep shows the database that the transaction is still in use, so
-	// that it does not end it as idle.
-	Keep(ctx context.Context) error
+	// Lease turns the batch into one leased by relayID, as Claim leases
+	// its rows (DELIVERING under the returned lease's stamp), and
+	// commits: the transaction, which holds vacuum's horizon back, ends,
+	// and the batch goes on as a leased one (renewed, settled through
+	// Queue). On an error the transaction has ended and the rows are
+	// PENDING as they were.
+	Lease(ctx context.Context, relayID string) (Lease, error)
 	// Settle records the batch's outcome and commits. On an error the
 	// transaction has ended and recorded nothing: the rows are PENDING as
 	// they were (RecordHeld may record the outcome anew).

@@ -119,17 +119,68 @@ type heldTx struct {
 	unhold func()
 }
 
-// Keep runs an empty statement in the transaction: the server's idle clock
-// starts again.
-func (t *heldTx) Keep(ctx context.Context) error {
+// Lease moves the rows to DELIVERING under a lease of relayID and commits,
+// in one round trip.
+func (t *heldTx) Lease(ctx context.Context, relayID string) (storage.Lease, error) {
 	if t.conn == nil {
-		return errors.New("keep held batch: its transaction has ended")
+		return storage.Lease{}, errors.New("lease held batch: its transaction has ended")
 	}
-	if _, err := t.conn.Exec(ctx, ";"); err != nil {
+	ids := make([]uuid.UUID, 0, len(t.rows))
+	addrs := make([]pgtype.TID, 0, len(t.rows))
+	for id, a := range t.rows {
+		ids = append(ids, id)
+		addrs = append(addrs, a)
+	}
+	lease := storage.Lease{RelayID: relayID, CreatedFrom: t.lease.CreatedFrom, CreatedTo: t.lease.CreatedTo}
+	b := &pgx.Batch{}
+	b.Queue(t.s.queries["held_plan"])
+	b.Queue(t.s.queries["held_lease"], relayID, addrs, uuidArray(ids), createdFrom(t.lease), createdTo(t.lease))
+	b.Queue("COMMIT")
+	err := func() error {
+		results := t.conn.SendBatch(ctx, b)
+		defer results.Close()
+		if _, err := results.Exec(); err != nil {
+			return err
+		}
+		rows, err := results.Query()
+		if err != nil {
+			return err
+		}
+		leased := 0
+		for rows.Next() {
+			if err := rows.Scan(&lease.LockedAt); err != nil {
+				rows.Close()
+				return err
+			}
+			leased++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if leased != len(ids) {
+			// The rows are locked, so this cannot happen; a batch only
+			// partly leased would be worse than none.
+			return fmt.Errorf("leased %d of the %d rows held", leased, len(ids))
+		}
+		tag, err := results.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.String() != "COMMIT" {
+			return errors.New("the transaction was rolled back")
+		}
+		return results.Close()
+	}()
+	if err != nil {
+		t.s.recycle(err)
 		t.Abort()
-		return fmt.Errorf("keep held batch: %w", err)
+		return storage.Lease{}, fmt.Errorf("lease held batch: %w", err)
 	}
-	return nil
+	t.conn.Release()
+	t.conn = nil
+	t.unhold()
+	return lease, nil
 }
 
 // Settle records st and commits, in one round trip.

@@ -189,42 +189,54 @@ func testHeldAbortLeavesRowsAsTheyWere(t *testing.T, h Harness) {
 func testHeldTransactionEndsWhenLeftIdle(t *testing.T, h Harness) {
 	tb := h.New(t)
 	held := heldQueue(t, tb)
-	ids := insertN(t, tb, 2, "e")
-	const idle = 300 * time.Millisecond
-
-	// Kept: the rows stay held past several idle times.
-	kept := claimHeldIdle(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 1}, idle)
+	ids := insertN(t, tb, 1, "e")
 	other := openSecond(t, tb)
-	deadline := time.Now().Add(4 * idle)
-	for tick := time.NewTicker(idle / 3); time.Now().Before(deadline); <-tick.C {
-		if err := kept.Tx.Keep(ctx); err != nil {
-			t.Fatalf("Keep: %v", err)
-		}
-	}
-	if err := kept.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:1]}); err != nil {
-		t.Fatalf("Settle of a kept transaction: %v", err)
-	}
 
 	// Left idle: the database ends the transaction, and another claim
 	// takes the rows.
-	left := claimHeldIdle(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 1}, idle)
-	if got := eventIDs(left.Events); !slices.Equal(got, ids[1:]) {
-		t.Fatalf("held claim took %v, want %v", got, ids[1:])
+	left := claimHeldIdle(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 1}, 300*time.Millisecond)
+	if got := eventIDs(left.Events); !slices.Equal(got, ids) {
+		t.Fatalf("held claim took %v, want %v", got, ids)
 	}
-	var taken storage.Batch
-	eventually.True(t, 10*time.Second, func() bool {
-		taken = claim(t, other, "relay-2", 10)
-		return len(taken.Events) > 0
-	}, func() string { return "the idle transaction's row claimed by another relay" })
-	if err := left.Tx.Settle(ctx, storage.Settlement{Delivered: ids[1:]}); err == nil {
+	eventually.True(t, 10*time.Second, func() bool { return len(claim(t, other, "relay-2", 10).Events) > 0 },
+		func() string { return "the idle transaction's row claimed by another relay" })
+	if err := left.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
 		t.Fatal("Settle of a transaction the database ended succeeded")
 	}
 	// Recording anew changes nothing another claim owns.
-	if n, err := held.RecordHeld(ctx, left.Lease, storage.Settlement{Delivered: ids[1:]}); err != nil || n != 0 {
+	if n, err := held.RecordHeld(ctx, left.Lease, storage.Settlement{Delivered: ids}); err != nil || n != 0 {
 		t.Fatalf("RecordHeld = %d, %v; want 0 rows: another relay leases it", n, err)
 	}
-	if row := rowOf(t, tb, ids[1]); row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-2" {
+	if row := rowOf(t, tb, ids[0]); row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-2" {
 		t.Errorf("row %s, want DELIVERING under relay-2", describe(row))
+	}
+}
+
+func testHeldBatchBecomesALease(t *testing.T, h Harness) {
+	tb := h.New(t)
+	held := heldQueue(t, tb)
+	ids := insertN(t, tb, 3, "e")
+	b := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 10})
+	lease, err := b.Tx.Lease(ctx, "relay-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		row := rowOf(t, tb, id)
+		if row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-1" || !lockedAt(row).Equal(lease.LockedAt) {
+			t.Fatalf("row %s, want DELIVERING under relay-1 at %s", describe(row), lease.LockedAt)
+		}
+	}
+	// The transaction has ended: other claims see the lease, and the
+	// batch settles as a leased one.
+	if got := claim(t, openSecond(t, tb), "relay-2", 10); len(got.Events) != 0 {
+		t.Fatalf("another relay claimed %v of a leased batch", eventIDs(got.Events))
+	}
+	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
+		t.Fatal("Settle after Lease succeeded, want an error: the transaction has ended")
+	}
+	if n, err := tb.Storage().MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: ids}); err != nil || n != len(ids) {
+		t.Fatalf("MarkDelivered under the lease = %d, %v; want %d", n, err, len(ids))
 	}
 }
 

@@ -65,6 +65,7 @@ var tests = []struct {
 	{"Held/StopsAtMaxBytes", testHeldClaimStopsAtMaxBytes},
 	{"Held/AbortLeavesRowsAsTheyWere", testHeldAbortLeavesRowsAsTheyWere},
 	{"Held/TransactionEndsWhenLeftIdle", testHeldTransactionEndsWhenLeftIdle},
+	{"Held/BatchBecomesALease", testHeldBatchBecomesALease},
 	{"Held/OutcomeRecordedAfterTheTransactionEnded", testHeldOutcomeRecordedAfterTheTransactionEnded},
 
 	{"Reap/CountsAnAttemptAndBuriesAtTheLimit", testReapCountsAnAttemptAndBuriesAtTheLimit},
