@@ -60,7 +60,10 @@ func (e *Engine) keepLease(c *claimed) (stop func()) {
 					"events", len(ids))
 				return
 			default:
-				c.batch.Lease = storage.Lease{RelayID: c.batch.Lease.RelayID, LockedAt: to}
+				// The created_at bounds stay: settles on a partitioned
+				// table look in those partitions only.
+				c.batch.Lease = storage.Lease{RelayID: c.batch.Lease.RelayID, LockedAt: to,
+					CreatedFrom: c.batch.Lease.CreatedFrom, CreatedTo: c.batch.Lease.CreatedTo}
 				c.at = renewedAt
 			}
 		}

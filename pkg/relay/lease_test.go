@@ -129,3 +129,38 @@ func TestALostRenewalAnswerLosesNoLease(t *testing.T) {
 		}
 	}
 }
+
+// boundsStore records whether every settle of delivered rows carried the
+// claim's created_at bounds.
+type boundsStore struct {
+	storage.Queue
+	settles, unbounded atomic.Int64
+}
+
+func (s *boundsStore) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+	s.settles.Add(1)
+	if p.Lease.CreatedFrom.IsZero() || p.Lease.CreatedTo.IsZero() {
+		s.unbounded.Add(1)
+	}
+	return s.Queue.MarkDelivered(ctx, p)
+}
+
+// TestARenewedLeaseKeepsItsCreatedAtBounds: the settle of a batch whose
+// lease was renewed still names the claim's created_at range, so that on a
+// partitioned table it looks in those partitions only.
+func TestARenewedLeaseKeepsItsCreatedAtBounds(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	tb.InsertN(t, 20, "renewed.event")
+	store := &boundsStore{Queue: tb.Store}
+	gated := newGated(t)
+	start(t, relay.Config{BatchSize: 20, LeaseTimeout: 600 * time.Millisecond}, store, gated)
+	// Held at the broker for several renewals.
+	eventually.True(t, 10*time.Second, func() bool { return tb.Counts(t)[outbox.StatusDelivering] == 20 },
+		func() string { return "the batch leased" })
+	time.AfterFunc(time.Second, func() { close(gated.open) })
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: 20})
+	if store.settles.Load() == 0 || store.unbounded.Load() != 0 {
+		t.Errorf("%d of %d settles after renewals named no created_at bounds", store.unbounded.Load(), store.settles.Load())
+	}
+}
