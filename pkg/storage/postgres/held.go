@@ -122,9 +122,6 @@ type heldTx struct {
 // Lease moves the rows to DELIVERING under a lease of relayID and commits,
 // in one round trip.
 func (t *heldTx) Lease(ctx context.Context, relayID string) (storage.Lease, error) {
-	if t.conn == nil {
-		return storage.Lease{}, errors.New("lease held batch: its transaction has ended")
-	}
 	ids := make([]uuid.UUID, 0, len(t.rows))
 	addrs := make([]pgtype.TID, 0, len(t.rows))
 	for id, a := range t.rows {
@@ -133,15 +130,8 @@ func (t *heldTx) Lease(ctx context.Context, relayID string) (storage.Lease, erro
 	}
 	lease := storage.Lease{RelayID: relayID, CreatedFrom: t.lease.CreatedFrom, CreatedTo: t.lease.CreatedTo}
 	b := &pgx.Batch{}
-	b.Queue(t.s.queries["held_plan"])
 	b.Queue(t.s.queries["held_lease"], relayID, addrs, uuidArray(ids), createdFrom(t.lease), createdTo(t.lease))
-	b.Queue("COMMIT")
-	err := func() error {
-		results := t.conn.SendBatch(ctx, b)
-		defer results.Close()
-		if _, err := results.Exec(); err != nil {
-			return err
-		}
+	err := t.commit(ctx, b, func(results pgx.BatchResults) error {
 		rows, err := results.Query()
 		if err != nil {
 			return err
@@ -163,42 +153,52 @@ func (t *heldTx) Lease(ctx context.Context, relayID string) (storage.Lease, erro
 			// partly leased would be worse than none.
 			return fmt.Errorf("leased %d of the %d rows held", leased, len(ids))
 		}
-		tag, err := results.Exec()
-		if err != nil {
-			return err
-		}
-		if tag.String() != "COMMIT" {
-			return errors.New("the transaction was rolled back")
-		}
-		return results.Close()
-	}()
+		return nil
+	})
 	if err != nil {
-		t.s.recycle(err)
-		t.Abort()
 		return storage.Lease{}, fmt.Errorf("lease held batch: %w", err)
 	}
-	t.conn.Release()
-	t.conn = nil
-	t.unhold()
 	return lease, nil
 }
 
 // Settle records st and commits, in one round trip.
 func (t *heldTx) Settle(ctx context.Context, st storage.Settlement) error {
-	if t.conn == nil {
-		return errors.New("settle held batch: its transaction has ended")
-	}
 	b := &pgx.Batch{}
-	b.Queue(t.s.queries["held_plan"])
 	n := t.s.queueSettlement(b, t.lease, st, t.rows)
-	b.Queue("COMMIT")
-	err := func() error {
-		results := t.conn.SendBatch(ctx, b)
-		defer results.Close()
+	err := t.commit(ctx, b, func(results pgx.BatchResults) error {
 		for range n {
 			if _, err := results.Exec(); err != nil {
 				return err
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("settle held batch: %w", err)
+	}
+	return nil
+}
+
+// commit runs b's statements in the transaction, after held_plan.sql, and
+// commits, in one round trip; read takes b's results. Either way the
+// transaction has ended when it returns: committed, or rolled back on an
+// error.
+func (t *heldTx) commit(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	if t.conn == nil {
+		return errors.New("its transaction has ended")
+	}
+	pipeline := &pgx.Batch{}
+	pipeline.Queue(t.s.queries["held_plan"])
+	pipeline.QueuedQueries = append(pipeline.QueuedQueries, b.QueuedQueries...)
+	pipeline.Queue("COMMIT")
+	err := func() error {
+		results := t.conn.SendBatch(ctx, pipeline)
+		defer results.Close()
+		if _, err := results.Exec(); err != nil {
+			return err
+		}
+		if err := read(results); err != nil {
+			return err
 		}
 		tag, err := results.Exec()
 		if err != nil {
@@ -213,7 +213,7 @@ func (t *heldTx) Settle(ctx context.Context, st storage.Settlement) error {
 	if err != nil {
 		t.s.recycle(err)
 		t.Abort()
-		return fmt.Errorf("settle held batch: %w", err)
+		return err
 	}
 	t.conn.Release()
 	t.conn = nil
