@@ -1,7 +1,9 @@
 // Package storage is the boundary between the relay and the databases that
 // hold outbox tables. It declares what each consumer needs as a small
-// interface — the engine (Queue), the reaper (Reaper), wakeups (Notifier,
-// optional), operators (Admin) and schema management (Schema) — and a
+// interface — the engine (Queue, and optionally HeldQueue for claims held
+// in their transaction and LogRecorder for events read from the database's
+// log), the reaper (Reaper), wakeups (Notifier, optional), operators
+// (Admin) and schema management (Schema) — and a
 // registry from which a driver is chosen by the URL's scheme. Every query is
 // one method taking a params struct, so new options do not change
 // signatures.

@@ -73,8 +73,9 @@ func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, st storage.
 }
 
 // queueSettlement queues the statements that record st on the rows of
-// lease, and returns how many statements b holds then. With rows (where each row lies, in
-// the claim's transaction) the statements find them there; without, by id.
+// lease, and returns how many statements b holds then. With rows (where
+// each row lies, in the claim's transaction) the statements find them
+// there; without, by id.
 func (s *Store) queueSettlement(b *pgx.Batch, lease storage.Lease, st storage.Settlement, rows map[uuid.UUID]pgtype.TID) int {
 	queue := func(name string, ids []uuid.UUID, args ...any) {
 		if rows == nil {

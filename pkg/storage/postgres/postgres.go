@@ -1,7 +1,8 @@
 // Package postgres is the PostgreSQL storage driver (pgx/v5). It claims and
-// settles whole batches with one statement each, and guards every transition
-// out of DELIVERING with the lease (relay id and locked_at) that claimed the
-// row. Register it by importing the package; it serves postgres:// and
+// settles whole batches with one statement each, either holding a batch's
+// rows under the claim's open transaction (storage.HeldQueue, held.go) or
+// leasing them, guarding every transition out of DELIVERING with the lease
+// (relay id and locked_at) that claimed the row. Register it by importing the package; it serves postgres:// and
 // postgresql:// URLs.
 package postgres
 
