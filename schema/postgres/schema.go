@@ -160,10 +160,34 @@ func RenderGrants(t Table) string {
 	return Expand(grantsSQL, t)
 }
 
+// LateAfter is how long after its creation an event must be delivered to
+// count as delivered late. Only late deliveries have an entry in the
+// late_idx index: an index on delivered_at for every delivered row would
+// cost each settle one more index entry, and the rows delivered in time
+// are found by created_at instead (created_idx), which they cannot
+// precede by more than LateAfter.
+const LateAfter = "interval '1 minute'"
+
+// deliveredLate is the late_idx index's condition beyond status =
+// 'DELIVERED': not delivered in time, that is within LateAfter after it
+// was created. It holds for rows delivered late, rows whose delivery time
+// precedes their creation (a producer that sets created_at, a clock put
+// back) and rows without a delivery time (written by another tool): the
+// rows that a range of created_idx around their delivery time would miss.
+// Queries repeat it word for word, which is how the planner knows that
+// the index holds what they look for.
+//
+// It compares timestamps without time zone (UTC), the only kind whose
+// arithmetic an index may use (it cannot depend on the session's time
+// zone), and adds rather than subtracts, which an infinite created_at
+// (a producer's '-infinity') would make an error in every write.
+const deliveredLate = "(delivered_at IS NULL OR NOT (timezone('UTC', delivered_at) BETWEEN timezone('UTC', created_at) AND timezone('UTC', created_at) + " + LateAfter + "))"
+
 // Expand substitutes t into SQL text written with the placeholders {{table}}
 // (the quoted, possibly schema-qualified name), {{name}} (the bare table
-// name), {{schema}} (the quoted schema and a dot, or nothing) and
-// {{migration_lock}}. Comments in the templates are substituted too and are
+// name), {{schema}} (the quoted schema and a dot, or nothing),
+// {{migration_lock}}, {{late_after}} (LateAfter) and {{delivered_late}}
+// (the late index's condition). Comments in the templates are substituted too and are
 // written for the reader of the result (`relay-cli migrate --print`), so
 // they use placeholders only where the rendered name reads well.
 func Expand(sql string, t Table) string {
@@ -172,5 +196,7 @@ func Expand(sql string, t Table) string {
 		"{{name}}", t.Name,
 		"{{schema}}", t.schemaPrefix(),
 		"{{migration_lock}}", strconv.Itoa(MigrationLockKey),
+		"{{late_after}}", LateAfter,
+		"{{delivered_late}}", deliveredLate,
 	).Replace(sql)
 }

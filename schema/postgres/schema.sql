@@ -85,12 +85,19 @@ $$;
 --   unkeyed_seq_idx   events without a key, which ORDERING=partition claims
 --                     in write order;
 --   delivering_idx    the reaper finds expired leases;
---   delivered_idx,
---   dead_idx          pruning;
+--   dead_idx          pruning DEAD rows;
 --   created_idx       the console and `relay-cli list`: every status, newest
 --                     or oldest first, a page after a cursor one range of it
 --                     (not partial: it costs an entry per insert and per
---                     change of status);
+--                     change of status); also the rows delivered within
+--                     {{late_after}} of their creation (nearly all), for
+--                     pruning and the counts of recent deliveries: such a
+--                     row's created_at is at most that much before its
+--                     delivered_at;
+--   late_idx          the DELIVERED rows delivered later than that (or
+--                     without a delivery time), by delivered_at: with
+--                     created_idx, every DELIVERED row by when it was
+--                     delivered, while a settle in time adds no entry here;
 --   key_idx           the same for the events of one partition key.
 DO $$
 DECLARE
@@ -107,7 +114,7 @@ BEGIN
         ('{{name}}_unkeyed_seq_idx', $d$(seq)
             WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')$d$),
         ('{{name}}_delivering_idx', $d$(locked_at) WHERE status = 'DELIVERING'$d$),
-        ('{{name}}_delivered_idx', $d$(delivered_at) WHERE status = 'DELIVERED'$d$),
+        ('{{name}}_late_idx', $d$(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}$d$),
         ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$),
         ('{{name}}_created_idx', $d$(created_at, (COALESCE(seq, 0)), event_id)$d$),
         ('{{name}}_key_idx', $d$(partition_key, created_at, (COALESCE(seq, 0)), event_id)
@@ -120,12 +127,12 @@ BEGIN
         END IF;
     END LOOP;
     -- Indexes of earlier versions: those that ordered by created_at, which
-    -- the ones above replace, and pending_age_idx, whose question (the
-    -- oldest pending event) the backlog answers while it counts the pending
-    -- rows anyway. Each cost an entry per inserted row.
+    -- the ones above replace, pending_age_idx, whose question (the oldest
+    -- pending event) the backlog answers while it counts the pending rows
+    -- anyway, and delivered_idx, which late_idx and created_idx replace. Each cost an entry per inserted or delivered row.
     FOREACH old IN ARRAY ARRAY['{{name}}_pending_idx', '{{name}}_key_order_idx',
                                '{{name}}_key_dead_idx', '{{name}}_unkeyed_idx',
-                               '{{name}}_pending_age_idx']
+                               '{{name}}_pending_age_idx', '{{name}}_delivered_idx']
     LOOP
         IF to_regclass(format('%s%I', '{{schema}}', old)) IS NOT NULL THEN
             EXECUTE format('DROP INDEX %s%I', '{{schema}}', old);

@@ -293,7 +293,8 @@ func (s *Store) listQuery(p storage.ListParams) (string, []any) {
 }
 
 // DeliveryRate counts the DELIVERED rows of each of the last
-// storage.DeliveryRateMinutes minutes in one range read of delivered_idx.
+// storage.DeliveryRateMinutes minutes in one statement that reads a range
+// of late_idx and one of created_idx.
 func (s *Store) DeliveryRate(ctx context.Context) (storage.DeliveryRate, error) {
 	r := storage.DeliveryRate{PerMinute: make([]int64, storage.DeliveryRateMinutes)}
 	var (

@@ -61,7 +61,7 @@ func testStats(t *testing.T, h Harness) {
 	a := insertN(t, tb, 3, "type.a")
 	b := insertN(t, tb, 2, "type.b")
 	c := insertN(t, tb, 1, "type.c")
-	done := insertN(t, tb, 4, "done")
+	done := insertN(t, tb, 7, "done")
 	tb.Set(t, Change{CreatedAt: Ago(10 * time.Minute)}, a[0])
 	tb.Set(t, Change{Attempts: Ptr(2)}, a[1])
 	tb.Set(t, Change{Status: outbox.StatusDelivering, LockedBy: Ptr("relay-x"), LockedAt: Ago(90 * time.Second)}, b[0])
@@ -71,17 +71,23 @@ func testStats(t *testing.T, h Harness) {
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(30 * time.Minute)}, done[1])
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(2 * time.Hour)}, done[2])
 	tb.Set(t, Change{Status: outbox.StatusDead}, done[3])
+	// Delivered long after they were created (a backlog, retries): they
+	// count by when they were delivered. The last one was delivered 48s
+	// after it was created, just over an hour ago.
+	tb.Set(t, Change{Status: outbox.StatusDelivered, CreatedAt: Ago(3 * time.Hour), DeliveredAt: Ago(20 * time.Second)}, done[4])
+	tb.Set(t, Change{Status: outbox.StatusDelivered, CreatedAt: Ago(2 * time.Hour), DeliveredAt: Ago(50 * time.Minute)}, done[5])
+	tb.Set(t, Change{Status: outbox.StatusDelivered, CreatedAt: Ago(time.Hour + 30*time.Second), DeliveredAt: Ago(time.Hour - 18*time.Second)}, done[6])
 
 	st, err := tb.Storage().Stats(ctx, storage.StatsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.PendingNew != 2 || st.PendingRetrying != 1 || st.Delivering != 3 || st.Delivered != 3 || st.Dead != 1 {
-		t.Errorf("counts: new %d retrying %d delivering %d delivered %d dead %d, want 2 1 3 3 1",
+	if st.PendingNew != 2 || st.PendingRetrying != 1 || st.Delivering != 3 || st.Delivered != 6 || st.Dead != 1 {
+		t.Errorf("counts: new %d retrying %d delivering %d delivered %d dead %d, want 2 1 3 6 1",
 			st.PendingNew, st.PendingRetrying, st.Delivering, st.Delivered, st.Dead)
 	}
-	if st.DeliveredLastMinute != 1 || st.DeliveredLastHour != 2 {
-		t.Errorf("delivered last minute %d, last hour %d; want 1 and 2", st.DeliveredLastMinute, st.DeliveredLastHour)
+	if st.DeliveredLastMinute != 2 || st.DeliveredLastHour != 5 {
+		t.Errorf("delivered last minute %d, last hour %d; want 2 and 5", st.DeliveredLastMinute, st.DeliveredLastHour)
 	}
 	if st.OldestPendingAge < 10*time.Minute || st.OldestPendingAge > 10*time.Minute+clockSlack {
 		t.Errorf("OldestPendingAge = %s, want about 10m", st.OldestPendingAge)
@@ -228,7 +234,10 @@ func testGet(t *testing.T, h Harness) {
 // prune must not look at, so only the right column and status decide what
 // goes.
 type pruneRows struct {
-	// oldDelivered were delivered 8 days ago, newDelivered 6 days ago.
+	// oldDelivered were delivered 8 days ago, the first half of them 30s
+	// after they were created, the rest after they were created (a
+	// producer that sets created_at); newDelivered 6 days ago, long
+	// after they were created.
 	oldDelivered, newDelivered []uuid.UUID
 	// oldDead died 8 days ago, newDead 1 day ago.
 	oldDead, newDead []uuid.UUID
@@ -248,6 +257,7 @@ func newPruneRows(t *testing.T, tb Table, oldDelivered int) pruneRows {
 	}
 	old := Ago(30 * day)
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(8 * day), UpdatedAt: Ago(8 * day)}, f.oldDelivered...)
+	tb.Set(t, Change{CreatedAt: Ago(8*day + 30*time.Second)}, f.oldDelivered[:oldDelivered/2]...)
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(6 * day), UpdatedAt: old, CreatedAt: old}, f.newDelivered...)
 	tb.Set(t, Change{Status: outbox.StatusDead, UpdatedAt: Ago(8 * day)}, f.oldDead...)
 	tb.Set(t, Change{Status: outbox.StatusDead, UpdatedAt: Ago(day), CreatedAt: old, DeliveredAt: old}, f.newDead...)
@@ -642,11 +652,15 @@ func cursorOf(t *testing.T, tb Table, id uuid.UUID) *storage.ListCursor {
 // delivered_at and that older ones and other statuses do not count.
 func testDeliveryRate(t *testing.T, h Harness) {
 	tb := h.New(t)
-	ids := insertN(t, tb, 6, "t")
+	ids := insertN(t, tb, 8, "t")
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(20 * time.Second)}, ids[0], ids[1])
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(5*time.Minute + 30*time.Second)}, ids[2])
 	tb.Set(t, Change{Status: outbox.StatusDelivered, DeliveredAt: Ago(2 * time.Hour)}, ids[3])
 	tb.Set(t, Change{Status: outbox.StatusDead, DeliveredAt: Ago(20 * time.Second)}, ids[4])
+	// Delivered long after it was created, and one delivered 45s after it
+	// was created an hour ago: each counts in the minute it was delivered.
+	tb.Set(t, Change{Status: outbox.StatusDelivered, CreatedAt: Ago(5 * time.Hour), DeliveredAt: Ago(5*time.Minute + 10*time.Second)}, ids[6])
+	tb.Set(t, Change{Status: outbox.StatusDelivered, CreatedAt: Ago(60*time.Minute + 30*time.Second), DeliveredAt: Ago(59*time.Minute + 45*time.Second)}, ids[7])
 
 	r, err := tb.Storage().DeliveryRate(ctx)
 	if err != nil {
@@ -657,7 +671,8 @@ func testDeliveryRate(t *testing.T, h Harness) {
 	}
 	want := make([]int64, storage.DeliveryRateMinutes)
 	want[storage.DeliveryRateMinutes-1] = 2
-	want[storage.DeliveryRateMinutes-6] = 1
+	want[storage.DeliveryRateMinutes-6] = 2
+	want[0] = 1
 	if !slices.Equal(r.PerMinute, want) {
 		t.Errorf("PerMinute = %v, want %v", r.PerMinute, want)
 	}
