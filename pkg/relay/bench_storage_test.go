@@ -39,6 +39,10 @@ type benchTable struct {
 	// bytes is the table's size with its indexes and TOAST, where the
 	// database reports it exactly (PostgreSQL); nil elsewhere.
 	bytes func(b *testing.B) int64
+	// walAt is the server's write-ahead log position in bytes, where the
+	// database reports it (PostgreSQL); nil elsewhere. It counts every
+	// session's writes: compare runs made with nothing else running.
+	walAt func(b *testing.B) int64
 	// loop is the ceiling: a bare SQL loop that claims up to batch rows
 	// and marks them delivered until none is left.
 	loop func(b *testing.B, batch int) int
@@ -101,6 +105,13 @@ func pgBenchTable(b *testing.B) benchTable {
 				b.Fatal(err)
 			}
 			return func() { _ = conn.Close(ctx) }
+		},
+		walAt: func(b *testing.B) int64 {
+			var n int64
+			if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").Scan(&n); err != nil {
+				b.Fatal(err)
+			}
+			return n
 		},
 		bytes: func(b *testing.B) int64 {
 			var n int64

@@ -49,7 +49,7 @@ func benchDrainMode(b *testing.B, pub publisher.Publisher, eventType string, key
 // (those the benchmark does not set itself).
 func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, keys int, cfg relay.Config) {
 	tb := newBenchTable(b)
-	var grown int64
+	var grown, wal int64
 	var total, dbCPU time.Duration
 	for i := range b.N {
 		b.StopTimer()
@@ -78,6 +78,10 @@ func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, k
 		if tb.bytes != nil {
 			size0 = tb.bytes(b)
 		}
+		var wal0 int64
+		if tb.walAt != nil {
+			wal0 = tb.walAt(b)
+		}
 		b.StartTimer()
 		began := time.Now()
 		sc0, cc0 := serverCPU(), selfCPU()
@@ -85,6 +89,9 @@ func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, k
 		settled.await(b, int64(*benchEvents))
 		total += time.Since(began)
 		dbCPU += serverCPU() - sc0
+		if tb.walAt != nil {
+			wal += tb.walAt(b) - wal0
+		}
 		b.Logf("CPU per event: database server %.1f µs, this process (relay and in-process broker) %.1f µs",
 			perEvent(serverCPU()-sc0, *benchEvents), perEvent(selfCPU()-cc0, *benchEvents))
 		b.StopTimer()
@@ -111,6 +118,9 @@ func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, k
 	b.ReportMetric(perEvent(dbCPU, *benchEvents*b.N), "db-µs/event")
 	if tb.bytes != nil {
 		b.ReportMetric(float64(grown)/float64(*benchEvents)/float64(b.N), "table-B-grown/event")
+	}
+	if tb.walAt != nil {
+		b.ReportMetric(float64(wal)/float64(*benchEvents)/float64(b.N), "wal-B/event")
 	}
 }
 
