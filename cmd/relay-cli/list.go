@@ -19,9 +19,10 @@ func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "list events, newest first (or oldest)",
-		Description: "Lists events newest first (by created_at, then insertion order): id, type, partition\n" +
-			"key, status, attempts, age and last_error, cut to 60 characters in the table and\n" +
-			"whole with --json. Payloads are not read; show prints one event whole.",
+		Description: "Lists events newest first (by created_at, then insertion order; with --key in the\n" +
+			"order they were written, which is the order the relay delivers them in): id, type,\n" +
+			"partition key, status, attempts, age and last_error, cut to 60 characters in the\n" +
+			"table and whole with --json. Payloads are not read; show prints one event whole.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "status", Usage: "only events in this `STATUS`: pending, delivering, delivered or dead"},
 			&cli.StringFlag{Name: "event-type", Usage: "only events of this `TYPE`"},

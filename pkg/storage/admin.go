@@ -301,10 +301,15 @@ const (
 	ListCreatedFrom                         // a time.Time: created at or after it
 	ListCreatedBefore                       // a time.Time: created before it
 	ListErrorContains                       // text last_error contains, ignoring case
-	// ListAfter and ListBefore continue a listing past a cursor, oldest
-	// first and newest first: its CreatedAt, Seq and ID.
+	// ListAfter and ListBefore continue a listing by creation time past a
+	// cursor, oldest first and newest first: its CreatedAt, Seq and ID.
 	ListAfter
 	ListBefore
+	// ListAfterWritten and ListBeforeWritten continue a listing in write
+	// order (ListParams.WriteOrder) past a cursor: its Seq, CreatedAt and
+	// ID.
+	ListAfterWritten
+	ListBeforeWritten
 )
 
 // ListFilter is one condition a listing applies.
@@ -342,13 +347,30 @@ func (p ListParams) Filters() []ListFilter {
 		add(ListErrorContains, p.ErrorContains)
 	}
 	if c := p.After; c != nil {
-		k := ListBefore
-		if p.OldestFirst {
-			k = ListAfter
+		switch {
+		case p.WriteOrder() && p.OldestFirst:
+			add(ListAfterWritten, c.Seq, c.CreatedAt, c.ID)
+		case p.WriteOrder():
+			add(ListBeforeWritten, c.Seq, c.CreatedAt, c.ID)
+		case p.OldestFirst:
+			add(ListAfter, c.CreatedAt, c.Seq, c.ID)
+		default:
+			add(ListBefore, c.CreatedAt, c.Seq, c.ID)
 		}
-		add(k, c.CreatedAt, c.Seq, c.ID)
 	}
 	return fs
+}
+
+// WriteOrder reports whether the listing is in write order (seq, then
+// created_at for rows written before seq existed, then event_id) rather
+// than by creation time (created_at, then seq, then event_id). One key's
+// events are listed in write order, the order in which the relay delivers
+// them under ORDERING=partition: created_at is when the inserting
+// transaction began, and one that began first may have written its event
+// after another committed one of the same key. Listings of every key keep
+// to the time events were created.
+func (p ListParams) WriteOrder() bool {
+	return p.PartitionKey != ""
 }
 
 // Direction is the listing's SQL sort direction: DESC, or ASC when
@@ -361,7 +383,8 @@ func (p ListParams) Direction() string {
 }
 
 // ListCursor names a row's place in List's order: created_at, then seq
-// (insertion order; 0 where a row has none), then event_id.
+// (insertion order; 0 where a row has none), then event_id; or in write
+// order (ListParams.WriteOrder), seq, then created_at, then event_id.
 type ListCursor struct {
 	CreatedAt time.Time
 	Seq       int64

@@ -55,8 +55,10 @@
 --                  before them;
 --   created_idx    the console and `relay-cli list`: every status, newest or
 --                  oldest first, a page after a cursor one range of it;
---   key_idx        the same for the events of one partition key. Neither
---                  holds status, so a change of state leaves both alone.
+--   key_written_idx  the same for the events of one partition key, in
+--                  write order (seq), the order the relay delivers them in.
+--                  Neither holds status, so a change of state leaves both
+--                  alone.
 -- (Tables made by releases before these two indexes had state_idx and
 -- key_order_idx, ordered by created_at first; migrate adds the new ones
 -- and leaves the old ones for relays of the old release still running:
@@ -84,6 +86,6 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     KEY `{{name}}_state_seq_idx` (status, state_at, seq, attempts, created_at),
     KEY `{{name}}_key_order_seq_idx` (status, partition_key, seq),
     KEY `{{name}}_created_idx` (created_at, seq),
-    KEY `{{name}}_key_idx` (partition_key, created_at, seq),
+    KEY `{{name}}_key_written_idx` (partition_key, seq),
     CONSTRAINT `{{name}}_valid_status` CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

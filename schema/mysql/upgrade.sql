@@ -11,7 +11,8 @@
 --
 -- Nothing here drops what an older relay uses: its state_idx and
 -- key_order_idx stay until an operator drops them once no relay of that
--- release runs (docs/operations.md, "MySQL and MariaDB").
+-- release runs (docs/operations.md, "MySQL and MariaDB"), and so does its
+-- key_idx, which listed a key's events by created_at.
 
 -- object: column seq
 ALTER TABLE {{table}} ADD COLUMN seq BIGINT NOT NULL AUTO_INCREMENT,
@@ -37,5 +38,5 @@ ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_seq_idx` (status, partition_ke
 -- object: index {{name}}_created_idx
 ALTER TABLE {{table}} ADD KEY `{{name}}_created_idx` (created_at, seq);
 
--- object: index {{name}}_key_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_key_idx` (partition_key, created_at, seq);
+-- object: index {{name}}_key_written_idx
+ALTER TABLE {{table}} ADD KEY `{{name}}_key_written_idx` (partition_key, seq);

@@ -98,7 +98,9 @@ $$;
 --                     without a delivery time), by delivered_at: with
 --                     created_idx, every DELIVERED row by when it was
 --                     delivered, while a settle in time adds no entry here;
---   key_idx           the same for the events of one partition key.
+--   key_written_idx   the same for the events of one partition key, in
+--                     write order (seq; created_at for rows written before
+--                     seq existed), the order the relay delivers them in.
 DO $$
 DECLARE
     ix record;
@@ -117,7 +119,7 @@ BEGIN
         ('{{name}}_late_idx', $d$(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}$d$),
         ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$),
         ('{{name}}_created_idx', $d$(created_at, (COALESCE(seq, 0)), event_id)$d$),
-        ('{{name}}_key_idx', $d$(partition_key, created_at, (COALESCE(seq, 0)), event_id)
+        ('{{name}}_key_written_idx', $d$(partition_key, (COALESCE(seq, 0)), created_at, event_id)
             WHERE partition_key IS NOT NULL$d$)
     ) AS v(name, definition)
     LOOP
@@ -129,10 +131,13 @@ BEGIN
     -- Indexes of earlier versions: those that ordered by created_at, which
     -- the ones above replace, pending_age_idx, whose question (the oldest
     -- pending event) the backlog answers while it counts the pending rows
-    -- anyway, and delivered_idx, which late_idx and created_idx replace. Each cost an entry per inserted or delivered row.
+    -- anyway, delivered_idx, which late_idx and created_idx replace, and
+    -- key_idx, which listed a key's events by created_at. Each cost an
+    -- entry per inserted or delivered row.
     FOREACH old IN ARRAY ARRAY['{{name}}_pending_idx', '{{name}}_key_order_idx',
                                '{{name}}_key_dead_idx', '{{name}}_unkeyed_idx',
-                               '{{name}}_pending_age_idx', '{{name}}_delivered_idx']
+                               '{{name}}_pending_age_idx', '{{name}}_delivered_idx',
+                               '{{name}}_key_idx']
     LOOP
         IF to_regclass(format('%s%I', '{{schema}}', old)) IS NOT NULL THEN
             EXECUTE format('DROP INDEX %s%I', '{{schema}}', old);

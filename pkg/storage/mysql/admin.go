@@ -297,6 +297,16 @@ var adminListFilters = map[storage.ListFilterKind]string{
 	// than as a row comparison, which MariaDB does not read as a range.
 	storage.ListAfter:  "\n  AND (created_at > CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq > ?))",
 	storage.ListBefore: "\n  AND (created_at < CAST(? AS DATETIME(6)) OR (created_at = CAST(? AS DATETIME(6)) AND seq < ?))",
+	// The same in write order, one key's listing (key_written_idx).
+	storage.ListAfterWritten:  "\n  AND seq > ?",
+	storage.ListBeforeWritten: "\n  AND seq < ?",
+}
+
+// listOrders are admin_list.sql's orders: by creation time (created_idx)
+// and, for one key's events, in write order (key_written_idx).
+var listOrders = map[bool]string{
+	false: "created_at {{dir}}, seq {{dir}}",
+	true:  "seq {{dir}}",
 }
 
 // listArgs are f's arguments as the server compares them: keys and ids as
@@ -307,6 +317,8 @@ func listArgs(f storage.ListFilter) []any {
 	case storage.ListAfter, storage.ListBefore:
 		at := stamp(f.Values[0].(time.Time))
 		return []any{at, at, f.Values[1]}
+	case storage.ListAfterWritten, storage.ListBeforeWritten:
+		return []any{f.Values[0]}
 	case storage.ListPartitionKey:
 		return []any{[]byte(f.Values[0].(string))}
 	}
@@ -340,7 +352,8 @@ func (s *Store) List(ctx context.Context, p storage.ListParams) ([]storage.Row, 
 		filters.WriteString(adminListFilters[f.Kind])
 		args = append(args, listArgs(f)...)
 	}
-	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction()).Replace(s.queries["admin_list"])
+	query := strings.NewReplacer("{{order}}", listOrders[p.WriteOrder()]).Replace(s.queries["admin_list"])
+	query = strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction()).Replace(query)
 	list := []storage.Row{}
 	err = eachRow(ctx, s.db, query, append(args, p.Limit), func(r *sql.Rows) error {
 		row, err := scanRow(r, false)

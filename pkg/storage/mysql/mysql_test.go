@@ -679,7 +679,7 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"column seq", "column state_at", "expression state_at", "index PRIMARY", "index events_created_idx",
-		"index events_key_idx", "index events_key_order_seq_idx", "index events_seq_idx", "index events_state_seq_idx", "table events"}
+		"index events_key_order_seq_idx", "index events_key_written_idx", "index events_seq_idx", "index events_state_seq_idx", "table events"}
 	if fmt.Sprint(res.Created) != fmt.Sprint(want) || len(res.Existed) != 0 {
 		t.Errorf("Migrate = %+v, want created %v", res, want)
 	}
@@ -825,7 +825,7 @@ func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "[expression state_at index openoutbox_events_key_order_seq_idx index openoutbox_events_state_seq_idx]"; fmt.Sprint(res.Created) != want ||
+	if want := "[expression state_at index openoutbox_events_key_order_seq_idx index openoutbox_events_key_written_idx index openoutbox_events_state_seq_idx]"; fmt.Sprint(res.Created) != want ||
 		!slices.Contains(res.Existed, "index openoutbox_events_state_idx") {
 		t.Errorf("Migrate = %+v, want created %s and the old indexes kept", res, want)
 	}
@@ -842,7 +842,7 @@ func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
 
 	// What docs/operations.md says to run once no relay of the old
 	// release is left.
-	if _, err := conn.ExecContext(ctx, "ALTER TABLE openoutbox_events DROP INDEX openoutbox_events_state_idx, DROP INDEX openoutbox_events_key_order_idx"); err != nil {
+	if _, err := conn.ExecContext(ctx, "ALTER TABLE openoutbox_events DROP INDEX openoutbox_events_state_idx, DROP INDEX openoutbox_events_key_order_idx, DROP INDEX openoutbox_events_key_idx"); err != nil {
 		t.Fatal(err)
 	}
 	newer, err := mysql.Open(ctx, storage.URLWithTable(mysqltest.DatabaseURL(fresh), "openoutbox_events"))

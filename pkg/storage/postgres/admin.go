@@ -239,6 +239,16 @@ var adminListFilters = map[storage.ListFilterKind]string{
 	// The cursor: rows after it in the listing's order.
 	storage.ListAfter:  "\n  AND (created_at, COALESCE(seq, 0), event_id) > ($%d::timestamptz, $%d::bigint, $%d::uuid)",
 	storage.ListBefore: "\n  AND (created_at, COALESCE(seq, 0), event_id) < ($%d::timestamptz, $%d::bigint, $%d::uuid)",
+	// The same in write order, one key's listing (key_written_idx).
+	storage.ListAfterWritten:  "\n  AND (COALESCE(seq, 0), created_at, event_id) > ($%d::bigint, $%d::timestamptz, $%d::uuid)",
+	storage.ListBeforeWritten: "\n  AND (COALESCE(seq, 0), created_at, event_id) < ($%d::bigint, $%d::timestamptz, $%d::uuid)",
+}
+
+// listOrders are admin_list.sql's orders: by creation time (created_idx)
+// and, for one key's events, in write order (key_written_idx).
+var listOrders = map[bool]string{
+	false: "created_at {{dir}}, COALESCE(seq, 0) {{dir}}, event_id {{dir}}",
+	true:  "COALESCE(seq, 0) {{dir}}, created_at {{dir}}, event_id {{dir}}",
 }
 
 // List returns up to p.Limit rows that match p's filters, newest first
@@ -286,8 +296,9 @@ func (s *Store) listQuery(p storage.ListParams) (string, []any) {
 	for _, f := range p.Filters() {
 		add(adminListFilters[f.Kind], f.Values...)
 	}
-	query := strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction(),
-		"{{limit}}", fmt.Sprintf("$%d", len(args)+1)).Replace(s.queries["admin_list"])
+	query := strings.NewReplacer("{{order}}", listOrders[p.WriteOrder()]).Replace(s.queries["admin_list"])
+	query = strings.NewReplacer("{{filters}}", filters.String(), "{{dir}}", p.Direction(),
+		"{{limit}}", fmt.Sprintf("$%d", len(args)+1)).Replace(query)
 	args = append(args, p.Limit)
 	return query, args
 }

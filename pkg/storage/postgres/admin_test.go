@@ -152,8 +152,8 @@ func explainOrdered(t *testing.T, tb *pgtest.Table, query string, args ...any) s
 }
 
 // Every page of the console's list is an index range: the newest (or
-// oldest) rows, or those after a cursor, come off created_idx or key_idx in
-// order, with no sort of the whole selection.
+// oldest) rows, or those after a cursor, come off created_idx or
+// key_written_idx in order, with no sort of the whole selection.
 func TestListCanUseTheIndexes(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -174,8 +174,9 @@ func TestListCanUseTheIndexes(t *testing.T) {
 		{"oldest after a cursor", storage.ListParams{Limit: 50, After: &cursor, OldestFirst: true}, "_created_idx"},
 		{"time range", storage.ListParams{Limit: 50, CreatedFrom: time.Now().Add(-time.Hour), CreatedBefore: time.Now()}, "_created_idx"},
 		{"type", storage.ListParams{Limit: 50, EventType: "e"}, "_created_idx"},
-		{"key", storage.ListParams{Limit: 50, PartitionKey: "k"}, "_key_idx"},
-		{"key after a cursor", storage.ListParams{Limit: 50, PartitionKey: "k", After: &cursor}, "_key_idx"},
+		{"key", storage.ListParams{Limit: 50, PartitionKey: "k"}, "_key_written_idx"},
+		{"key after a cursor", storage.ListParams{Limit: 50, PartitionKey: "k", After: &cursor}, "_key_written_idx"},
+		{"key oldest after a cursor", storage.ListParams{Limit: 50, PartitionKey: "k", After: &cursor, OldestFirst: true}, "_key_written_idx"},
 		{"DELIVERED", storage.ListParams{Limit: 50, Status: "DELIVERED"}, "_created_idx"},
 	}
 	for _, c := range cases {

@@ -559,6 +559,66 @@ func testEmit(t *testing.T, h Harness) {
 
 // testListFiltersAndPages checks every ListParams filter, both orders, and
 // that pages read after cursors add up to the whole listing.
+// testListsAKeyInWriteOrder: a key's events are listed in the order they
+// were written, the order the relay delivers them in, also page by page in
+// both directions. b was written after a, by a transaction that began
+// first (an earlier created_at); a listing of every key keeps to the time
+// events were created.
+func testListsAKeyInWriteOrder(t *testing.T, h Harness) {
+	tb := h.New(t)
+	s := tb.Storage()
+	a := insert(t, tb, event{Type: "t", PartitionKey: "k"})[0]
+	b := insert(t, tb, event{Type: "t", PartitionKey: "k"})[0]
+	c := insert(t, tb, event{Type: "t", PartitionKey: "k"})[0]
+	other := insert(t, tb, event{Type: "t", PartitionKey: "other"})[0]
+	tb.Set(t, Change{CreatedAt: Ago(time.Minute)}, b)
+
+	list := func(p storage.ListParams) []uuid.UUID {
+		t.Helper()
+		rows, err := s.List(ctx, p)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", p, err)
+		}
+		return rowIDs(rows)
+	}
+	pages := func(p storage.ListParams) []uuid.UUID {
+		t.Helper()
+		var got []uuid.UUID
+		p.Limit = 1
+		for range 10 {
+			rows, err := s.List(ctx, p)
+			if err != nil {
+				t.Fatalf("List(%+v): %v", p, err)
+			}
+			if len(rows) == 0 {
+				return got
+			}
+			got = append(got, rows[0].ID)
+			cursor := storage.CursorOf(rows[0])
+			p.After = &cursor
+		}
+		t.Fatalf("List(%+v) did not end", p)
+		return nil
+	}
+	written := []uuid.UUID{a, b, c}
+	if got := list(storage.ListParams{PartitionKey: "k", OldestFirst: true}); !slices.Equal(got, written) {
+		t.Errorf("key k oldest first = %v, want write order %v", got, written)
+	}
+	if got := pages(storage.ListParams{PartitionKey: "k", OldestFirst: true}); !slices.Equal(got, written) {
+		t.Errorf("key k oldest first, page by page = %v, want %v", got, written)
+	}
+	newest := []uuid.UUID{c, b, a}
+	if got := list(storage.ListParams{PartitionKey: "k"}); !slices.Equal(got, newest) {
+		t.Errorf("key k newest first = %v, want %v", got, newest)
+	}
+	if got := pages(storage.ListParams{PartitionKey: "k"}); !slices.Equal(got, newest) {
+		t.Errorf("key k newest first, page by page = %v, want %v", got, newest)
+	}
+	if got, want := list(storage.ListParams{OldestFirst: true}), []uuid.UUID{b, a, c, other}; !slices.Equal(got, want) {
+		t.Errorf("every key oldest first = %v, want by created_at %v", got, want)
+	}
+}
+
 func testListFiltersAndPages(t *testing.T, h Harness) {
 	tb := h.New(t)
 	s := tb.Storage()

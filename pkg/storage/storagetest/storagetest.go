@@ -86,6 +86,7 @@ var tests = []struct {
 	{"Admin/StatsEstimatingDelivered", testStatsEstimatingDelivered},
 	{"Admin/List", testList},
 	{"Admin/ListFiltersAndPages", testListFiltersAndPages},
+	{"Admin/ListsAKeyInWriteOrder", testListsAKeyInWriteOrder},
 	{"Admin/DeliveryRate", testDeliveryRate},
 	{"Admin/Get", testGet},
 	{"Admin/Prune", testPrune},

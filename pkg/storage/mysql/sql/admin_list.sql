@@ -2,13 +2,14 @@
 -- last argument. Payload and headers are left out: listing is for finding
 -- rows, and payloads can be large. The filters placeholder is the driver's "AND
 -- <condition>" for each filter set (adminListFilters), the dir one DESC for
--- newest first or ASC. The order is created_idx's (seq is unique), so the
--- newest (or oldest) rows come off the index and a page after a cursor is a
--- range of it; with a key, key_idx's.
+-- newest first or ASC. The order placeholder is by creation time,
+-- created_idx's (seq is unique), so the newest (or oldest) rows come off
+-- the index and a page after a cursor is a range of it; with a key, in
+-- write order, key_written_idx's (see storage.ListParams.WriteOrder).
 SELECT event_id, event_type, partition_key, status, attempts, last_error,
        available_at, locked_by, locked_at, delivered_at, created_at, updated_at, seq,
        TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6))
 FROM {{table}}
 WHERE TRUE{{filters}}
-ORDER BY created_at {{dir}}, seq {{dir}}
+ORDER BY {{order}}
 LIMIT ?
