@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/tls"
 	"database/sql"
-	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -70,7 +70,10 @@ var sqlFiles embed.FS
 
 // Store is the MySQL outbox table.
 type Store struct {
-	db       *sql.DB
+	db *sql.DB
+	// generation counts recycles: connections made before the last one
+	// are discarded (session.go).
+	generation *atomic.Uint64
 	cfg      *mysql.Config
 	table    schema.Table
 	database string // the table's database: its qualifier or the URL's
@@ -201,7 +204,8 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage URL: %s", redact.Error(err, rawURL))
 	}
-	db := sql.OpenDB(sessionConnector{inner})
+	generation := new(atomic.Uint64)
+	db := sql.OpenDB(sessionConnector{Connector: inner, generation: generation})
 	db.SetMaxOpenConns(poolMax)
 	db.SetMaxIdleConns(poolMax)
 	db.SetConnMaxIdleTime(5 * time.Minute)
@@ -212,7 +216,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{
-		db: db, cfg: cfg, table: table, database: database, queries: queries,
+		db: db, generation: generation, cfg: cfg, table: table, database: database, queries: queries,
 		writer: newWriter(table), rawURL: rawURL,
 		claimLock:     "outbox_relay.claim." + lockSuffix(database+"."+table.Name),
 		retentionLock: "outbox_relay.retention." + lockSuffix(database+"."+table.Name),
@@ -247,28 +251,6 @@ func lockSuffix(name string) string {
 		h *= 1099511628211
 	}
 	return name[:20] + "#" + strconv.FormatUint(h, 36)
-}
-
-// sessionConnector sets up each new connection: READ COMMITTED, so that a
-// claim locks only the rows it reads (REPEATABLE READ's gap locks deadlock
-// concurrent claimers), and nothing else changes for the connection's life.
-type sessionConnector struct{ driver.Connector }
-
-func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	execer, ok := conn.(driver.ExecerContext)
-	if !ok {
-		_ = conn.Close()
-		return nil, errors.New("mysql: the connection cannot execute statements")
-	}
-	if _, err := execer.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", nil); err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	return conn, nil
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
@@ -393,8 +375,10 @@ const (
 )
 
 // queryError explains err: a database that cannot be reached, or a
-// statement the server refused (such as a missing privilege).
+// statement the server refused (such as a missing privilege). It recycles
+// the pool's connections when a session setting may have caused err.
 func (s *Store) queryError(what string, err error) error {
+	s.recycle(err)
 	return storage.QueryError(s.server(), s.table.String(), what, err, connFailure)
 }
 

@@ -32,7 +32,9 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	}
 	p = p.WithDefaults()
 	if p.Ordering == storage.OrderingPartition {
-		return s.claimOrdered(ctx, p)
+		b, err := s.claimOrdered(ctx, p)
+		s.recycle(err)
+		return b, err
 	}
 	plan := s.cursors.plan(p.RelayID, p.SweepInterval, time.Now())
 	var (
@@ -46,6 +48,7 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 		return err
 	})
 	if err != nil {
+		s.recycle(err)
 		return storage.Batch{}, err
 	}
 	s.cursors.record(p.RelayID, plan, last, end)
@@ -377,6 +380,7 @@ func (s *Store) settle(ctx context.Context, name string, lead []any, ids []uuid.
 		n, err = res.RowsAffected()
 		return err
 	})
+	s.recycle(err)
 	return int(n), err
 }
 
@@ -390,6 +394,7 @@ func (s *Store) Reap(ctx context.Context, p storage.ReapParams) (storage.ReapRes
 		return err
 	})
 	if err != nil {
+		s.recycle(err)
 		return storage.ReapResult{}, fmt.Errorf("reap expired leases: %w", err)
 	}
 	return r, nil
