@@ -74,12 +74,12 @@ type Store struct {
 	// generation counts recycles: connections made before the last one
 	// are discarded (session.go).
 	generation *atomic.Uint64
-	cfg      *mysql.Config
-	table    schema.Table
-	database string // the table's database: its qualifier or the URL's
-	queries  map[string]string
-	writer   *Writer
-	rawURL   string
+	cfg        *mysql.Config
+	table      schema.Table
+	database   string // the table's database: its qualifier or the URL's
+	queries    map[string]string
+	writer     *Writer
+	rawURL     string
 	// claimLock is the GET_LOCK name that serialises ordered claims on
 	// this table, server-wide.
 	claimLock string
