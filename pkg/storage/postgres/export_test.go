@@ -35,3 +35,6 @@ func (s *Store) ClaimFloor(relayID string, limit int) int64 {
 
 // Query returns the statement s runs as name, expanded for its table.
 func (s *Store) Query(name string) string { return s.queries[name] }
+
+// BacklogFloor is where Backlog starts counting fresh PENDING rows.
+func (s *Store) BacklogFloor() int64 { return s.positions.lowestSafe() }

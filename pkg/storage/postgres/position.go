@@ -106,6 +106,24 @@ type position struct {
 // are only ever added, so a sync.Map (relay id → *position) fits.
 type positions struct{ by sync.Map }
 
+// lowestSafe is the lowest safe position of the relays claiming through
+// this store, 0 when none has claimed: every row at or below it was
+// visible to the claims that passed it.
+func (ps *positions) lowestSafe() int64 {
+	lowest := int64(-1)
+	ps.by.Range(func(_, v any) bool {
+		p := v.(*position)
+		p.mu.Lock()
+		safe := p.safe
+		p.mu.Unlock()
+		if lowest < 0 || safe < lowest {
+			lowest = safe
+		}
+		return true
+	})
+	return max(lowest, 0)
+}
+
 func (ps *positions) of(relayID string) *position {
 	if p, ok := ps.by.Load(relayID); ok {
 		return p.(*position)

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -225,4 +227,85 @@ func TestARelaysOwnHeldClaimsDoNotHoldItsPositionBack(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("claims start after seq %d, want at least %d (all but the last open batch)", tb.Store.ClaimFloor("r", limit), second)
 	})
+}
+
+// The backlog gauge, read every few seconds in every relay, counts the
+// fresh PENDING rows from the relay's claim position on: with a snapshot
+// held open, the rows the relay claimed and delivered before leave dead
+// entries in the pending index that vacuum cannot remove, and a count
+// from the start would read them all at every reading.
+func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := pgtest.New(t)
+	s := tb.Store
+	tb.InsertN(t, 6000, "claimed")
+	reader, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	if _, err := reader.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	claim := func() int {
+		b, err := s.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(b.Events)
+	}
+	for claim() > 0 {
+	}
+	// The position moves once the claims' marks are confirmed, when the
+	// transactions running at each claim (other tests') have ended.
+	eventually.True(t, 30*time.Second, func() bool { claim(); return s.BacklogFloor() >= 6000-500 },
+		func() string { return fmt.Sprintf("the backlog counts from seq %d, want past the 6000 claimed rows", s.BacklogFloor()) })
+	waiting := tb.InsertN(t, 10, "waiting")
+	tb.Set(t, waiting[0], "available_at = now() + interval '1 hour'") // scheduled: counted wherever it lies
+
+	b, err := s.Backlog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.PendingNew != 10 || b.Dead != 0 {
+		t.Errorf("Backlog = %+v, want the 10 waiting rows", b)
+	}
+	// What the statement reads, from the position and from the start.
+	blocks := func(floor int64) int {
+		t.Helper()
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+		var plan []byte
+		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.Query("admin_backlog"), floor).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		var parsed []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+			} `json:"Plan"`
+		}
+		if err := json.Unmarshal(plan, &parsed); err != nil || len(parsed) != 1 {
+			t.Fatalf("EXPLAIN: %v\n%s", err, plan)
+		}
+		return parsed[0].Plan.Hit + parsed[0].Plan.Read
+	}
+	if from, all := blocks(s.BacklogFloor()), blocks(0); from*3 > all {
+		t.Errorf("the backlog read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
+	}
 }
