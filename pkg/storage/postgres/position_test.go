@@ -268,7 +268,9 @@ func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
 	// The position moves once the claims' marks are confirmed, when the
 	// transactions running at each claim (other tests') have ended.
 	eventually.True(t, 30*time.Second, func() bool { claim(); return s.BacklogFloor() >= 6000-500 },
-		func() string { return fmt.Sprintf("the backlog counts from seq %d, want past the 6000 claimed rows", s.BacklogFloor()) })
+		func() string {
+			return fmt.Sprintf("the backlog counts from seq %d, want past the 6000 claimed rows", s.BacklogFloor())
+		})
 	waiting := tb.InsertN(t, 10, "waiting")
 	tb.Set(t, waiting[0], "available_at = now() + interval '1 hour'") // scheduled: counted wherever it lies
 
