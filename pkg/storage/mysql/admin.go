@@ -38,6 +38,19 @@ func (s *Store) Backlog(ctx context.Context) (storage.Backlog, error) {
 	return b, nil
 }
 
+// backlogQuery is admin_backlog.sql reading the PENDING range from the
+// lowest claim floor of this process's relays (all of it when there is
+// none), and its arguments.
+func (s *Store) backlogQuery(now any) (string, []any) {
+	floor := s.cursors.lowestFloor()
+	if floor == nil {
+		return strings.ReplaceAll(s.queries["admin_backlog"], "{{from}}", ""), []any{now}
+	}
+	const after = "\n    AND (p.state_at > CAST(? AS DATETIME(6)) OR (p.state_at = CAST(? AS DATETIME(6)) AND p.seq > ?))"
+	at := stamp(floor.at)
+	return strings.ReplaceAll(s.queries["admin_backlog"], "{{from}}", after), []any{now, at, at, floor.seq}
+}
+
 // backlog reads the backlog as of now, or of the statement's own clock
 // when now is nil.
 func (s *Store) backlog(ctx context.Context, q querier, now any) (storage.Backlog, error) {
@@ -46,7 +59,8 @@ func (s *Store) backlog(ctx context.Context, q querier, now any) (storage.Backlo
 		oldest sql.NullTime
 		at     time.Time
 	)
-	err := q.QueryRowContext(ctx, s.queries["admin_backlog"], now).
+	query, args := s.backlogQuery(now)
+	err := q.QueryRowContext(ctx, query, args...).
 		Scan(&b.PendingNew, &b.PendingRetrying, &oldest, &at, &b.Dead)
 	if oldest.Valid {
 		b.OldestPendingAt = oldest.Time

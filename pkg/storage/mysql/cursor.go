@@ -129,6 +129,25 @@ func (cs *cursors) plan(relayID string, sweepInterval time.Duration, now time.Ti
 	return p
 }
 
+// lowestFloor is the lowest floor a claim of any relay would start from
+// now, nil when one of them has claimed too little to lag behind or is in
+// the middle of a sweep (rows behind its floor filled a batch): then every
+// PENDING row may be waiting.
+func (cs *cursors) lowestFloor() *position {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var lowest *position
+	for _, c := range cs.byRelay {
+		if c.n < claimLag || c.sweepFrom != nil {
+			return nil
+		}
+		if f := c.ends[c.next]; lowest == nil || f.compare(*lowest) < 0 {
+			lowest = &f
+		}
+	}
+	return lowest
+}
+
 // record notes where a claim planned by p ended: last is the position of
 // the last row it took (nil: it took none); end, when set, is the claim's
 // clock, given when it reached the end of the due rows rather than its

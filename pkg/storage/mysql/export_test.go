@@ -20,3 +20,6 @@ func (s *Store) ClaimStatement(p storage.ClaimParams) (string, []any) {
 	p = p.WithDefaults()
 	return s.claimQuery(s.cursors.plan(p.RelayID, p.SweepInterval, time.Now()), p.Limit)
 }
+
+// BacklogQuery exposes the statement Backlog runs, for ANALYZE.
+func (s *Store) BacklogQuery() (string, []any) { return s.backlogQuery(nil) }
