@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // The two benchmarks here measure claims on a database like a production
@@ -50,6 +51,11 @@ type round struct {
 // drainRound drains what is pending in tb into null:// with a relay of
 // its own and measures it; n events are expected.
 func drainRound(b *testing.B, tb benchTable, n int) round {
+	return drainRoundOrdered(b, tb, n, storage.OrderingNone)
+}
+
+// drainRoundOrdered is drainRound with the given ORDERING.
+func drainRoundOrdered(b *testing.B, tb benchTable, n int, ordering storage.Ordering) round {
 	b.Helper()
 	pub, err := publisher.Open(context.Background(), "null://")
 	if err != nil {
@@ -61,6 +67,7 @@ func drainRound(b *testing.B, tb benchTable, n int) round {
 		BatchSize:          *benchBatch,
 		MaxInFlightBatches: *benchInFlight,
 		PollInterval:       10 * time.Millisecond,
+		Ordering:           ordering,
 		Observer:           q,
 	}, tb.store, pub)
 	if err != nil {
@@ -95,6 +102,18 @@ func drainRound(b *testing.B, tb benchTable, n int) round {
 // goal is every held round at 0.8 of the unheld rate or better, with the
 // mean claim time flat.
 func BenchmarkHorizon(b *testing.B) {
+	benchHorizon(b, storage.OrderingNone)
+}
+
+// BenchmarkHorizonOrdered is BenchmarkHorizon with ORDERING=partition
+// (`make bench MODE=horizon-ordered`): ordered claims walk the keys' index
+// and, for events without a key, the unkeyed one. The events carry no key,
+// as BenchmarkHorizon's.
+func BenchmarkHorizonOrdered(b *testing.B) {
+	benchHorizon(b, storage.OrderingPartition)
+}
+
+func benchHorizon(b *testing.B, ordering storage.Ordering) {
 	const rounds = 3
 	for _, held := range []bool{false, true} {
 		name := "unheld"
@@ -112,7 +131,7 @@ func BenchmarkHorizon(b *testing.B) {
 				worst := 0.0
 				for r := range rounds {
 					tb.add(b, *benchEvents, "bench.horizon")
-					got := drainRound(b, tb, *benchEvents)
+					got := drainRoundOrdered(b, tb, *benchEvents, ordering)
 					b.Logf("%s round %d: %.0f events/s, mean claim %s, CPU per event: database %.1f µs, relay %.1f µs",
 						name, r+1, got.rate, got.claim.Round(10*time.Microsecond), got.dbCPU, got.relayCPU)
 					if r == 0 || got.rate < worst {
