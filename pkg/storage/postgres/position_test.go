@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -309,5 +310,80 @@ func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
 	}
 	if from, all := blocks(s.BacklogFloor()), blocks(0); from*3 > all {
 		t.Errorf("the backlog read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
+	}
+}
+
+// Ordered claims take events without a key from the relay's position too,
+// and the events due again among them through due_idx: with a snapshot
+// held open, neither steps over the dead entries that the delivered ones
+// left in unkeyed_seq_idx.
+func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := pgtest.New(t)
+	s := tb.Store
+	tb.InsertN(t, 6000, "claimed")
+	reader, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	if _, err := reader.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
+	claim := func() int {
+		b, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(b.Events)
+	}
+	for claim() > 0 {
+	}
+	eventually.True(t, 30*time.Second, func() bool { claim(); return s.ClaimFloor("r", p.Limit) >= 6000-500 },
+		func() string {
+			return fmt.Sprintf("ordered claims start after seq %d, want past the 6000 claimed", s.ClaimFloor("r", p.Limit))
+		})
+	tb.InsertN(t, 10, "waiting")
+
+	// What the claim statement reads from the position and from the start.
+	blocks := func(floor int64) int {
+		t.Helper()
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		var plan []byte
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.Query("claim_ordered_skip"),
+			"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), floor).Scan(&plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var parsed []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+			} `json:"Plan"`
+		}
+		if err := json.Unmarshal(plan, &parsed); err != nil || len(parsed) != 1 {
+			t.Fatalf("EXPLAIN: %v\n%s", err, plan)
+		}
+		return parsed[0].Plan.Hit + parsed[0].Plan.Read
+	}
+	if from, all := blocks(s.ClaimFloor("r", p.Limit)), blocks(0); from*2 > all {
+		t.Errorf("the ordered claim read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
+	}
+	if n := claim(); n != 10 {
+		t.Errorf("the next ordered claim took %d events, want the 10 waiting", n)
 	}
 }

@@ -64,14 +64,24 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if p.Ordering == storage.OrderingPartition {
 		// Ordered claims take turns: the claim statement's snapshot is
 		// taken after the lock is held, so it sees every run another
-		// relay claimed and cannot take a later part of it.
+		// relay claimed and cannot take a later part of it. Events
+		// without a key are taken in seq order from a position, as the
+		// unordered claims take theirs (unless the log delivers them).
+		var unkeyedFloor int64
+		if p.FreshTo == 0 {
+			pos = s.positions.of(p.RelayID)
+			pos.mu.Lock()
+			defer pos.mu.Unlock()
+			pl = pos.next(p.Limit, p.SweepInterval, time.Now())
+			unkeyedFloor = pl.floor
+		}
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 		b.Queue(s.queries["claim_stamp"], []int64(nil))
 		claim = s.queries["claim_ordered_skip"]
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
 		}
-		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo))
+		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor)
 	} else if p.FreshTo != 0 {
 		// The log delivers fresh rows: a backfill's walk is bounded and
 		// done once, and a claim of rows due again alone reads the due
@@ -135,7 +145,10 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		s.recycle(err)
 		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
-	events, rows, lowest, highest, err := readEvents(results, p.Limit, held)
+	// An ordered claim's position is its events without a key's: keyed
+	// runs may fill a batch past unkeyed rows it leaves for the next.
+	ordered := p.Ordering == storage.OrderingPartition
+	events, rows, lowest, highest, err := readEvents(results, p.Limit, held, ordered)
 	var xid pgtype.Int8
 	if err == nil && held {
 		err = results.QueryRow().Scan(&xid)
@@ -170,9 +183,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
 		pos.done(pl, xmin, xmax, lowest, highest, now)
-		if issued.Valid && len(events) < p.Limit {
+		if issued.Valid && len(events) < p.Limit && !ordered {
 			// Nothing more is due after the position: whatever seq was
-			// handed out is claimed by others or not yet committed.
+			// handed out is claimed by others or not yet committed. (A
+			// short ordered batch says nothing of the unkeyed rows: keys
+			// held behind their own events are not due either.)
 			pos.issued(issued.Int64, now)
 		}
 		if wentBack {
@@ -181,7 +196,8 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			// position. Start again from the beginning.
 			pos.reset()
 		}
-	} else if p.Ordering == storage.OrderingPartition {
+	}
+	if ordered {
 		batch.After = walkEnd(p.After, events)
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
@@ -289,13 +305,14 @@ const claimLockClass = 0x6f72 // "or"
 // readEvents reads the claimed rows, which the claim returns in write
 // order, with a held claim's row addresses; the lowest seq among those that
 // were not PENDING again (0 for none: rows a sweep found behind the claim
-// position) and the highest seq.
+// position) and the highest seq, with unkeyedOnly among the rows without
+// a key alone.
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int, held bool) (events []outbox.Event, addrs []pgtype.TID, lowest, highest int64, err error) {
+func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (events []outbox.Event, addrs []pgtype.TID, lowest, highest int64, err error) {
 	rows, err := results.Query()
 	if err != nil {
 		return nil, nil, 0, 0, err
@@ -330,10 +347,12 @@ func readEvents(results pgx.BatchResults, limit int, held bool) (events []outbox
 		if held {
 			addrs = append(addrs, addr)
 		}
-		if seq.Valid && !again.Bool && (lowest == 0 || seq.Int64 < lowest) {
-			lowest = seq.Int64
+		if !unkeyedOnly || len(key) == 0 {
+			if seq.Valid && !again.Bool && (lowest == 0 || seq.Int64 < lowest) {
+				lowest = seq.Int64
+			}
+			highest = max(highest, seq.Int64)
 		}
-		highest = max(highest, seq.Int64)
 		e := outbox.Event{
 			ID:           id,
 			Type:         intern(strs, typ),

@@ -23,7 +23,11 @@
 -- or unkeyed row the claim may take (storage.ClaimParams.FreshTo; the
 -- database's log delivers the others): a key whose head is due again is
 -- claimed with its whole run. The driver works out where the next
--- claim's walk starts from the keys this one returns (Batch.After).
+-- claim's walk starts from the keys this one returns (Batch.After). $7 the
+-- relay's position for events without a key (position.go): fresh ones are
+-- read after it, so that the dead entries every delivered one leaves in
+-- unkeyed_seq_idx, which vacuum cannot remove while an older snapshot
+-- lives, are not stepped over again; those due again wherever they lie.
 WITH RECURSIVE after_cursor AS (
     (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
      FROM {{table}}
@@ -101,13 +105,31 @@ WITH RECURSIVE after_cursor AS (
         LIMIT $2
     ) walked
 ), unkeyed AS (
+    -- In seq order, so that what a batch takes is a prefix of it: every
+    -- fresh row up to the highest it took is taken, or was not visible.
     SELECT event_id, NULL::text AS k, 0::bigint AS pos,
            row_number() OVER (ORDER BY seq) AS rank
     FROM (
         SELECT event_id, seq
-        FROM {{table}}
-        WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')
-          AND available_at <= now() AND (seq <= $6::bigint OR available_at > created_at)
+        FROM (
+            (SELECT event_id, seq
+             FROM {{table}}
+             WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')
+               AND seq > $7::bigint AND seq <= $6::bigint
+               AND available_at <= now() AND available_at <= created_at
+             ORDER BY seq
+             LIMIT $2)
+            UNION ALL
+            -- From due_idx. The key's test is spelled so that it does not
+            -- match unkeyed_seq_idx's predicate: read through that index,
+            -- as the planner would, it steps over every dead entry.
+            (SELECT event_id, seq
+             FROM {{table}}
+             WHERE status = 'PENDING' AND coalesce(partition_key, '') = ''
+               AND available_at > created_at AND available_at <= now()
+             ORDER BY available_at
+             LIMIT $2)
+        ) both_sets
         ORDER BY seq
         LIMIT $2
     ) u
@@ -140,6 +162,6 @@ WITH RECURSIVE after_cursor AS (
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END, seq, false
+       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at
 FROM claimed
 ORDER BY seq, event_id
