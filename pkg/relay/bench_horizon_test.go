@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -105,10 +106,13 @@ func BenchmarkHorizon(b *testing.B) {
 	benchHorizon(b, storage.OrderingNone)
 }
 
+// horizonKeys spreads BenchmarkHorizonOrdered's events over keys.
+var horizonKeys = flag.Int("horizon.keys", 0, "partition keys BenchmarkHorizonOrdered spreads its events over (0: none)")
+
 // BenchmarkHorizonOrdered is BenchmarkHorizon with ORDERING=partition
 // (`make bench MODE=horizon-ordered`): ordered claims walk the keys' index
 // and, for events without a key, the unkeyed one. The events carry no key,
-// as BenchmarkHorizon's.
+// as BenchmarkHorizon's, unless -horizon.keys is set.
 func BenchmarkHorizonOrdered(b *testing.B) {
 	benchHorizon(b, storage.OrderingPartition)
 }
@@ -131,6 +135,9 @@ func benchHorizon(b *testing.B, ordering storage.Ordering) {
 				worst := 0.0
 				for r := range rounds {
 					tb.add(b, *benchEvents, "bench.horizon")
+					if ordering == storage.OrderingPartition && *horizonKeys > 0 {
+						tb.spread(b, *horizonKeys)
+					}
 					got := drainRoundOrdered(b, tb, *benchEvents, ordering)
 					b.Logf("%s round %d: %.0f events/s, mean claim %s, CPU per event: database %.1f µs, relay %.1f µs",
 						name, r+1, got.rate, got.claim.Round(10*time.Microsecond), got.dbCPU, got.relayCPU)

@@ -49,6 +49,9 @@ type benchTable struct {
 	// add writes n more 200-byte events, as producers would: no
 	// truncation, no vacuum, no fresh statistics.
 	add func(b *testing.B, n int, eventType string)
+	// spread gives the PENDING events without a key one of keys keys, in
+	// seq order, as a producer writing keyed events would have.
+	spread func(b *testing.B, keys int)
 	// analyze refreshes the optimizer's statistics.
 	analyze func(b *testing.B)
 	// hold opens a transaction on a connection of its own that keeps a
@@ -89,6 +92,9 @@ func pgBenchTable(b *testing.B) benchTable {
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
 		add: func(b *testing.B, n int, eventType string) {
 			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
+		},
+		spread: func(b *testing.B, keys int) {
+			tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1) WHERE status = 'PENDING' AND partition_key IS NULL", keys)
 		},
 		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE {{table}}") },
 		hold: func(b *testing.B) func() {
@@ -174,6 +180,9 @@ func mysqlBenchTable(b *testing.B) benchTable {
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
 		add: func(b *testing.B, n int, eventType string) {
 			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
+		},
+		spread: func(b *testing.B, keys int) {
+			tb.Exec(b, "UPDATE {{table}} SET partition_key = CONCAT('key-', seq % ?) WHERE status = 'PENDING' AND partition_key IS NULL", keys)
 		},
 		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE TABLE {{table}}") },
 		hold: func(b *testing.B) func() {
