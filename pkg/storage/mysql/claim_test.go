@@ -90,15 +90,7 @@ func TestOrderedClaimKeepsWriteOrderWhenTheEarlierTransactionWritesLater(t *test
 // that a claim returns do not show the work: those it skips are not rows.
 func pagesAccessed(t *testing.T, db *sql.DB, query string, args ...any) int {
 	t.Helper()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var plan string
-	if err := tx.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+query, args...).Scan(&plan); err != nil {
-		t.Fatalf("ANALYZE the claim: %v", err)
-	}
+	plan := analyze(t, db, query, args...)
 	var doc struct {
 		QueryBlock struct {
 			NestedLoop []struct {
@@ -123,10 +115,9 @@ func pagesAccessed(t *testing.T, db *sql.DB, query string, args ...any) int {
 	return table.EngineStats.PagesAccessed
 }
 
-// totalPagesAccessed runs query under ANALYZE in a transaction it rolls
-// back and returns the InnoDB pages every table access in its plan touched
-// (MariaDB 10.9 or later), for statements that read more than one table.
-func totalPagesAccessed(t *testing.T, db *sql.DB, query string, args ...any) int {
+// analyze runs query under ANALYZE FORMAT=JSON in a transaction it rolls
+// back, and returns the plan.
+func analyze(t *testing.T, db *sql.DB, query string, args ...any) string {
 	t.Helper()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -137,6 +128,15 @@ func totalPagesAccessed(t *testing.T, db *sql.DB, query string, args ...any) int
 	if err := tx.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+query, args...).Scan(&plan); err != nil {
 		t.Fatalf("ANALYZE: %v", err)
 	}
+	return plan
+}
+
+// totalPagesAccessed runs query under ANALYZE in a transaction it rolls
+// back and returns the InnoDB pages every table access in its plan touched
+// (MariaDB 10.9 or later), for statements that read more than one table.
+func totalPagesAccessed(t *testing.T, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	plan := analyze(t, db, query, args...)
 	var doc any
 	if err := json.Unmarshal([]byte(plan), &doc); err != nil {
 		t.Fatalf("ANALYZE answered %s (%v)", plan, err)

@@ -230,6 +230,86 @@ func TestARelaysOwnHeldClaimsDoNotHoldItsPositionBack(t *testing.T) {
 	})
 }
 
+// holdSnapshot opens a REPEATABLE READ transaction that holds a snapshot
+// until the test ends: an analytics query, or a replica's
+// hot_standby_feedback. Vacuum may then remove no row version made after
+// it, so every claimed row leaves dead index entries behind.
+func holdSnapshot(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	reader, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reader.Close(ctx) })
+	for _, q := range []string{"BEGIN ISOLATION LEVEL REPEATABLE READ", "SELECT count(*) FROM pg_class"} { // the query takes the snapshot
+		if _, err := reader.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// claimAndDeliver claims a batch with p and marks it delivered, and returns
+// its size.
+func claimAndDeliver(t *testing.T, s *postgres.Store, p storage.ClaimParams) int {
+	t.Helper()
+	ctx := context.Background()
+	b, err := s.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Events) > 0 {
+		if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return len(b.Events)
+}
+
+// drainUnderASnapshot claims and delivers n rows with p while a snapshot is
+// held, then claims on until the claim position has passed nearly all of
+// them: it moves once the claims' marks are confirmed, when the
+// transactions running at each claim (other tests') have ended.
+func drainUnderASnapshot(t *testing.T, tb *pgtest.Table, p storage.ClaimParams, n int, floor func() int64) {
+	t.Helper()
+	tb.InsertN(t, n, "claimed")
+	holdSnapshot(t)
+	for claimAndDeliver(t, tb.Store, p) > 0 {
+	}
+	want := int64(n - p.Limit)
+	eventually.True(t, 30*time.Second, func() bool { claimAndDeliver(t, tb.Store, p); return floor() >= want },
+		func() string { return fmt.Sprintf("the claim position is seq %d, want at least %d", floor(), want) })
+}
+
+// planBlocks runs query under EXPLAIN (ANALYZE, BUFFERS) in a transaction it
+// rolls back, without sequential scans, and returns the blocks it read.
+func planBlocks(t *testing.T, s *postgres.Store, query string, args ...any) int {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	var plan []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var parsed []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(plan, &parsed); err != nil || len(parsed) != 1 {
+		t.Fatalf("EXPLAIN: %v\n%s", err, plan)
+	}
+	return parsed[0].Plan.Hit + parsed[0].Plan.Read
+}
+
 // The backlog gauge, read every few seconds in every relay, counts the
 // fresh PENDING rows from the relay's claim position on: with a snapshot
 // held open, the rows the relay claimed and delivered before leave dead
@@ -237,78 +317,21 @@ func TestARelaysOwnHeldClaimsDoNotHoldItsPositionBack(t *testing.T) {
 // from the start would read them all at every reading.
 func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	tb := pgtest.New(t)
 	s := tb.Store
-	tb.InsertN(t, 6000, "claimed")
-	reader, err := pgx.Connect(ctx, pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Close(ctx)
-	if _, err := reader.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reader.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil { // takes the snapshot
-		t.Fatal(err)
-	}
-	claim := func() int {
-		b, err := s.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 500})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Events) > 0 {
-			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return len(b.Events)
-	}
-	for claim() > 0 {
-	}
-	// The position moves once the claims' marks are confirmed, when the
-	// transactions running at each claim (other tests') have ended.
-	eventually.True(t, 30*time.Second, func() bool { claim(); return s.BacklogFloor() >= 6000-500 },
-		func() string {
-			return fmt.Sprintf("the backlog counts from seq %d, want past the 6000 claimed rows", s.BacklogFloor())
-		})
+	drainUnderASnapshot(t, tb, storage.ClaimParams{RelayID: "r", Limit: 500}, 6000, s.BacklogFloor)
 	waiting := tb.InsertN(t, 10, "waiting")
 	tb.Set(t, waiting[0], "available_at = now() + interval '1 hour'") // scheduled: counted wherever it lies
 
-	b, err := s.Backlog(ctx)
+	b, err := s.Backlog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.PendingNew != 10 || b.Dead != 0 {
 		t.Errorf("Backlog = %+v, want the 10 waiting rows", b)
 	}
-	// What the statement reads, from the position and from the start.
-	blocks := func(floor int64) int {
-		t.Helper()
-		tx, err := s.Pool().Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
-			t.Fatal(err)
-		}
-		var plan []byte
-		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.Query("admin_backlog"), floor).Scan(&plan); err != nil {
-			t.Fatal(err)
-		}
-		var parsed []struct {
-			Plan struct {
-				Hit  int `json:"Shared Hit Blocks"`
-				Read int `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		if err := json.Unmarshal(plan, &parsed); err != nil || len(parsed) != 1 {
-			t.Fatalf("EXPLAIN: %v\n%s", err, plan)
-		}
-		return parsed[0].Plan.Hit + parsed[0].Plan.Read
-	}
-	if from, all := blocks(s.BacklogFloor()), blocks(0); from*3 > all {
+	query := s.Query("admin_backlog")
+	if from, all := planBlocks(t, s, query, s.BacklogFloor()), planBlocks(t, s, query, int64(0)); from*3 > all {
 		t.Errorf("the backlog read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
 	}
 }
@@ -319,71 +342,21 @@ func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
 // left in unkeyed_seq_idx.
 func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	tb := pgtest.New(t)
 	s := tb.Store
-	tb.InsertN(t, 6000, "claimed")
-	reader, err := pgx.Connect(ctx, pgtest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Close(ctx)
-	if _, err := reader.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reader.Exec(ctx, "SELECT count(*) FROM pg_class"); err != nil { // takes the snapshot
-		t.Fatal(err)
-	}
 	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
-	claim := func() int {
-		b, err := s.Claim(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Events) > 0 {
-			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return len(b.Events)
-	}
-	for claim() > 0 {
-	}
-	eventually.True(t, 30*time.Second, func() bool { claim(); return s.ClaimFloor("r", p.Limit) >= 6000-500 },
-		func() string {
-			return fmt.Sprintf("ordered claims start after seq %d, want past the 6000 claimed", s.ClaimFloor("r", p.Limit))
-		})
+	drainUnderASnapshot(t, tb, p, 6000, func() int64 { return s.ClaimFloor("r", p.Limit) })
 	tb.InsertN(t, 10, "waiting")
 
 	// What the claim statement reads from the position and from the start.
 	blocks := func(floor int64) int {
-		t.Helper()
-		tx, err := s.Pool().Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		var plan []byte
-		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.Query("claim_ordered_skip"),
-			"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), floor).Scan(&plan)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var parsed []struct {
-			Plan struct {
-				Hit  int `json:"Shared Hit Blocks"`
-				Read int `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		if err := json.Unmarshal(plan, &parsed); err != nil || len(parsed) != 1 {
-			t.Fatalf("EXPLAIN: %v\n%s", err, plan)
-		}
-		return parsed[0].Plan.Hit + parsed[0].Plan.Read
+		return planBlocks(t, s, s.Query("claim_ordered_skip"),
+			"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), floor)
 	}
 	if from, all := blocks(s.ClaimFloor("r", p.Limit)), blocks(0); from*2 > all {
 		t.Errorf("the ordered claim read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
 	}
-	if n := claim(); n != 10 {
+	if n := claimAndDeliver(t, s, p); n != 10 {
 		t.Errorf("the next ordered claim took %d events, want the 10 waiting", n)
 	}
 }
