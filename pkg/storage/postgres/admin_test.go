@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
-	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // The admin operations' behaviour is storagetest's; what is left here is
@@ -22,20 +20,16 @@ import (
 // can answer the query.
 func explain(t *testing.T, tb *pgtest.Table, file string, args ...any) string {
 	t.Helper()
-	text, err := os.ReadFile("sql/" + file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	table, err := schema.ParseTable(tb.Name)
-	if err != nil {
-		t.Fatal(err)
+	text := tb.Store.Query(strings.TrimSuffix(file, ".sql"))
+	if text == "" {
+		t.Fatalf("no statement %s", file)
 	}
 	var plan strings.Builder
-	err = pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "EXPLAIN "+schema.Expand(string(text), table), args...)
+		rows, err := tx.Query(ctx, "EXPLAIN "+text, args...)
 		if err != nil {
 			return err
 		}

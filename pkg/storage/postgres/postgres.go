@@ -161,7 +161,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
-	queries, err := storage.LoadQueries(sqlFiles, "sql", func(q string) string { return schema.Expand(q, table) })
+	queries, err := storage.LoadQueries(sqlFiles, "sql", func(q string) string {
+		return handBack.Replace(schema.Expand(q, table))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +199,35 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		queries[name+"_any"] = strings.ReplaceAll(q, "{{created_match}}", "true")
 	}
 	return queries, nil
+}
+
+// handBack writes, once for every statement that hands rows back to the
+// claims, when they are due again and what a failed attempt changes.
+//
+// A row handed back (released, failed, reaped, retried from DEAD) lies
+// behind the relay's claim position, where the claims find it only in
+// due_idx, whose rows are PENDING with an available_at after their
+// created_at. So it is never due before its created_at, which a producer
+// may set ahead of the database's clock. {{due_now}} is due at once.
+// {{failed_attempt}} is the failure rule of every settle: count the
+// attempt, keep the error (f.error), and either bury the event (f.dead;
+// available_at stays) or make it due after the back-off (f.delay_us,
+// microseconds). The statements name their table t. statement_timestamp()
+// is the statement's moment also in a held claim's transaction, which
+// began before its batch was published.
+var handBack = strings.NewReplacer(
+	"{{due_now}}", dueAfter("statement_timestamp()"),
+	"{{failed_attempt}}", `status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
+    attempts = t.attempts + 1,
+    last_error = f.error,
+    available_at = CASE WHEN f.dead THEN t.available_at
+                        ELSE `+dueAfter("statement_timestamp() + f.delay_us * interval '1 microsecond'")+` END`,
+)
+
+// dueAfter is when a row handed back at moment is due: then, or just after
+// its created_at when that is later.
+func dueAfter(moment string) string {
+	return "greatest(" + moment + ", t.created_at + interval '1 microsecond')"
 }
 
 // createdRangeLine is the line of a held_*.sql statement that bounds

@@ -44,6 +44,7 @@ var tests = []struct {
 	{"Claim/FindsALateCommitBehindItsPosition", testClaimFindsALateCommit},
 	{"Claim/FindsALateCommitBehindManyClaims", testClaimFindsALateCommitBehindManyClaims},
 	{"Claim/FindsRowsHandedBackAtOnce", testClaimFindsRowsHandedBackAtOnce},
+	{"Claim/FindsRowsHandedBackWhateverTheirCreatedAt", testClaimFindsRowsHandedBackWhateverTheirCreatedAt},
 	{"Claim/FindsRowsThatComeDue", testClaimFindsRowsThatComeDue},
 	{"Claim/ReturnsRowContents", testClaimReturnsRowContents},
 	{"Claim/SkipsRowsLockedByAnotherClaim", testClaimSkipsRowsLockedByAnotherClaim},

@@ -38,8 +38,7 @@ WITH again AS (
     WINDOW w AS (ORDER BY seq, event_id ROWS UNBOUNDED PRECEDING)
 ), left_over AS (
     UPDATE {{table}} AS t
-    SET available_at = greatest(statement_timestamp(), t.created_at + interval '1 microsecond'),
-        updated_at = statement_timestamp()
+    SET available_at = {{due_now}}, updated_at = statement_timestamp()
     FROM locked
     WHERE t.ctid = locked.row_id AND t.event_id = locked.event_id
       AND NOT ($3::bigint <= 0 OR locked.running <= $3::bigint OR locked.n = 1)

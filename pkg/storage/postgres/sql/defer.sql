@@ -1,10 +1,10 @@
 -- Hand events read from the write-ahead log to the claims, attempts
 -- unchanged: an earlier event holds their key, and the ordered claims
--- deliver a key's events in order. available_at after created_at puts
--- them in the due index, where the claims look. Rows found and guarded as
+-- deliver a key's events in order. Due at once (handBack in postgres.go), in the due
+-- index, where the claims look. Rows found and guarded as
 -- in record_delivered.sql.
 UPDATE {{table}} AS t
-SET available_at = greatest(now(), t.created_at + interval '1 microsecond'), updated_at = now()
+SET available_at = {{due_now}}, updated_at = statement_timestamp()
 FROM unnest($1::uuid[], $2::timestamptz[]) AS f(event_id, created_at)
 WHERE t.event_id = f.event_id AND {{created_match}}
   AND t.status = 'PENDING' AND t.available_at <= t.created_at

@@ -1,13 +1,7 @@
--- Settle failed events of a held claim as mark_failed.sql does for a lease;
--- rows found as in held_delivered.sql. A retried row's available_at lies
--- after its created_at, so that the claims find it in the due index.
+-- Settle failed events of a held claim by the failure rule, as
+-- mark_failed.sql does for a lease; rows found as in held_delivered.sql.
 UPDATE {{table}} AS t
-SET status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
-    attempts = t.attempts + 1,
-    last_error = f.error,
-    available_at = CASE WHEN f.dead THEN t.available_at
-                        ELSE greatest(statement_timestamp() + f.delay_us * interval '1 microsecond',
-                                      t.created_at + interval '1 microsecond') END,
+SET {{failed_attempt}},
     updated_at = statement_timestamp()
 FROM unnest($1::tid[], $2::uuid[], $3::text[], $4::bool[], $5::bigint[])
      AS f(row_id, event_id, error, dead, delay_us)

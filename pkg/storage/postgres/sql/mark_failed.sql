@@ -1,12 +1,9 @@
--- Settle failed events of one lease: count the attempt, keep the error, and
--- either schedule the retry or bury the event.
+-- Settle failed events of one lease by the failure rule (handBack in
+-- postgres.go): count the attempt, keep the error, and either
+-- schedule the retry or bury the event.
 UPDATE {{table}} AS t
-SET status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
-    attempts = t.attempts + 1,
-    last_error = f.error,
-    available_at = CASE WHEN f.dead THEN t.available_at
-                        ELSE now() + f.delay_us * interval '1 microsecond' END,
-    locked_by = NULL, locked_at = NULL, updated_at = now()
+SET {{failed_attempt}},
+    locked_by = NULL, locked_at = NULL, updated_at = statement_timestamp()
 FROM unnest($3::uuid[], $4::text[], $5::bool[], $6::bigint[]) AS f(event_id, error, dead, delay_us)
 WHERE t.event_id = f.event_id
   AND t.status = 'DELIVERING' AND t.locked_by = $1 AND t.locked_at = ANY($2::timestamptz[])

@@ -1,6 +1,7 @@
 -- Hand back every row of one lease, attempts unchanged: the claim that took
--- them failed before the relay could read them all.
--- available_at = now(): see release.sql.
-UPDATE {{table}}
-SET status = 'PENDING', available_at = now(), locked_by = NULL, locked_at = NULL, updated_at = now()
-WHERE status = 'DELIVERING' AND locked_by = $1 AND locked_at = $2
+-- them failed before the relay could read them all. Due at once: see
+-- release.sql.
+UPDATE {{table}} AS t
+SET status = 'PENDING', available_at = {{due_now}}, locked_by = NULL, locked_at = NULL,
+    updated_at = statement_timestamp()
+WHERE t.status = 'DELIVERING' AND t.locked_by = $1 AND t.locked_at = $2
