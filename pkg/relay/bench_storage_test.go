@@ -49,6 +49,10 @@ type benchTable struct {
 	// add writes n more 200-byte events, as producers would: no
 	// truncation, no vacuum, no fresh statistics.
 	add func(b *testing.B, n int, eventType string)
+	// addApp is add as an application that sets created_at itself, from
+	// a clock a second behind the database's: every event lands in the
+	// due index (PostgreSQL; nil on MySQL).
+	addApp func(b *testing.B, n int, eventType string)
 	// spread gives the PENDING events without a key one of keys keys, in
 	// seq order, as a producer writing keyed events would have.
 	spread func(b *testing.B, keys int)
@@ -92,6 +96,12 @@ func pgBenchTable(b *testing.B) benchTable {
 		rows:      func(b *testing.B) int { return total(tb.Counts(b)) },
 		add: func(b *testing.B, n int, eventType string) {
 			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
+		},
+		addApp: func(b *testing.B, n int, eventType string) {
+			inChunks(n, func(k int) {
+				tb.Exec(b, "INSERT INTO {{table}} (event_type, payload, created_at) "+
+					"SELECT $1, $2, now() - interval '1 second' FROM generate_series(1, $3)", eventType, pgtest.Payload(0, 200), k)
+			})
 		},
 		spread: func(b *testing.B, keys int) {
 			tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1) WHERE status = 'PENDING' AND partition_key IS NULL", keys)
