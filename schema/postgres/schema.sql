@@ -70,12 +70,14 @@ $$;
 --                     earlier claims leave behind (which vacuum cannot
 --                     remove while any snapshot is older) are never walked
 --                     again; write order is the order of seq;
---   due_idx           rows that became PENDING again (released, retried,
+--   due_at_idx        rows that became PENDING again (released, retried,
 --                     reaped, retried from DEAD: each gets available_at =
 --                     now() or later) and scheduled events: everything
 --                     whose available_at is after its created_at. Claims
---                     find them here wherever their seq lies, and a fresh
---                     event is never in it;
+--                     find them here wherever their seq lies, in the order
+--                     (available_at, seq) and from where their last ones
+--                     ended. An event whose producer set created_at before
+--                     the insert's now() is here from the start;
 --   key_seq_idx       ORDERING=partition walks the keys with unfinished
 --                     events and reads each key's events in write order;
 --                     "C" collation so that the database and the relay
@@ -108,7 +110,7 @@ DECLARE
 BEGIN
     FOR ix IN SELECT * FROM (VALUES
         ('{{name}}_pending_seq_idx', $d$(seq) WHERE status = 'PENDING'$d$),
-        ('{{name}}_due_idx', $d$(available_at) WHERE status = 'PENDING' AND available_at > created_at$d$),
+        ('{{name}}_due_at_idx', $d$(available_at, seq) WHERE status = 'PENDING' AND available_at > created_at$d$),
         ('{{name}}_key_seq_idx', $d$(partition_key COLLATE "C", seq)
             WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL$d$),
         ('{{name}}_key_dead_seq_idx', $d$(partition_key COLLATE "C", seq)
@@ -131,13 +133,15 @@ BEGIN
     -- Indexes of earlier versions: those that ordered by created_at, which
     -- the ones above replace, pending_age_idx, whose question (the oldest
     -- pending event) the backlog answers while it counts the pending rows
-    -- anyway, delivered_idx, which late_idx and created_idx replace, and
-    -- key_idx, which listed a key's events by created_at. Each cost an
-    -- entry per inserted or delivered row.
+    -- anyway, delivered_idx, which late_idx and created_idx replace,
+    -- key_idx, which listed a key's events by created_at, and due_idx,
+    -- which due_at_idx replaces (it ordered rows of one available_at by
+    -- their place in the table). The first four cost an entry per inserted
+    -- or delivered row.
     FOREACH old IN ARRAY ARRAY['{{name}}_pending_idx', '{{name}}_key_order_idx',
                                '{{name}}_key_dead_idx', '{{name}}_unkeyed_idx',
                                '{{name}}_pending_age_idx', '{{name}}_delivered_idx',
-                               '{{name}}_key_idx']
+                               '{{name}}_key_idx', '{{name}}_due_idx']
     LOOP
         IF to_regclass(format('%s%I', '{{schema}}', old)) IS NOT NULL THEN
             EXECUTE format('DROP INDEX %s%I', '{{schema}}', old);

@@ -43,7 +43,8 @@ func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error)
 		oldest *time.Time
 		ageUS  int64
 	)
-	err := q.QueryRow(ctx, s.queries["admin_backlog"], s.positions.lowestSafe()).
+	due := s.positions.lowestDueSafe()
+	err := q.QueryRow(ctx, s.queries["admin_backlog"], s.positions.lowestSafe(), dueAt(due), due.seq).
 		Scan(&b.PendingNew, &b.PendingRetrying, &oldest, &ageUS, &b.Dead)
 	if oldest != nil {
 		b.OldestPendingAt = *oldest

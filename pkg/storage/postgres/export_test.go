@@ -38,3 +38,27 @@ func (s *Store) Query(name string) string { return s.queries[name] }
 
 // BacklogFloor is where Backlog starts counting fresh PENDING rows.
 func (s *Store) BacklogFloor() int64 { return s.positions.lowestSafe() }
+
+// BacklogArgs are the backlog statement's arguments as Backlog passes them,
+// or with fromStart those that count every PENDING row.
+func (s *Store) BacklogArgs(fromStart bool) []any {
+	if fromStart {
+		return []any{int64(0), dueAt(dueKey{}), int64(0)}
+	}
+	due := s.positions.lowestDueSafe()
+	return []any{s.positions.lowestSafe(), dueAt(due), due.seq}
+}
+
+// DueFloor is where relayID's unordered claims that are not sweeps read
+// the due index from, as the claim's two arguments; with fromStart, the
+// beginning.
+func (s *Store) DueFloor(relayID string, fromStart bool) (at any, seq int64) {
+	if fromStart {
+		return dueAt(dueKey{}), 0
+	}
+	p := s.positions.of(relayID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := p.dueForward()
+	return dueAt(k), k.seq
+}

@@ -28,7 +28,12 @@ import (
 //
 // Rows that become PENDING again (released, retried, reaped, retried from
 // DEAD) and scheduled ones are found through the due index, wherever their
-// seq lies (see claim.sql).
+// seq lies (see claim.sql). Its dead entries pile up behind a long snapshot
+// as the pending index's do, and every fresh event lands there too when
+// producers set created_at before the insert's now() (an application's
+// clock, an ORM's timestamps): so claims read it from a due position as
+// well, a place (available_at, seq) in its order that moves by the same
+// marks, lag limit and sweeps as the seq position (dueKey).
 
 // lagLimit bounds, in batches of the claim's size, how far behind the
 // highest claimed seq a claim starts: the dead versions a claim may step
@@ -56,11 +61,37 @@ type observed struct {
 const issuedSettle = time.Second
 
 // mark is a claim's evidence for moving the position: every row with a seq
-// up to claimed is visible once every transaction below xmax has ended.
+// up to claimed, and every due row before due, is visible once every
+// transaction below xmax has ended.
 type mark struct {
 	xmax    uint64
 	claimed int64
+	due     dueKey
 }
+
+// dueKey is a place in the due index's order, (available_at, seq): the
+// claims read the due rows from one on. The zero key is the beginning.
+type dueKey struct {
+	at  time.Time
+	seq int64
+}
+
+func (k dueKey) before(o dueKey) bool {
+	return k.at.Before(o.at) || k.at.Equal(o.at) && k.seq < o.seq
+}
+
+func laterDue(a, b dueKey) dueKey {
+	if a.before(b) {
+		return b
+	}
+	return a
+}
+
+// dueSettle is how far behind its own clock a claim that read every due
+// row says it got: a statement that hands rows back takes its moment
+// (statement_timestamp()) before its transaction has an id, and until then
+// no snapshot shows it running (as issuedSettle for the sequence).
+const dueSettle = 100 * time.Millisecond
 
 // position is one relay's claim position on a table.
 type position struct {
@@ -99,6 +130,16 @@ type position struct {
 	// counted as running transactions, they would hold back every mark
 	// made while a batch is at the broker.
 	held map[int64]struct{}
+	// dueSafe is the due position every claim may start from: every due
+	// row before it was visible to a claim that read past it. dueRecent
+	// are the latest claims' evidence, a ring (dueNext is the slot for the
+	// next): the claims start no further back than the oldest of them
+	// while a transaction holds dueSafe back, as lagLimit does for seq.
+	// dueSweepFrom is where the next sweep reads the due index from.
+	dueSafe      dueKey
+	dueRecent    [lagLimit]dueKey
+	dueNext      int
+	dueSweepFrom dueKey
 }
 
 // positions keeps a position per relay id: one store may serve several
@@ -124,6 +165,24 @@ func (ps *positions) lowestSafe() int64 {
 	return max(lowest, 0)
 }
 
+// lowestDueSafe is the lowest safe due position of the relays claiming
+// through this store, the beginning when none has claimed.
+func (ps *positions) lowestDueSafe() dueKey {
+	var lowest dueKey
+	first := true
+	ps.by.Range(func(_, v any) bool {
+		p := v.(*position)
+		p.mu.Lock()
+		safe := p.dueSafe
+		p.mu.Unlock()
+		if first || safe.before(lowest) {
+			lowest, first = safe, false
+		}
+		return true
+	})
+	return lowest
+}
+
 func (ps *positions) of(relayID string) *position {
 	if p, ok := ps.by.Load(relayID); ok {
 		return p.(*position)
@@ -142,22 +201,34 @@ type plan struct {
 	prompted bool
 	// claimedBefore is what this claim's mark records: markValue at plan.
 	claimedBefore int64
+	// dueFrom is where the claim reads the due index from; dueForward is
+	// where a claim that is not a sweep would have read it from, which a
+	// sweep's due read must reach to have seen every row behind it.
+	dueFrom, dueForward dueKey
 }
 
 // next decides the claim's floor. The caller holds p.mu, and passes the
 // claim's SweepInterval with its default filled in.
 func (p *position) next(limit int, sweepInterval time.Duration, now time.Time) plan {
+	forward := p.dueForward()
 	if p.sweepNow {
-		return plan{floor: p.sweepFrom, sweep: true, prompted: true, claimedBefore: p.markValue(now)}
+		return plan{floor: p.sweepFrom, sweep: true, prompted: true, claimedBefore: p.markValue(now), dueFrom: p.dueSweepFrom, dueForward: forward}
 	}
 	if now.Sub(p.sweptAt) >= sweepInterval {
-		from := p.sweepFrom
+		from, dueFrom := p.sweepFrom, p.dueSweepFrom
 		if p.sweeps%fullSweepEvery == fullSweepEvery-1 {
-			from = 0
+			from, dueFrom = 0, dueKey{}
 		}
-		return plan{floor: from, sweep: true, claimedBefore: p.markValue(now)}
+		return plan{floor: from, sweep: true, claimedBefore: p.markValue(now), dueFrom: dueFrom, dueForward: forward}
 	}
-	return plan{floor: p.forward(limit), claimedBefore: p.markValue(now)}
+	return plan{floor: p.forward(limit), claimedBefore: p.markValue(now), dueFrom: forward, dueForward: forward}
+}
+
+// dueForward is where a claim that is not a sweep reads the due index
+// from: the safe due position, or the evidence of the lagLimit-th latest
+// claim when a transaction holds that further back.
+func (p *position) dueForward() dueKey {
+	return laterDue(p.dueSafe, p.dueRecent[p.dueNext])
 }
 
 // markValue is what a claim made now may record in its mark: the highest
@@ -197,12 +268,16 @@ func (p *position) forward(limit int) int64 {
 	return max(p.safe, max(p.claimed, p.frontier)-int64(lagLimit*limit))
 }
 
-// done records a claim's outcome: the snapshot's xmin and xmax, and the
-// lowest and highest seq it claimed (0 for none). The caller holds p.mu.
-func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now time.Time) {
-	if n := len(p.marks); n == 0 || p.marks[n-1].claimed < pl.claimedBefore {
-		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore})
+// done records a claim's outcome: the snapshot's xmin and xmax, the
+// lowest and highest seq it claimed (0 for none), and how far it read the
+// due index (due; complete when it read every due row after pl.dueFrom).
+// The caller holds p.mu.
+func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, due dueKey, now time.Time) {
+	if n := len(p.marks); n == 0 || p.marks[n-1].claimed < pl.claimedBefore || p.marks[n-1].due.before(due) {
+		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore, due: due})
 	}
+	p.dueRecent[p.dueNext] = laterDue(due, p.dueRecent[(p.dueNext+lagLimit-1)%lagLimit])
+	p.dueNext = (p.dueNext + 1) % lagLimit
 	p.claimed = max(p.claimed, highest)
 	p.frontier = max(p.frontier, p.claimed)
 	if !pl.sweep && pl.floor > p.safe && !p.skipping {
@@ -212,6 +287,7 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 	drop := 0
 	for drop < len(p.marks) && p.marks[drop].xmax <= xmin {
 		p.safe = max(p.safe, p.marks[drop].claimed)
+		p.dueSafe = laterDue(p.dueSafe, p.marks[drop].due)
 		drop++
 	}
 	if p.skipping && p.safe > safeBefore {
@@ -227,16 +303,19 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, now t
 		// a later mark, once its transactions end, covers theirs too.
 		p.marks = p.marks[len(p.marks)-maxMarks:]
 	}
-	if pl.sweep && (lowest == 0 || lowest > pl.claimedBefore) {
+	if pl.sweep && (lowest == 0 || lowest > pl.claimedBefore) && !due.before(pl.dueForward) {
 		// A sweep that found nothing behind the position has seen every
-		// row there (it reads in seq order). One that found some may have
-		// stopped at the batch's size or bytes: the next claim sweeps
-		// again from the same place.
+		// row there (it reads in seq order), and one whose due read got
+		// past where claims read the due index from has seen every due
+		// row behind that. One that did not may have stopped at the
+		// batch's size or bytes: the next claim sweeps again from the same
+		// place.
 		if !pl.prompted {
 			p.sweptAt = now
 			p.sweeps++
 		}
 		p.sweepFrom = p.safe
+		p.dueSweepFrom = p.dueSafe
 		p.sweepNow = false
 	}
 }
@@ -269,6 +348,7 @@ func (p *position) heldIDs() []int64 {
 func (p *position) reset() {
 	p.claimed, p.frontier, p.safe, p.sweepFrom, p.marks, p.seen = 0, 0, 0, 0, nil, nil
 	p.skipping, p.sweepNow = false, false
+	p.dueSafe, p.dueRecent, p.dueNext, p.dueSweepFrom = dueKey{}, [lagLimit]dueKey{}, 0, dueKey{}
 }
 
 // maxMarks bounds the marks kept while a transaction holds the position

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -285,6 +286,13 @@ func drainUnderASnapshot(t *testing.T, tb *pgtest.Table, p storage.ClaimParams, 
 // rolls back, without sequential scans, and returns the blocks it read.
 func planBlocks(t *testing.T, s *postgres.Store, query string, args ...any) int {
 	t.Helper()
+	return planNodeBlocks(t, s, "", query, args...)
+}
+
+// planNodeBlocks is planBlocks for the plan's node named node (its
+// "Subplan Name", such as "CTE again"), the whole plan for "".
+func planNodeBlocks(t *testing.T, s *postgres.Store, node, query string, args ...any) int {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := s.Pool().Begin(ctx)
 	if err != nil {
@@ -299,15 +307,37 @@ func planBlocks(t *testing.T, s *postgres.Store, query string, args ...any) int 
 		t.Fatal(err)
 	}
 	var parsed []struct {
-		Plan struct {
-			Hit  int `json:"Shared Hit Blocks"`
-			Read int `json:"Shared Read Blocks"`
-		} `json:"Plan"`
+		Plan planNode `json:"Plan"`
 	}
 	if err := json.Unmarshal(plan, &parsed); err != nil || len(parsed) != 1 {
 		t.Fatalf("EXPLAIN: %v\n%s", err, plan)
 	}
-	return parsed[0].Plan.Hit + parsed[0].Plan.Read
+	found := parsed[0].Plan.find(node)
+	if found == nil {
+		t.Fatalf("EXPLAIN has no node %q:\n%s", node, plan)
+	}
+	return found.Hit + found.Read
+}
+
+// planNode is a node of EXPLAIN's JSON output.
+type planNode struct {
+	Name  string     `json:"Subplan Name"`
+	Hit   int        `json:"Shared Hit Blocks"`
+	Read  int        `json:"Shared Read Blocks"`
+	Plans []planNode `json:"Plans"`
+}
+
+// find returns the node named name in n's tree, n itself for "".
+func (n *planNode) find(name string) *planNode {
+	if name == "" || n.Name == name {
+		return n
+	}
+	for i := range n.Plans {
+		if f := n.Plans[i].find(name); f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // The backlog gauge, read every few seconds in every relay, counts the
@@ -331,13 +361,13 @@ func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
 		t.Errorf("Backlog = %+v, want the 10 waiting rows", b)
 	}
 	query := s.Query("admin_backlog")
-	if from, all := planBlocks(t, s, query, s.BacklogFloor()), planBlocks(t, s, query, int64(0)); from*3 > all {
+	if from, all := planBlocks(t, s, query, s.BacklogArgs(false)...), planBlocks(t, s, query, s.BacklogArgs(true)...); from*3 > all {
 		t.Errorf("the backlog read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
 	}
 }
 
 // Ordered claims take events without a key from the relay's position too,
-// and the events due again among them through due_idx: with a snapshot
+// and the events due again among them through due_at_idx: with a snapshot
 // held open, neither steps over the dead entries that the delivered ones
 // left in unkeyed_seq_idx.
 func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
@@ -358,5 +388,59 @@ func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
 	}
 	if n := claimAndDeliver(t, s, p); n != 10 {
 		t.Errorf("the next ordered claim took %d events, want the 10 waiting", n)
+	}
+}
+
+// Events whose producer set created_at before the insert's now() (an
+// application's clock, an ORM's timestamps) are in the due index from the
+// start, as events due again are: claims read it from the relay's due
+// position, so that with a snapshot held open they do not step over the
+// dead entries every claimed one leaves there, and the backlog gauge
+// counts from there too.
+func TestClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	insertApp := func(n int) {
+		tb.Exec(t, "INSERT INTO {{table}} (event_type, payload, created_at) "+
+			"SELECT 'app', '\\x00', now() - interval '1 second' FROM generate_series(1, $1)", n)
+	}
+	insertApp(6000)
+	p := storage.ClaimParams{RelayID: "r", Limit: 500, SweepInterval: time.Hour}
+	holdSnapshot(t)
+	for claimAndDeliver(t, s, p) > 0 {
+	}
+	// The due position moves once the transactions running at each claim
+	// (other tests') have ended.
+	var inserted time.Time
+	if err := s.Pool().QueryRow(context.Background(), "SELECT max(available_at) FROM "+tb.Name).Scan(&inserted); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		claimAndDeliver(t, s, p)
+		at, _ := s.DueFloor("r", false)
+		ts, ok := at.(pgtype.Timestamptz)
+		return ok && ts.InfinityModifier == pgtype.Finite && ts.Time.After(inserted) && s.ClaimFloor("r", p.Limit) >= 6000-int64(p.Limit)
+	}, func() string {
+		at, seq := s.DueFloor("r", false)
+		return fmt.Sprintf("the due position is %v, %d, the claim position %d", at, seq, s.ClaimFloor("r", p.Limit))
+	})
+	insertApp(10)
+
+	// The blocks of the claim's read of the due index (its CTE again):
+	// the update of the rows it takes costs the same either way.
+	blocks := func(fromStart bool) int {
+		at, seq := s.DueFloor("r", fromStart)
+		return planNodeBlocks(t, s, "CTE again", s.Query("claim"), "r", p.Limit, int64(0), s.ClaimFloor("r", p.Limit), int64(math.MaxInt64), at, seq)
+	}
+	if from, all := blocks(false), blocks(true); from*3 > all {
+		t.Errorf("the claim's due read took %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
+	}
+	query := s.Query("admin_backlog")
+	if from, all := planBlocks(t, s, query, s.BacklogArgs(false)...), planBlocks(t, s, query, s.BacklogArgs(true)...); from*3 > all {
+		t.Errorf("the backlog read %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
+	}
+	if n := claimAndDeliver(t, s, p); n != 10 {
+		t.Errorf("the next claim took %d events, want the 10 waiting", n)
 	}
 }

@@ -206,7 +206,7 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 //
 // A row handed back (released, failed, reaped, retried from DEAD) lies
 // behind the relay's claim position, where the claims find it only in
-// due_idx, whose rows are PENDING with an available_at after their
+// due_at_idx, whose rows are PENDING with an available_at after their
 // created_at. So it is never due before its created_at, which a producer
 // may set ahead of the database's clock. {{due_now}} is due at once.
 // {{failed_attempt}} is the failure rule of every settle: count the

@@ -88,7 +88,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		// index; neither moves the relay's claim position.
 		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"], []int64(nil))
-		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, int64(0), freshTo(p.FreshTo))
+		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, int64(0), freshTo(p.FreshTo), dueAt(dueKey{}), int64(0))
 	} else {
 		// One relay's claims come one after another; the position is
 		// held for the claim's round trip.
@@ -98,7 +98,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
 		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"], pos.heldIDs())
-		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor, freshTo(p.FreshTo))
+		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor, freshTo(p.FreshTo), dueAt(pl.dueFrom), pl.dueFrom.seq)
 	}
 	if held {
 		// The transaction's id, which its row locks gave it: the relay's
@@ -148,7 +148,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	// An ordered claim's position is its events without a key's: keyed
 	// runs may fill a batch past unkeyed rows it leaves for the next.
 	ordered := p.Ordering == storage.OrderingPartition
-	events, rows, lowest, highest, err := readEvents(results, p.Limit, held, ordered)
+	events, rows, read, err := readEvents(results, p.Limit, held, ordered)
 	var xid pgtype.Int8
 	if err == nil && held {
 		err = results.QueryRow().Scan(&xid)
@@ -182,7 +182,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if pos != nil {
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
-		pos.done(pl, xmin, xmax, lowest, highest, now)
+		var due dueKey // ordered claims read the due rows from the start
+		if !ordered {
+			due = read.dueReached(lease.LockedAt, p.Limit)
+		}
+		pos.done(pl, xmin, xmax, read.lowest, read.highest, due, now)
 		if issued.Valid && len(events) < p.Limit && !ordered {
 			// Nothing more is due after the position: whatever seq was
 			// handed out is claimed by others or not yet committed. (A
@@ -302,20 +306,50 @@ const handBackTimeout = 5 * time.Second
 // the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
 
+// claimRead is what a claim's rows tell of how far it read: the lowest seq
+// among those that were not PENDING again (0 for none: rows a sweep found
+// behind the claim position) and the highest seq; the last row it took from
+// the due index and how many (dueTaken), and how many that read locked.
+type claimRead struct {
+	lowest, highest int64
+	dueLast         dueKey
+	dueTaken        int64
+	dueLocked       int64
+}
+
+// dueReached is how far the claim's read of the due index got, for a
+// claim made at stamp (its transaction's now()) with limit: past every due
+// row when its read stopped short of the limit and it took every row it
+// locked (then up to its own moment, less dueSettle), else up to the last
+// row it took: those it took are the first after where it began.
+func (r claimRead) dueReached(stamp time.Time, limit int) dueKey {
+	if r.dueLocked < int64(limit) && r.dueTaken == r.dueLocked {
+		return dueKey{at: stamp.Add(-dueSettle)}
+	}
+	return r.dueLast
+}
+
+// dueAt passes a due position's time to the claim: '-infinity' for the
+// beginning.
+func dueAt(k dueKey) pgtype.Timestamptz {
+	if k.at.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: k.at, Valid: true}
+}
+
 // readEvents reads the claimed rows, which the claim returns in write
-// order, with a held claim's row addresses; the lowest seq among those that
-// were not PENDING again (0 for none: rows a sweep found behind the claim
-// position) and the highest seq, with unkeyedOnly among the rows without
-// a key alone.
+// order, with a held claim's row addresses, and how far the claim read,
+// the seqs with unkeyedOnly among the rows without a key alone.
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (events []outbox.Event, addrs []pgtype.TID, lowest, highest int64, err error) {
+func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (events []outbox.Event, addrs []pgtype.TID, read claimRead, err error) {
 	rows, err := results.Query()
 	if err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, read, err
 	}
 	defer rows.Close()
 	events = make([]outbox.Event, 0, limit)
@@ -328,11 +362,12 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 		createdAt                  pgtype.Timestamptz
 		seq                        pgtype.Int8
 		again                      pgtype.Bool
+		dueAt                      pgtype.Timestamptz
 		addr                       pgtype.TID
 		arena                      byteArena
 		strs                       = map[string]string{}
 	)
-	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again}
+	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueAt, &read.dueLocked}
 	if held {
 		// A held claim's rows come with their addresses (claim_held.sql).
 		dest = append(dest, &addr)
@@ -342,16 +377,20 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
 		// through database/sql's Scanner and the id's text form.
 		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("read row: %w", err)
+			return nil, nil, read, fmt.Errorf("read row: %w", err)
 		}
 		if held {
 			addrs = append(addrs, addr)
 		}
 		if !unkeyedOnly || len(key) == 0 {
-			if seq.Valid && !again.Bool && (lowest == 0 || seq.Int64 < lowest) {
-				lowest = seq.Int64
+			if seq.Valid && !again.Bool && (read.lowest == 0 || seq.Int64 < read.lowest) {
+				read.lowest = seq.Int64
 			}
-			highest = max(highest, seq.Int64)
+			read.highest = max(read.highest, seq.Int64)
+		}
+		if dueAt.Valid {
+			read.dueTaken++
+			read.dueLast = laterDue(read.dueLast, dueKey{at: dueAt.Time, seq: seq.Int64})
 		}
 		e := outbox.Event{
 			ID:           id,
@@ -366,7 +405,7 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 		}
 		events = append(events, e)
 	}
-	return events, addrs, lowest, highest, rows.Err()
+	return events, addrs, read, rows.Err()
 }
 
 // intern returns b as a string, the same string for the same bytes.

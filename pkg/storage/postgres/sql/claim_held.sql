@@ -12,7 +12,9 @@
 -- created_at), so every row is read once, with all it carries, and nothing
 -- is read again by its key. Rows it locked but does not take (past the
 -- byte limit) are made due again, for the claims to find in the due index
--- once its transaction ends. Each row comes back with its physical
+-- once its transaction ends (or the next sweep, when the relay's due
+-- position passed the claim's moment meanwhile: its own held claims do
+-- not hold its positions back). Each row comes back with its physical
 -- address (ctid), where the settling statements find it: no other
 -- statement can move a row while this transaction holds it.
 WITH again AS (
@@ -20,7 +22,8 @@ WITH again AS (
            created_at, available_at, seq, octet_length(payload) + pg_column_size(headers) AS size
     FROM {{table}}
     WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
-    ORDER BY available_at
+      AND (available_at, seq) >= ($6::timestamptz, $7::bigint)
+    ORDER BY available_at, seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
@@ -46,7 +49,9 @@ WITH again AS (
 -- As in claim.sql, with the row's address last. $1, the relay id, names
 -- no lease here.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at, row_id
+       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
+       CASE WHEN available_at > created_at THEN available_at END, (SELECT count(*) FROM again),
+       row_id
 FROM locked
 WHERE ($3::bigint <= 0 OR running <= $3::bigint OR n = 1) AND $1::text IS NOT NULL
 ORDER BY seq, event_id

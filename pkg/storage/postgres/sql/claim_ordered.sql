@@ -120,7 +120,7 @@ WITH RECURSIVE after_cursor AS (
              ORDER BY seq
              LIMIT $2)
             UNION ALL
-            -- From due_idx. The key's test is spelled so that it does not
+            -- From due_at_idx. The key's test is spelled so that it does not
             -- match unkeyed_seq_idx's predicate: read through that index,
             -- as the planner would, it steps over every dead entry.
             (SELECT event_id, seq
@@ -160,8 +160,11 @@ WITH RECURSIVE after_cursor AS (
 )
 -- In write order, as the unordered claim returns them.
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
--- row must not fail the claim of the whole batch after it committed.
+-- row must not fail the claim of the whole batch after it committed. Its
+-- due rows are read from the start, not from a due position: the last two
+-- columns say that none was read from one.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at
+       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
+       NULL::timestamptz, 0::bigint
 FROM claimed
 ORDER BY seq, event_id
