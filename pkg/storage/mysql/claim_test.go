@@ -203,28 +203,31 @@ func TestClaimUnderALongSnapshotReadsABoundedRange(t *testing.T) {
 		}
 		claimed += len(b.Events)
 	}
-	fresh := tb.InsertN(t, limit, "new")
-
 	// The backlog, which a relay reads every few seconds, counts from the
 	// relay's claim floor too; relay-cli's, with no claims behind it, from
-	// the start of the range.
-	if b, err := tb.Store.Backlog(ctx); err != nil || b.PendingNew != limit {
-		t.Fatalf("Backlog = %+v, %v; want the %d new rows", b, err, limit)
-	}
+	// the start of the range. Its reads are compared while nothing is
+	// pending: a PENDING row costs a visit to its clustered record whenever
+	// other tests' transactions are running, far more than the entries
+	// behind the floor cost an index-only read.
 	cli, err := mysql.Open(ctx, tb.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	if b, err := cli.Backlog(ctx); err != nil || b.PendingNew != limit {
-		t.Fatalf("Backlog of a store that claimed nothing = %+v, %v; want the %d new rows", b, err, limit)
-	}
 	query, args := tb.Store.BacklogQuery()
 	fromFloor := totalPagesAccessed(t, tb.Store.DB(), query, args...)
 	query, args = cli.BacklogQuery()
 	fromStart := totalPagesAccessed(t, tb.Store.DB(), query, args...)
+	t.Logf("the backlog read %d pages from the claim floor, %d from the start", fromFloor, fromStart)
 	if fromFloor*2 > fromStart {
 		t.Errorf("the backlog read %d pages from the claim floor and %d from the start: it stepped over the claimed rows", fromFloor, fromStart)
+	}
+	fresh := tb.InsertN(t, limit, "new")
+	if b, err := tb.Store.Backlog(ctx); err != nil || b.PendingNew != limit {
+		t.Fatalf("Backlog = %+v, %v; want the %d new rows", b, err, limit)
+	}
+	if b, err := cli.Backlog(ctx); err != nil || b.PendingNew != limit {
+		t.Fatalf("Backlog of a store that claimed nothing = %+v, %v; want the %d new rows", b, err, limit)
 	}
 
 	// A claim from the start of the range (what a sweep does, and what
