@@ -140,6 +140,10 @@ type position struct {
 	dueRecent    [lagLimit]dueKey
 	dueNext      int
 	dueSweepFrom dueKey
+	// ordered is set once the relay claims under ORDERING=partition: its
+	// positions are those of its events without a key, and say nothing of
+	// the keyed ones, which wait behind their keys wherever they lie.
+	ordered bool
 }
 
 // positions keeps a position per relay id: one store may serve several
@@ -148,14 +152,17 @@ type position struct {
 type positions struct{ by sync.Map }
 
 // lowestSafe is the lowest safe position of the relays claiming through
-// this store, 0 when none has claimed: every row at or below it was
-// visible to the claims that passed it.
+// this store, 0 when none has claimed or one claims ordered: every row at
+// or below it was visible to the claims that passed it.
 func (ps *positions) lowestSafe() int64 {
 	lowest := int64(-1)
 	ps.by.Range(func(_, v any) bool {
 		p := v.(*position)
 		p.mu.Lock()
 		safe := p.safe
+		if p.ordered {
+			safe = 0
+		}
 		p.mu.Unlock()
 		if lowest < 0 || safe < lowest {
 			lowest = safe
@@ -166,7 +173,8 @@ func (ps *positions) lowestSafe() int64 {
 }
 
 // lowestDueSafe is the lowest safe due position of the relays claiming
-// through this store, the beginning when none has claimed.
+// through this store, the beginning when none has claimed or one claims
+// ordered.
 func (ps *positions) lowestDueSafe() dueKey {
 	var lowest dueKey
 	first := true
@@ -174,6 +182,9 @@ func (ps *positions) lowestDueSafe() dueKey {
 		p := v.(*position)
 		p.mu.Lock()
 		safe := p.dueSafe
+		if p.ordered {
+			safe = dueKey{}
+		}
 		p.mu.Unlock()
 		if first || safe.before(lowest) {
 			lowest, first = safe, false

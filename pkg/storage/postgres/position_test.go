@@ -380,8 +380,9 @@ func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
 
 	// What the claim statement reads from the position and from the start.
 	blocks := func(floor int64) int {
+		at, seq := s.DueFloor("r", floor == 0)
 		return planBlocks(t, s, s.Query("claim_ordered_skip"),
-			"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), floor)
+			"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), floor, at, seq)
 	}
 	if from, all := blocks(s.ClaimFloor("r", p.Limit)), blocks(0); from*2 > all {
 		t.Errorf("the ordered claim read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
@@ -399,6 +400,16 @@ func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
 // counts from there too.
 func TestClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
 	t.Parallel()
+	claimsReadTheDueIndexFromTheDuePosition(t, storage.OrderingNone)
+}
+
+// The same for ordered claims' events without a key.
+func TestOrderedClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
+	t.Parallel()
+	claimsReadTheDueIndexFromTheDuePosition(t, storage.OrderingPartition)
+}
+
+func claimsReadTheDueIndexFromTheDuePosition(t *testing.T, ordering storage.Ordering) {
 	tb := pgtest.New(t)
 	s := tb.Store
 	insertApp := func(n int) {
@@ -406,7 +417,7 @@ func TestClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
 			"SELECT 'app', '\\x00', now() - interval '1 second' FROM generate_series(1, $1)", n)
 	}
 	insertApp(6000)
-	p := storage.ClaimParams{RelayID: "r", Limit: 500, SweepInterval: time.Hour}
+	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: ordering, SweepInterval: time.Hour}
 	holdSnapshot(t)
 	for claimAndDeliver(t, s, p) > 0 {
 	}
@@ -427,20 +438,72 @@ func TestClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
 	})
 	insertApp(10)
 
-	// The blocks of the claim's read of the due index (its CTE again):
+	// The blocks of the claim's read of the due index (a CTE of its own):
 	// the update of the rows it takes costs the same either way.
 	blocks := func(fromStart bool) int {
 		at, seq := s.DueFloor("r", fromStart)
+		if ordering == storage.OrderingPartition {
+			return planNodeBlocks(t, s, "CTE unkeyed_due", s.Query("claim_ordered_skip"),
+				"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), s.ClaimFloor("r", p.Limit), at, seq)
+		}
 		return planNodeBlocks(t, s, "CTE again", s.Query("claim"), "r", p.Limit, int64(0), s.ClaimFloor("r", p.Limit), int64(math.MaxInt64), at, seq)
 	}
 	if from, all := blocks(false), blocks(true); from*3 > all {
 		t.Errorf("the claim's due read took %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
 	}
-	query := s.Query("admin_backlog")
-	if from, all := planBlocks(t, s, query, s.BacklogArgs(false)...), planBlocks(t, s, query, s.BacklogArgs(true)...); from*3 > all {
-		t.Errorf("the backlog read %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
+	if ordering == storage.OrderingNone {
+		// An ordered relay's positions say nothing of its keyed events:
+		// the backlog counts from the start beside it.
+		query := s.Query("admin_backlog")
+		if from, all := planBlocks(t, s, query, s.BacklogArgs(false)...), planBlocks(t, s, query, s.BacklogArgs(true)...); from*3 > all {
+			t.Errorf("the backlog read %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
+		}
 	}
 	if n := claimAndDeliver(t, s, p); n != 10 {
 		t.Errorf("the next claim took %d events, want the 10 waiting", n)
+	}
+}
+
+// An ordered relay's positions are those of its events without a key: a
+// keyed event waits behind its key wherever it lies, so the backlog of its
+// process counts from the start.
+func TestTheBacklogCountsKeyedEventsBehindAnOrderedRelaysPosition(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	tb.Insert(t, pgtest.Event{Type: "keyed", PartitionKey: "k"}, pgtest.Event{Type: "keyed", PartitionKey: "k"})
+	tb.InsertN(t, 5, "unkeyed")
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, RunLimit: 1, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
+	b, err := s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 6 {
+		t.Fatalf("Claim = %d events, %v; want the key's first and the 5 without a key", len(b.Events), err)
+	}
+	// The key's first event stays at the broker; the others are delivered,
+	// and the relay's position passes the key's second.
+	var unkeyed []uuid.UUID
+	var highest int64
+	for _, e := range b.Events {
+		if e.PartitionKey == "" {
+			unkeyed = append(unkeyed, e.ID)
+		}
+	}
+	if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: unkeyed}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, "SELECT max(seq) FROM "+tb.Name).Scan(&highest); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, func() bool { claimAndDeliver(t, s, p); return s.ClaimFloor("r", p.Limit) >= highest },
+		func() string {
+			return fmt.Sprintf("the claim position is %d, want %d", s.ClaimFloor("r", p.Limit), highest)
+		})
+
+	backlog, err := s.Backlog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if backlog.PendingNew != 1 {
+		t.Errorf("Backlog = %+v, want the key's second event, behind the position", backlog)
 	}
 }

@@ -72,6 +72,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			pos = s.positions.of(p.RelayID)
 			pos.mu.Lock()
 			defer pos.mu.Unlock()
+			pos.ordered = true
 			pl = pos.next(p.Limit, p.SweepInterval, time.Now())
 			unkeyedFloor = pl.floor
 		}
@@ -81,7 +82,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		if p.OnDead == storage.DeadBlock {
 			claim = s.queries["claim_ordered_block"]
 		}
-		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor)
+		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq)
 	} else if p.FreshTo != 0 {
 		// The log delivers fresh rows: a backfill's walk is bounded and
 		// done once, and a claim of rows due again alone reads the due
@@ -182,11 +183,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if pos != nil {
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
-		var due dueKey // ordered claims read the due rows from the start
-		if !ordered {
-			due = read.dueReached(lease.LockedAt, p.Limit)
-		}
-		pos.done(pl, xmin, xmax, read.lowest, read.highest, due, now)
+		pos.done(pl, xmin, xmax, read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
 		if issued.Valid && len(events) < p.Limit && !ordered {
 			// Nothing more is due after the position: whatever seq was
 			// handed out is claimed by others or not yet committed. (A

@@ -27,7 +27,9 @@
 -- relay's position for events without a key (position.go): fresh ones are
 -- read after it, so that the dead entries every delivered one leaves in
 -- unkeyed_seq_idx, which vacuum cannot remove while an older snapshot
--- lives, are not stepped over again; those due again wherever they lie.
+-- lives, are not stepped over again. $8 and $9 the relay's due position
+-- for them ('-infinity' and 0: the beginning), where the ones due again
+-- are read from.
 WITH RECURSIVE after_cursor AS (
     (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
      FROM {{table}}
@@ -80,7 +82,7 @@ WITH RECURSIVE after_cursor AS (
     -- other keys for the next claim while this batch is at the broker, and
     -- many keys when each has few events. The walk stops as soon as the
     -- batch is full. pos is an event's place in its key's run.
-    SELECT event_id, k, pos, row_number() OVER () AS rank
+    SELECT event_id, k, pos, row_number() OVER () AS rank, NULL::timestamptz AS due_at
     FROM (
         SELECT r.event_id, h.k, r.pos
         FROM due_heads h
@@ -104,49 +106,56 @@ WITH RECURSIVE after_cursor AS (
         ) r
         LIMIT $2
     ) walked
+), unkeyed_due AS (
+    -- Events without a key that are due again, from due_at_idx, in its
+    -- order from the relay's due position ($8, $9). The key's test is
+    -- spelled so that it does not match unkeyed_seq_idx's predicate: read
+    -- through that index, as the planner would, it steps over every dead
+    -- entry.
+    SELECT event_id, seq, available_at
+    FROM {{table}}
+    WHERE status = 'PENDING' AND coalesce(partition_key, '') = ''
+      AND available_at > created_at AND available_at <= now()
+      AND (available_at, seq) >= ($8::timestamptz, $9::bigint)
+    ORDER BY available_at, seq
+    LIMIT $2
 ), unkeyed AS (
-    -- In seq order, so that what a batch takes is a prefix of it: every
-    -- fresh row up to the highest it took is taken, or was not visible.
+    -- Those due again first, in the due index's order, then the fresh ones
+    -- in seq order, so that what a batch takes is a prefix of each: every
+    -- fresh row up to the highest it took is taken, or was not visible, and
+    -- every due row up to the last it took. due_at is set for the former.
     SELECT event_id, NULL::text AS k, 0::bigint AS pos,
-           row_number() OVER (ORDER BY seq) AS rank
+           row_number() OVER (ORDER BY due_at IS NULL, due_at, seq) AS rank, due_at
     FROM (
-        SELECT event_id, seq
+        SELECT event_id, seq, due_at
         FROM (
-            (SELECT event_id, seq
+            SELECT event_id, seq, available_at AS due_at FROM unkeyed_due
+            UNION ALL
+            (SELECT event_id, seq, NULL::timestamptz
              FROM {{table}}
              WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')
                AND seq > $7::bigint AND seq <= $6::bigint
                AND available_at <= now() AND available_at <= created_at
              ORDER BY seq
              LIMIT $2)
-            UNION ALL
-            -- From due_at_idx. The key's test is spelled so that it does not
-            -- match unkeyed_seq_idx's predicate: read through that index,
-            -- as the planner would, it steps over every dead entry.
-            (SELECT event_id, seq
-             FROM {{table}}
-             WHERE status = 'PENDING' AND coalesce(partition_key, '') = ''
-               AND available_at > created_at AND available_at <= now()
-             ORDER BY available_at
-             LIMIT $2)
         ) both_sets
-        ORDER BY seq
+        ORDER BY due_at IS NULL, due_at, seq
         LIMIT $2
     ) u
 ), picked AS (
     -- Keyed and unkeyed events alternate, so neither crowds out the other.
-    SELECT event_id, k, pos, row_number() OVER (ORDER BY rank) AS n
+    SELECT event_id, k, pos, due_at, row_number() OVER (ORDER BY rank) AS n
     FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed ORDER BY rank LIMIT $2) c
 ), checked AS (
     -- The rule once more, in terms SQL guarantees whatever plan produced
     -- the picks: a key's picked events must be the first places of its run,
     -- 1, 2, … with no gap. A later place without the ones before it is not
     -- claimed.
-    SELECT event_id, n
-    FROM (SELECT event_id, k, pos, n, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
+    SELECT event_id, n, due_at
+    FROM (SELECT event_id, k, pos, n, due_at, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
     WHERE k IS NULL OR pos = nth
 ), sized AS (
-    SELECT c.event_id,
+    SELECT c.event_id, c.due_at,
            sum(octet_length(t.payload) + pg_column_size(t.headers)) OVER (ORDER BY c.n ROWS UNBOUNDED PRECEDING) AS running,
            row_number() OVER (ORDER BY c.n) AS m
     FROM checked c JOIN {{table}} t ON t.event_id = c.event_id
@@ -156,15 +165,14 @@ WITH RECURSIVE after_cursor AS (
     FROM sized
     WHERE t.event_id = sized.event_id AND t.status = 'PENDING'
       AND ($4::bigint <= 0 OR sized.running <= $4::bigint OR sized.m = 1)
-    RETURNING t.*
+    RETURNING t.*, sized.due_at
 )
 -- In write order, as the unordered claim returns them.
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
--- row must not fail the claim of the whole batch after it committed. Its
--- due rows are read from the start, not from a due position: the last two
--- columns say that none was read from one.
+-- row must not fail the claim of the whole batch after it committed. The
+-- last two columns, as in claim.sql, are for the relay's due position.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
        CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
-       NULL::timestamptz, 0::bigint
+       due_at, (SELECT count(*) FROM unkeyed_due)
 FROM claimed
 ORDER BY seq, event_id
