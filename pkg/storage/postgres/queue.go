@@ -77,6 +77,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			unkeyedFloor = pl.floor
 		}
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
+		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"], []int64(nil))
 		claim = s.queries["claim_ordered_skip"]
 		if p.OnDead == storage.DeadBlock {
@@ -133,7 +134,8 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			s.recycle(err)
 			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: lock: %w", err)
 		}
-	} else if _, err := results.Exec(); err != nil {
+	}
+	if _, err := results.Exec(); err != nil {
 		s.recycle(err)
 		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: plan: %w", err)
 	}

@@ -124,6 +124,9 @@ WITH RECURSIVE after_cursor AS (
     -- in seq order, so that what a batch takes is a prefix of each: every
     -- fresh row up to the highest it took is taken, or was not visible, and
     -- every due row up to the last it took. due_at is set for the former.
+    -- Fresh rows only fill what the due ones left: when producers set
+    -- created_at themselves every row is due, and a walk for fresh ones
+    -- would step over all of them to find none.
     SELECT event_id, NULL::text AS k, 0::bigint AS pos,
            row_number() OVER (ORDER BY due_at IS NULL, due_at, seq) AS rank, due_at
     FROM (
@@ -137,7 +140,7 @@ WITH RECURSIVE after_cursor AS (
                AND seq > $7::bigint AND seq <= $6::bigint
                AND available_at <= now() AND available_at <= created_at
              ORDER BY seq
-             LIMIT $2)
+             LIMIT greatest($2 - (SELECT count(*) FROM unkeyed_due), 0))
         ) both_sets
         ORDER BY due_at IS NULL, due_at, seq
         LIMIT $2
