@@ -60,6 +60,11 @@ type decoder struct {
 	// vals is reused from insert to insert; strs interns types and keys.
 	vals []value
 	strs map[string]string
+	// claimedNotStreamed counts the events that were due when their
+	// transaction committed but that the log leaves to the claims, since
+	// their available_at lies after their created_at: their producer set
+	// created_at itself, before its transaction's now() (claimedWarning).
+	claimedNotStreamed int64
 }
 
 // decode processes one pgoutput message; it returns a transaction when the
@@ -83,7 +88,7 @@ func (d *decoder) decode(data []byte, a *acks) (*txn, error) {
 		}
 		d.relations[m.RelationID] = rel
 	case *pglogrepl.BeginMessage:
-		d.txn = &txn{xid: m.Xid}
+		d.txn = &txn{xid: m.Xid, committed: m.CommitTime}
 		d.skip = false
 		a.begin()
 	case *pglogrepl.LogicalDecodingMessage:
@@ -121,13 +126,15 @@ func (d *decoder) insert(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("decode an outbox insert: %w", err)
 	}
-	ev, seq, fresh, err := rel.event(vals, d.intern)
+	ev, seq, available, fresh, err := rel.event(vals, d.intern)
 	if err != nil {
 		return fmt.Errorf("decode an outbox insert: %w", err)
 	}
 	if fresh {
 		d.txn.events = append(d.txn.events, ev)
 		d.txn.seqs = append(d.txn.seqs, seq)
+	} else if !available.IsZero() && !available.After(d.txn.committed) {
+		d.claimedNotStreamed++
 	}
 	return nil
 }
@@ -260,8 +267,9 @@ func (rel *relation) check() error {
 
 // event reads an inserted row. fresh is false for a row the log does not
 // deliver: one not PENDING, or one due again or scheduled (available_at
-// after created_at), which the claims take.
-func (rel *relation) event(vals []value, intern func([]byte) string) (ev outbox.Event, seq int64, fresh bool, err error) {
+// after created_at), which the claims take; available is a PENDING row's
+// available_at.
+func (rel *relation) event(vals []value, intern func([]byte) string) (ev outbox.Event, seq int64, available time.Time, fresh bool, err error) {
 	col := func(c int) []byte {
 		i := rel.at[c]
 		if i < 0 || i >= len(vals) || vals[i].kind != 'b' {
@@ -270,22 +278,22 @@ func (rel *relation) event(vals []value, intern func([]byte) string) (ev outbox.
 		return vals[i].data
 	}
 	if string(col(colStatus)) != "PENDING" {
-		return ev, 0, false, nil
+		return ev, 0, time.Time{}, false, nil
 	}
-	available, err := timeOf(col(colAvailable), rel.oid[colAvailable])
+	available, err = timeOf(col(colAvailable), rel.oid[colAvailable])
 	if err != nil {
-		return ev, 0, false, fmt.Errorf("available_at: %w", err)
+		return ev, 0, time.Time{}, false, fmt.Errorf("available_at: %w", err)
 	}
 	created, err := timeOf(col(colCreated), rel.oid[colCreated])
 	if err != nil {
-		return ev, 0, false, fmt.Errorf("created_at: %w", err)
+		return ev, 0, time.Time{}, false, fmt.Errorf("created_at: %w", err)
 	}
 	if available.After(created) {
-		return ev, 0, false, nil
+		return ev, 0, available, false, nil
 	}
 	id := col(colID)
 	if rel.oid[colID] != oidUUID || len(id) != 16 {
-		return ev, 0, false, fmt.Errorf("event_id is not a uuid")
+		return ev, 0, time.Time{}, false, fmt.Errorf("event_id is not a uuid")
 	}
 	copy(ev.ID[:], id)
 	ev.Type = intern(col(colType))
@@ -301,19 +309,19 @@ func (rel *relation) event(vals []value, intern func([]byte) string) (ev outbox.
 	if v := col(colAttempts); v != nil {
 		n, err := intOf(v)
 		if err != nil {
-			return ev, 0, false, fmt.Errorf("attempts: %w", err)
+			return ev, 0, time.Time{}, false, fmt.Errorf("attempts: %w", err)
 		}
 		ev.Attempts = int(n)
 	}
 	if v := col(colSeq); v != nil {
 		if seq, err = intOf(v); err != nil {
-			return ev, 0, false, fmt.Errorf("seq: %w", err)
+			return ev, 0, time.Time{}, false, fmt.Errorf("seq: %w", err)
 		}
 	}
 	if isFinite(created) {
 		ev.CreatedAt = created
 	}
-	return ev, seq, true, nil
+	return ev, seq, available, true, nil
 }
 
 // pgEpochMicros is where PostgreSQL's binary timestamps count from

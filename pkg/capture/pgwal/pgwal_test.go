@@ -1,9 +1,12 @@
 package pgwal_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +72,61 @@ func TestReaderSkipsPartitionMoves(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no transaction arrived")
 	}
+}
+
+// An event whose producer set created_at before its transaction's now()
+// has an available_at after its created_at, which is how the claims know a
+// row due again or scheduled: the log leaves it to them, and the reader
+// says so, naming the fix, rather than let the mode lose its point
+// silently.
+func TestReaderSaysWhenEventsAreLeftToTheClaims(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	tb := pgtest.NewAt(t, c.URL(db))
+	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	r, err := pgwal.Open(context.Background(), pgwal.Config{ConnString: tb.Store.ConnString(), Schema: tb.Store.TableName().Schema,
+		Table: tb.Store.TableName().Name, Slot: "left", Publication: "outbox_relay_events", Heartbeat: -1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	c.Exec(t, db, "INSERT INTO "+tb.Name+" (event_type, payload, created_at) VALUES ('app', '', now() - interval '1 second')")
+	want := tb.Insert(t, pgtest.Event{})
+	select {
+	case txn := <-r.Txns():
+		if len(txn.Events) != 1 || txn.Events[0].ID != want[0] {
+			t.Fatalf("got %d events, want only the one with the default created_at", len(txn.Events))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no transaction arrived")
+	}
+	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "events=1") || !strings.Contains(got, "leave created_at to its default") {
+		t.Errorf("the reader logged %q, want a warning that one event was left to the claims, with the fix", got)
+	}
+}
+
+// lockedBuffer is a log destination the reader's goroutine writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // A publication that does not publish this table — another table's of the

@@ -150,9 +150,11 @@ type slotInfo struct {
 
 // txn is a transaction being received or waiting to be acknowledged.
 type txn struct {
-	xid    uint32
-	events []outbox.Event
-	seqs   []int64
+	xid uint32
+	// committed is when the transaction committed, as the server says.
+	committed time.Time
+	events    []outbox.Event
+	seqs      []int64
 	// end is the end of the transaction in the WAL: once it is settled,
 	// the server may forget everything up to it.
 	end     pglogrepl.LSN
@@ -171,6 +173,8 @@ type Reader struct {
 	stop context.CancelFunc
 	done chan struct{}
 	err  error // why the stream ended; read after done closes
+	// warnedAt is when warnClaimedNotStreamed last spoke.
+	warnedAt time.Time
 }
 
 // Open connects, checks that the database can do what the reader needs,
@@ -579,6 +583,7 @@ func (r *Reader) stream(ctx context.Context) {
 				d.replyNow = false
 				nextStatus = time.Now()
 			}
+			r.warnClaimedNotStreamed(&d)
 		case *pgproto3.ErrorResponse:
 			r.fail(ctx, r.setupError(pgconn.ErrorResponseToPgError(msg), "stream"))
 			return
@@ -586,6 +591,27 @@ func (r *Reader) stream(ctx context.Context) {
 			// NoticeResponse and the like carry nothing for the reader.
 		}
 	}
+}
+
+// claimedWarningEvery is how often the reader says, at most, that
+// events it saw were left to the claims (warnClaimedNotStreamed).
+const claimedWarningEvery = time.Minute
+
+// warnClaimedNotStreamed says, at most every claimedWarningEvery, how many
+// events were due when their transaction committed but were left to the
+// claims: their available_at lies after their created_at, which is how the
+// claims know a row due again or scheduled, and which a producer that sets
+// created_at itself (from its own clock, or before its transaction's now())
+// makes true of every event. Those are delivered as under CAPTURE=poll.
+func (r *Reader) warnClaimedNotStreamed(d *decoder) {
+	if d.claimedNotStreamed == 0 || time.Since(r.warnedAt) < claimedWarningEvery {
+		return
+	}
+	r.log.Warn("events whose available_at is after their created_at are claimed from the table, not delivered from the log; "+
+		"leave created_at to its default, or set available_at to the same value",
+		"events", d.claimedNotStreamed)
+	d.claimedNotStreamed = 0
+	r.warnedAt = time.Now()
 }
 
 // handle processes one CopyData message of the stream.
