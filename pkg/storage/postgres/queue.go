@@ -361,12 +361,12 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 		createdAt                  pgtype.Timestamptz
 		seq                        pgtype.Int8
 		again                      pgtype.Bool
-		dueAt                      pgtype.Timestamptz
+		dueFrom                    pgtype.Timestamptz // available_at of a row read from the due index
 		addr                       pgtype.TID
 		arena                      byteArena
 		strs                       = map[string]string{}
 	)
-	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueAt, &read.dueLocked}
+	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueFrom, &read.dueLocked}
 	if held {
 		// A held claim's rows come with their addresses (claim_held.sql).
 		dest = append(dest, &addr)
@@ -387,9 +387,9 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 			}
 			read.highest = max(read.highest, seq.Int64)
 		}
-		if dueAt.Valid {
+		if dueFrom.Valid {
 			read.dueTaken++
-			read.dueLast = laterDue(read.dueLast, dueKey{at: dueAt.Time, seq: seq.Int64})
+			read.dueLast = laterDue(read.dueLast, dueKey{at: dueFrom.Time, seq: seq.Int64})
 		}
 		e := outbox.Event{
 			ID:           id,

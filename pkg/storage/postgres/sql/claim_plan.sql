@@ -1,5 +1,5 @@
--- Sent before the unordered claim in the same pipeline (one implicit
--- transaction, which the settings end with). Statistics that lag a burst of
+-- Sent before every claim in the same pipeline (one implicit transaction,
+-- which the settings end with). Statistics that lag a burst of
 -- inserts (a table never analysed, or analysed while empty) make the
 -- planner believe few rows are pending, and it then reads every pending
 -- row after the claim position (a sequential or bitmap scan) and sorts
