@@ -136,8 +136,8 @@ BEGIN
     -- anyway, delivered_idx, which late_idx and created_idx replace,
     -- key_idx, which listed a key's events by created_at, and due_idx,
     -- which due_at_idx replaces (it ordered rows of one available_at by
-    -- their place in the table). The first four cost an entry per inserted
-    -- or delivered row.
+    -- their place in the table). All but due_idx cost an entry per
+    -- inserted or delivered row.
     FOREACH old IN ARRAY ARRAY['{{name}}_pending_idx', '{{name}}_key_order_idx',
                                '{{name}}_key_dead_idx', '{{name}}_unkeyed_idx',
                                '{{name}}_pending_age_idx', '{{name}}_delivered_idx',
