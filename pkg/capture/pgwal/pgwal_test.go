@@ -49,29 +49,8 @@ func TestConformance(t *testing.T) {
 // rows out of the default partition) carries no new events.
 func TestReaderSkipsPartitionMoves(t *testing.T) {
 	t.Parallel()
-	c := pgcluster.Start(t, pgcluster.Options{})
-	db := c.CreateDatabase(t)
-	tb := pgtest.NewAt(t, c.URL(db))
-	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
-		t.Fatal(err)
-	}
-	r, err := pgwal.Open(context.Background(), pgwal.Config{ConnString: tb.Store.ConnString(), Schema: tb.Store.TableName().Schema,
-		Table: tb.Store.TableName().Name, Slot: "moves", Publication: "outbox_relay_events", Heartbeat: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(context.Background())
-	c.Exec(t, db, "SELECT pg_logical_emit_message(true, '"+pgwal.MovePrefix+"', ''); "+
-		"INSERT INTO "+tb.Name+" (event_id, event_type, payload) VALUES (gen_random_uuid(), 'moved', '')")
-	want := tb.Insert(t, pgtest.Event{})
-	select {
-	case txn := <-r.Txns():
-		if len(txn.Events) != 1 || txn.Events[0].ID != want[0] {
-			t.Fatalf("got %d events (first %v), want only the new event", len(txn.Events), txn.Events[0].Type)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no transaction arrived")
-	}
+	onlyTheNextEventArrives(t, "moves", "SELECT pg_logical_emit_message(true, '"+pgwal.MovePrefix+"', ''); "+
+		"INSERT INTO {{table}} (event_id, event_type, payload) VALUES (gen_random_uuid(), 'moved', '')")
 }
 
 // An event whose producer set created_at before its transaction's now()
@@ -81,6 +60,20 @@ func TestReaderSkipsPartitionMoves(t *testing.T) {
 // silently.
 func TestReaderSaysWhenEventsAreLeftToTheClaims(t *testing.T) {
 	t.Parallel()
+	logs := onlyTheNextEventArrives(t, "left",
+		"INSERT INTO {{table}} (event_type, payload, created_at) VALUES ('app', '', now() - interval '1 second')")
+	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "events=1") || !strings.Contains(logs, "leave created_at to its default") {
+		t.Errorf("the reader logged %q, want a warning that one event was left to the claims, with the fix", logs)
+	}
+}
+
+// onlyTheNextEventArrives opens a reader on slot, for a table of its own on
+// a private cluster, runs sql there ({{table}} for the table's name), then
+// inserts an event as producers do, and checks that the first transaction
+// the reader hands out holds that event alone. It returns what the reader
+// logged.
+func onlyTheNextEventArrives(t *testing.T, slot, sql string) string {
+	t.Helper()
 	c := pgcluster.Start(t, pgcluster.Options{})
 	db := c.CreateDatabase(t)
 	tb := pgtest.NewAt(t, c.URL(db))
@@ -89,25 +82,23 @@ func TestReaderSaysWhenEventsAreLeftToTheClaims(t *testing.T) {
 	}
 	var logs lockedBuffer
 	r, err := pgwal.Open(context.Background(), pgwal.Config{ConnString: tb.Store.ConnString(), Schema: tb.Store.TableName().Schema,
-		Table: tb.Store.TableName().Name, Slot: "left", Publication: "outbox_relay_events", Heartbeat: -1,
+		Table: tb.Store.TableName().Name, Slot: slot, Publication: "outbox_relay_events", Heartbeat: -1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close(context.Background())
-	c.Exec(t, db, "INSERT INTO "+tb.Name+" (event_type, payload, created_at) VALUES ('app', '', now() - interval '1 second')")
+	c.Exec(t, db, strings.ReplaceAll(sql, "{{table}}", tb.Name))
 	want := tb.Insert(t, pgtest.Event{})
 	select {
 	case txn := <-r.Txns():
 		if len(txn.Events) != 1 || txn.Events[0].ID != want[0] {
-			t.Fatalf("got %d events, want only the one with the default created_at", len(txn.Events))
+			t.Fatalf("got %d events (first %v), want only the new event", len(txn.Events), txn.Events[0].Type)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no transaction arrived")
 	}
-	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "events=1") || !strings.Contains(got, "leave created_at to its default") {
-		t.Errorf("the reader logged %q, want a warning that one event was left to the claims, with the fix", got)
-	}
+	return logs.String()
 }
 
 // lockedBuffer is a log destination the reader's goroutine writes while the
