@@ -37,16 +37,7 @@ func TestAnIdleRelaysPositionFollowsTheOthers(t *testing.T) {
 
 	const limit = 10
 	claim := func(s *postgres.Store, relay string) int {
-		b, err := s.Claim(ctx, storage.ClaimParams{RelayID: relay, Limit: limit})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Events) > 0 {
-			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return len(b.Events)
+		return claimAndDeliver(t, s, storage.ClaimParams{RelayID: relay, Limit: limit})
 	}
 	claim(idle, "idle") // the idle relay starts where the table starts
 	tb.InsertN(t, 1000, "busy")
