@@ -56,7 +56,7 @@ func migrateInbox(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return printMigrated(c, "inbox table", box.Table(), res.Created, res.Existed)
+	return printMigrated(c, "inbox table", box.Table(), storage.MigrateResult{Created: res.Created, Existed: res.Existed})
 }
 
 func inboxCommand() *cli.Command {

@@ -17,8 +17,9 @@ func migrateCommand() *cli.Command {
 		Usage: "create the outbox table and what the relay adds to it (idempotent)",
 		Description: "Applies the embedded schema for the database STORAGE_URL names (PostgreSQL: the\n" +
 			"table, its sequence, indexes and notify trigger, in one transaction; MySQL: the table\n" +
-			"and its indexes) and says what it created and what already existed. Running it again\n" +
-			"is safe: nothing is ever dropped.\n\n" +
+			"and its indexes) and says what it created, what already existed and what it dropped.\n" +
+			"Running it again is safe: it drops only indexes of earlier versions that others now\n" +
+			"replace (PostgreSQL), never a table, a column or a row.\n\n" +
 			"--partition-by day|hour (PostgreSQL) creates the table partitioned by created_at, with a\n" +
 			"default partition and the partitions of the next few days or hours; the relay's retention\n" +
 			"then creates partitions ahead and drops finished ones instead of deleting rows. The primary\n" +
@@ -86,7 +87,7 @@ func migrateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := printMigrated(c, "table", store.Table(), res.Created, res.Existed); err != nil {
+			if err := printMigrated(c, "table", store.Table(), res); err != nil {
 				return err
 			}
 			return migrateCapture(c, store, capture)
@@ -108,31 +109,39 @@ func migratePartitioned(c *cli.Context, store storage.Storage, by string) error 
 	if err != nil {
 		return err
 	}
-	if err := printMigrated(c, "table", store.Table(), res.Created, res.Existed); err != nil || c.Bool("json") {
+	if err := printMigrated(c, "table", store.Table(), res); err != nil || c.Bool("json") {
 		return err
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "partitioned by %s; `relay-cli partitions` lists the partitions\n", by)
 	return err
 }
 
-// printMigrated reports what a migration created and found, as text or
-// --json.
-func printMigrated(c *cli.Context, what, table string, created, existed []string) error {
+// printMigrated reports what a migration created, found and dropped, as
+// text or --json.
+func printMigrated(c *cli.Context, what, table string, res storage.MigrateResult) error {
 	out := c.App.Writer
 	if c.Bool("json") {
 		return writeJSON(out, struct {
 			Table   string   `json:"table"`
 			Created []string `json:"created"`
 			Existed []string `json:"existed"`
-		}{table, nonNil(created), nonNil(existed)})
+			Dropped []string `json:"dropped"`
+		}{table, nonNil(res.Created), nonNil(res.Existed), nonNil(res.Dropped)})
 	}
-	for _, obj := range created {
+	for _, obj := range res.Created {
 		fmt.Fprintf(out, "created  %s\n", obj)
 	}
-	for _, obj := range existed {
+	for _, obj := range res.Existed {
 		fmt.Fprintf(out, "exists   %s\n", obj)
 	}
-	fmt.Fprintf(out, "%s %s is ready (%d created, %d already existed)\n", what, table, len(created), len(existed))
+	for _, obj := range res.Dropped {
+		fmt.Fprintf(out, "dropped  %s\n", obj)
+	}
+	dropped := ""
+	if len(res.Dropped) > 0 {
+		dropped = fmt.Sprintf(", %d dropped", len(res.Dropped))
+	}
+	fmt.Fprintf(out, "%s %s is ready (%d created, %d already existed%s)\n", what, table, len(res.Created), len(res.Existed), dropped)
 	return nil
 }
 

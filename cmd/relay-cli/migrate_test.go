@@ -65,6 +65,32 @@ func TestMigrateCreatesThenFindsEverything(t *testing.T) {
 	}
 }
 
+// Upgrading a table made by an earlier version: migrate drops the index
+// another now replaces, and says so.
+func TestMigrateSaysWhatItDropped(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	name := newTableName(tb)
+	args := []string{"migrate", "--storage-url", pgtest.URL(), "--table", name}
+	ok(t, cmd{args: args}.run(t))
+	// due_idx, as the releases before due_at_idx made it.
+	tb.Exec(t, "CREATE INDEX fresh_outbox_due_idx ON "+name+" (available_at) WHERE status = 'PENDING' AND available_at > created_at")
+
+	upgrade := ok(t, cmd{args: append(args, "--json")}.run(t))
+	js := decode[struct {
+		Created []string `json:"created"`
+		Dropped []string `json:"dropped"`
+	}](t, upgrade)
+	if len(js.Created) != 0 || len(js.Dropped) != 1 || js.Dropped[0] != "index fresh_outbox_due_idx" {
+		t.Errorf("migrate --json after an earlier version's index = %+v, want due_idx dropped and nothing created", js)
+	}
+	tb.Exec(t, "CREATE INDEX fresh_outbox_due_idx ON "+name+" (available_at) WHERE status = 'PENDING' AND available_at > created_at")
+	text := ok(t, cmd{args: args}.run(t))
+	if !strings.Contains(text.stdout, "dropped  index fresh_outbox_due_idx") || !strings.Contains(text.stdout, ", 1 dropped)") {
+		t.Errorf("migrate does not say what it dropped:\n%s", text)
+	}
+}
+
 // The printed schema opens with a header that names the table as the
 // statements below spell it.
 func TestMigratePrintHeaderNamesTheTable(t *testing.T) {

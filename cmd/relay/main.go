@@ -192,7 +192,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 		if err != nil {
 			return sd.startError(ctx, err)
 		}
-		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed))
+		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed), "dropped", res.Dropped)
 	}
 	if err := store.Check(ctx); err != nil {
 		return sd.startError(ctx, err)

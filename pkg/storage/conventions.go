@@ -206,6 +206,11 @@ func RunMigrate[C any](withLock func(fn func(C) error) error, objects func(C) ([
 				res.Created = append(res.Created, obj)
 			}
 		}
+		for _, obj := range before {
+			if !slices.Contains(after, obj) {
+				res.Dropped = append(res.Dropped, obj)
+			}
+		}
 		return nil
 	})
 	return res, err

@@ -284,9 +284,11 @@ type ReapResult struct {
 	Dead     int
 }
 
-// MigrateResult lists the schema objects a migration created and the ones
-// that were already there.
+// MigrateResult lists the schema objects a migration created, the ones
+// that were already there, and the ones it dropped (indexes of earlier
+// versions that others replace).
 type MigrateResult struct {
 	Created []string
 	Existed []string
+	Dropped []string
 }

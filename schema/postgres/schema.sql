@@ -3,7 +3,8 @@
 --
 -- The table follows the Open Outbox table contract column for column, so the
 -- relay can take over an existing Open Outbox table. Every statement is
--- idempotent and nothing is ever dropped: running this file again is safe.
+-- idempotent, and nothing is dropped but indexes of earlier versions that
+-- others replace: running this file again is safe.
 
 CREATE TABLE IF NOT EXISTS {{table}} (
     event_id      UUID PRIMARY KEY DEFAULT gen_random_uuid(),
