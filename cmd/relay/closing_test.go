@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/relay/internal/syncbuf"
 )
 
 // TestClosingEndsByTheDeadlineAndTheLastLineStaysLast: a step that ignores
@@ -15,7 +17,7 @@ import (
 // nothing the hung step says afterwards reaches the log.
 func TestClosingEndsByTheDeadlineAndTheLastLineStaysLast(t *testing.T) {
 	t.Parallel()
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(withLastLine(slog.NewTextHandler(&buf, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	// Long enough that the polite step's context ends (closeSlack) well before

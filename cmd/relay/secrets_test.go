@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -44,7 +45,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			addr := freeAddr(t)
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan int, 1)
 			go func() {

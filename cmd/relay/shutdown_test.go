@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/reaper"
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
@@ -47,7 +48,7 @@ const shutdownMargin = 1500 * time.Millisecond
 // relayProcess is the relay binary, running.
 type relayProcess struct {
 	cmd    *exec.Cmd
-	log    *lockedBuffer
+	log    *syncbuf.Buffer
 	exited chan error
 }
 
@@ -55,7 +56,7 @@ type relayProcess struct {
 // text.
 func startProcess(t *testing.T, bin string, env ...string) *relayProcess {
 	t.Helper()
-	p := &relayProcess{cmd: exec.Command(bin), log: &lockedBuffer{}, exited: make(chan error, 1)}
+	p := &relayProcess{cmd: exec.Command(bin), log: &syncbuf.Buffer{}, exited: make(chan error, 1)}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// A race-built binary sleeps a second before it exits unless told
 	// not to: time the relay, not the race detector.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
@@ -58,7 +59,7 @@ func hungDatabase(t *testing.T) (addr string, accepted *atomic.Int32) {
 func TestSIGTERMWhileWaitingForTheDatabaseExits0(t *testing.T) {
 	t.Parallel()
 	addr, accepted := hungDatabase(t)
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,35 +19,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
-// lockedBuffer collects the relay's log, which several goroutines write
-// while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // liveRelay is a relay running in this process until the test ends.
 type liveRelay struct {
 	addr   string
-	log    *lockedBuffer
+	log    *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan int
 }
@@ -69,7 +50,7 @@ func startRelay(t *testing.T, env map[string]string) *liveRelay {
 func launch(t *testing.T, addr string, start func(ctx context.Context, log io.Writer) int) *liveRelay {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &liveRelay{addr: addr, log: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	r := &liveRelay{addr: addr, log: &syncbuf.Buffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() { r.done <- start(ctx, r.log) }()
 	t.Cleanup(func() {
 		if code := r.stop(t); code != 0 {

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -12,13 +11,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/console"
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
@@ -61,29 +60,12 @@ type fixture struct {
 	tb     storagetest.Table
 	srv    *httptest.Server
 	client *http.Client
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *syncbuf.Buffer
 }
 
 func newFixture(t *testing.T, h storagetest.Harness, cfg console.Config) *fixture {
 	t.Helper()
-	f := &fixture{tb: h.New(t), logs: &syncBuffer{}}
+	f := &fixture{tb: h.New(t), logs: &syncbuf.Buffer{}}
 	cfg.Logger = slog.New(slog.NewJSONHandler(f.logs, nil))
 	c, err := console.New(f.tb.Storage(), cfg)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -572,7 +573,7 @@ func TestShippedRulesAndDashboardQueryRealNames(t *testing.T) {
 // are flushed to the writer on Shutdown.
 func TestConsoleExporterWritesSpans(t *testing.T) {
 	t.Parallel()
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	tel, err := telemetry.New(context.Background(), telemetry.Config{MetricsExporter: "none", TracesExporter: "console", Console: &out})
 	if err != nil {
 		t.Fatal(err)
@@ -592,23 +593,6 @@ func TestConsoleExporterWritesSpans(t *testing.T) {
 			t.Errorf("console output lacks %s:\n%s", want, s)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestOTLPUsesTheStandardVariables points OTEL_EXPORTER_OTLP_ENDPOINT at a

@@ -1,18 +1,17 @@
 package pgwal_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/capture/capturetest"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
@@ -80,7 +79,7 @@ func onlyTheNextEventArrives(t *testing.T, slot, sql string) string {
 	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	r, err := pgwal.Open(context.Background(), pgwal.Config{ConnString: tb.Store.ConnString(), Schema: tb.Store.TableName().Schema,
 		Table: tb.Store.TableName().Name, Slot: slot, Publication: "outbox_relay_events", Heartbeat: -1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -99,25 +98,6 @@ func onlyTheNextEventArrives(t *testing.T, slot, sql string) string {
 		t.Fatal("no transaction arrived")
 	}
 	return logs.String()
-}
-
-// lockedBuffer is a log destination the reader's goroutine writes while the
-// test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // A publication that does not publish this table — another table's of the
