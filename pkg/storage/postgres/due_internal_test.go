@@ -54,10 +54,14 @@ func TestTheDuePositionMovesWithTheMarks(t *testing.T) {
 	}
 
 	// Once it has ended, every mark below the oldest running transaction
-	// holds: a claim's own mark at the next claim's.
+	// holds, and what the claims skipped while it ran (its rows, behind
+	// where they read from) is swept at once.
 	pl := p.next(500, time.Hour, now)
 	p.done(pl, 200, 201, 0, 0, at(20), now)
 	pl = p.next(500, time.Hour, now)
+	if !pl.sweep || !pl.prompted || pl.dueFrom != (dueKey{}) {
+		t.Errorf("after the writer ended the claim is %+v, want a sweep from where the claims began skipping", pl)
+	}
 	p.done(pl, 250, 251, 0, 0, at(21), now)
 	if p.dueSafe != at(20) {
 		t.Errorf("the safe due position is %v after the writer ended, want %v", p.dueSafe, at(20))
@@ -66,14 +70,13 @@ func TestTheDuePositionMovesWithTheMarks(t *testing.T) {
 		t.Errorf("claims read from %v, want the safe position %v", got, at(20))
 	}
 
-	// A sweep reads from where the last complete sweep left off (the
-	// beginning here), and is complete only once its due read reached
-	// where claims read from; the next sweep then starts at the safe
-	// position.
+	// A sweep reads from where the last complete one left off, the safe
+	// position then, and is complete only once its due read reached where
+	// claims read from.
 	later := now.Add(2 * time.Hour)
 	sweep := p.next(500, time.Hour, later)
-	if !sweep.sweep || sweep.dueFrom != (dueKey{}) {
-		t.Fatalf("after the interval the claim is %+v, want a sweep from the beginning", sweep)
+	if !sweep.sweep || sweep.dueFrom != at(20) {
+		t.Fatalf("after the interval the claim is %+v, want a sweep from %v", sweep, at(20))
 	}
 	p.done(sweep, 300, 301, 0, 0, at(5), later)
 	if again := p.next(500, time.Hour, later); !again.sweep {

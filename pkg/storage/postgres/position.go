@@ -140,6 +140,10 @@ type position struct {
 	dueRecent    [lagLimit]dueKey
 	dueNext      int
 	dueSweepFrom dueKey
+	// dueSkippedFrom is set while claims read the due index from after
+	// dueSafe (dueSkipping): as skippedFrom for seq.
+	dueSkippedFrom dueKey
+	dueSkipping    bool
 	// ordered is set once the relay claims under ORDERING=partition: its
 	// positions are those of its events without a key, and say nothing of
 	// the keyed ones, which wait behind their keys wherever they lie.
@@ -294,7 +298,10 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, due d
 	if !pl.sweep && pl.floor > p.safe && !p.skipping {
 		p.skipping, p.skippedFrom = true, p.safe
 	}
-	safeBefore := p.safe
+	if !pl.sweep && p.dueSafe.before(pl.dueFrom) && !p.dueSkipping {
+		p.dueSkipping, p.dueSkippedFrom = true, p.dueSafe
+	}
+	safeBefore, dueSafeBefore := p.safe, p.dueSafe
 	drop := 0
 	for drop < len(p.marks) && p.marks[drop].xmax <= xmin {
 		p.safe = max(p.safe, p.marks[drop].claimed)
@@ -307,6 +314,13 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, due d
 		p.sweepNow = true
 		p.sweepFrom = min(p.sweepFrom, p.skippedFrom)
 		p.skipping = false
+	}
+	if p.dueSkipping && dueSafeBefore.before(p.dueSafe) {
+		p.sweepNow = true
+		if p.dueSkippedFrom.before(p.dueSweepFrom) {
+			p.dueSweepFrom = p.dueSkippedFrom
+		}
+		p.dueSkipping = false
 	}
 	p.marks = p.marks[drop:]
 	if len(p.marks) > maxMarks {
@@ -360,6 +374,7 @@ func (p *position) reset() {
 	p.claimed, p.frontier, p.safe, p.sweepFrom, p.marks, p.seen = 0, 0, 0, 0, nil, nil
 	p.skipping, p.sweepNow = false, false
 	p.dueSafe, p.dueRecent, p.dueNext, p.dueSweepFrom = dueKey{}, [lagLimit]dueKey{}, 0, dueKey{}
+	p.dueSkipping = false
 }
 
 // maxMarks bounds the marks kept while a transaction holds the position

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -496,5 +497,68 @@ func TestTheBacklogCountsKeyedEventsBehindAnOrderedRelaysPosition(t *testing.T) 
 	}
 	if backlog.PendingNew != 1 {
 		t.Errorf("Backlog = %+v, want the key's second event, behind the position", backlog)
+	}
+}
+
+// A held claim that locks rows past the byte limit makes them due again at
+// its own moment, in its transaction: they become visible, behind the
+// relay's due position, only when the batch is settled. Such a claim holds
+// the relay's positions back as any writer does, so the relay's claims
+// made meanwhile do not move past those rows for good: once it ends, the
+// next claims take them, with no periodic sweep.
+func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	big := func(n int) pgtest.Event { return pgtest.Event{Payload: []byte(strings.Repeat("p", n))} }
+	ids := tb.Insert(t, big(400_000), big(400_000), big(100_000), big(400_000), big(10))
+	p := storage.ClaimParams{RelayID: "r", Limit: 100, MaxBytes: 1_000_000, SweepInterval: time.Hour}
+	held, err := s.ClaimHeld(ctx, p, time.Minute)
+	if err != nil || len(held.Events) != 3 {
+		t.Fatalf("ClaimHeld = %d events, %v; want the first 3 (900 KB of 1 MB)", len(held.Events), err)
+	}
+	// The relay claims on while the batch is at the broker, held claims
+	// as its engine's, which read fresh rows from its seq position and the
+	// left-over ones only in the due index: more claims than its lag
+	// limit, for longer than the sequence readings take to settle, each
+	// finding the left-over rows locked.
+	claimHeld := func() []uuid.UUID {
+		b, err := s.ClaimHeld(ctx, p, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) == 0 {
+			return nil
+		}
+		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+			t.Fatal(err)
+		}
+		return eventIDs(b.Events)
+	}
+	claims, began := 0, time.Now()
+	eventually.True(t, 10*time.Second, func() bool {
+		if got := claimHeld(); len(got) > 0 {
+			t.Fatalf("a claim took %v while the held claim had them locked", got)
+		}
+		// Other sessions' transactions end meanwhile, as on any busy
+		// database: a snapshot lists a running transaction only once one
+		// that began after it has ended (position.go's marks rely on it).
+		tb.Exec(t, "SELECT pg_current_xact_id()")
+		claims++
+		return claims > 2*8 && time.Since(began) > 1500*time.Millisecond
+	}, func() string { return fmt.Sprintf("%d claims", claims) })
+	if err := held.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
+		t.Fatal(err)
+	}
+
+	p.MaxBytes = 0
+	var got []uuid.UUID
+	eventually.True(t, 5*time.Second, func() bool {
+		got = append(got, claimHeld()...)
+		return len(got) >= 2
+	}, func() string { return fmt.Sprintf("claimed %v of the left-over rows %v", got, ids[3:]) })
+	if !slices.Equal(got, ids[3:]) {
+		t.Errorf("claimed %v, want the left-over rows %v", got, ids[3:])
 	}
 }

@@ -206,7 +206,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
 	unhold = func() {}
-	if pos != nil && xid.Valid {
+	if pos != nil && xid.Valid && read.heldLocked <= int64(len(events)) {
+		// A held claim that made rows due again has written rows, behind
+		// the positions, that become visible when it ends: it holds the
+		// positions back as any writer does. One that did not is left out
+		// of the oldest running transaction.
 		unhold = pos.hold(xid.Int64)
 	}
 	return batch, rows, unhold, nil
@@ -314,6 +318,9 @@ type claimRead struct {
 	dueLast         dueKey
 	dueTaken        int64
 	dueLocked       int64
+	// heldLocked is how many rows a held claim locked: more than it took
+	// when it made the rest due again (claim_held.sql).
+	heldLocked int64
 }
 
 // dueReached is how far the claim's read of the due index got, for a
@@ -368,8 +375,9 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 	)
 	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueFrom, &read.dueLocked}
 	if held {
-		// A held claim's rows come with their addresses (claim_held.sql).
-		dest = append(dest, &addr)
+		// A held claim's rows come with how many it locked and their
+		// addresses (claim_held.sql).
+		dest = append(dest, &read.heldLocked, &addr)
 		addrs = make([]pgtype.TID, 0, limit)
 	}
 	for rows.Next() {

@@ -12,9 +12,8 @@
 -- created_at), so every row is read once, with all it carries, and nothing
 -- is read again by its key. Rows it locked but does not take (past the
 -- byte limit) are made due again, for the claims to find in the due index
--- once its transaction ends (or the next sweep, when the relay's due
--- position passed the claim's moment meanwhile: its own held claims do
--- not hold its positions back). Each row comes back with its physical
+-- once its transaction ends: this transaction then holds the relay's
+-- positions back as any writer's does (queue.go). Each row comes back with its physical
 -- address (ctid), where the settling statements find it: no other
 -- statement can move a row while this transaction holds it.
 WITH again AS (
@@ -46,12 +45,13 @@ WITH again AS (
     WHERE t.ctid = locked.row_id AND t.event_id = locked.event_id
       AND NOT ($3::bigint <= 0 OR locked.running <= $3::bigint OR locked.n = 1)
 )
--- As in claim.sql, with the row's address last. $1, the relay id, names
--- no lease here.
+-- As in claim.sql, then how many rows it locked (more than it returns when
+-- it left some due again), and the row's address last. $1, the relay id,
+-- names no lease here.
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
        CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
        CASE WHEN available_at > created_at THEN available_at END, (SELECT count(*) FROM again),
-       row_id
+       (SELECT count(*) FROM locked), row_id
 FROM locked
 WHERE ($3::bigint <= 0 OR running <= $3::bigint OR n = 1) AND $1::text IS NOT NULL
 ORDER BY seq, event_id
