@@ -1,15 +1,15 @@
 package chaos
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/relay/internal/syncbuf"
 )
 
 // relayBinary is built once for the whole package.
@@ -40,22 +40,13 @@ type relayProc struct {
 	// result.
 	exited chan struct{}
 	err    error
-	mu     sync.Mutex
-	log    bytes.Buffer
+	log    syncbuf.Buffer
 }
 
-func (p *relayProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.Write(b)
-}
+func (p *relayProc) Write(b []byte) (int, error) { return p.log.Write(b) }
 
 // Log returns what the relay logged so far.
-func (p *relayProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *relayProc) Log() string { return p.log.String() }
 
 // startRelay runs the relay with env added to the defaults below; it is
 // killed when the test ends if still running.
