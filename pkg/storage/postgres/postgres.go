@@ -162,7 +162,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 
 func loadQueries(table schema.Table) (map[string]string, error) {
 	queries, err := storage.LoadQueries(sqlFiles, "sql", func(q string) string {
-		return handBack.Replace(schema.Expand(q, table))
+		return dueAgainRules.Replace(schema.Expand(q, table))
 	})
 	if err != nil {
 		return nil, err
@@ -201,7 +201,7 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	return queries, nil
 }
 
-// handBack writes, once for every statement that hands rows back to the
+// dueAgainRules writes, once for every statement that hands rows back to the
 // claims, when they are due again and what a failed attempt changes.
 //
 // A row handed back (released, failed, reaped, retried from DEAD) lies
@@ -215,7 +215,7 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 // microseconds). The statements name their table t. statement_timestamp()
 // is the statement's moment also in a held claim's transaction, which
 // began before its batch was published.
-var handBack = strings.NewReplacer(
+var dueAgainRules = strings.NewReplacer(
 	"{{due_now}}", dueAfter("statement_timestamp()"),
 	"{{failed_attempt}}", `status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
     attempts = t.attempts + 1,

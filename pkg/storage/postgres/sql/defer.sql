@@ -1,8 +1,8 @@
 -- Hand events read from the write-ahead log to the claims, attempts
 -- unchanged: an earlier event holds their key, and the ordered claims
--- deliver a key's events in order. Due at once (handBack in postgres.go), in the due
--- index, where the claims look. Rows found and guarded as
--- in record_delivered.sql.
+-- deliver a key's events in order. Due at once (dueAgainRules in
+-- postgres.go), in the due index, where the claims look. Rows found and
+-- guarded as in record_delivered.sql.
 UPDATE {{table}} AS t
 SET available_at = {{due_now}}, updated_at = statement_timestamp()
 FROM unnest($1::uuid[], $2::timestamptz[]) AS f(event_id, created_at)

@@ -1,5 +1,5 @@
 -- Hand events of a held claim back untouched (the broker, not the event,
--- failed), due at once (see handBack in postgres.go). Rows found as in
+-- failed), due at once (see dueAgainRules in postgres.go). Rows found as in
 -- held_delivered.sql.
 UPDATE {{table}} AS t
 SET available_at = {{due_now}}, updated_at = statement_timestamp()

@@ -1,6 +1,6 @@
--- Settle failed events of one lease by the failure rule (handBack in
--- postgres.go): count the attempt, keep the error, and either
--- schedule the retry or bury the event.
+-- Settle failed events of one lease by the failure rule (dueAgainRules in
+-- postgres.go): count the attempt, keep the error, and either schedule the
+-- retry or bury the event.
 UPDATE {{table}} AS t
 SET {{failed_attempt}},
     locked_by = NULL, locked_at = NULL, updated_at = statement_timestamp()
