@@ -1,15 +1,14 @@
 package stdout_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
@@ -17,26 +16,15 @@ import (
 )
 
 // stdoutBroker is the publisher's output, parsed back.
-type stdoutBroker struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *stdoutBroker) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type stdoutBroker struct{ syncbuf.Buffer }
 
 func (b *stdoutBroker) Open(*testing.T) publisher.Publisher { return stdout.New(b) }
 
 func (b *stdoutBroker) Destination(*testing.T) string { return "stdout." + uuid.NewString() }
 
 func (b *stdoutBroker) Received(t *testing.T, eventType string, _ int) []publishertest.Message {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []publishertest.Message
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		var l struct {
 			EventID      string            `json:"event_id"`
 			EventType    string            `json:"event_type"`

@@ -141,14 +141,7 @@ func testList(t *testing.T, h Harness) {
 	tb.Set(t, Change{CreatedAt: Ago(time.Minute)}, first...)
 	tb.Set(t, Change{Status: outbox.StatusDead, LastError: Ptr("boom")}, first[0])
 
-	list := func(p storage.ListParams) []uuid.UUID {
-		t.Helper()
-		rows, err := s.List(ctx, p)
-		if err != nil {
-			t.Fatalf("List(%+v): %v", p, err)
-		}
-		return rowIDs(rows)
-	}
+	list := func(p storage.ListParams) []uuid.UUID { t.Helper(); return listIDs(t, s, p) }
 	// Newest first; within one statement, the later insert first.
 	if got, want := list(storage.ListParams{}), []uuid.UUID{second[1], second[0], first[1], first[0]}; !slices.Equal(got, want) {
 		t.Errorf("List = %v, want %v", got, want)
@@ -573,14 +566,7 @@ func testListsAKeyInWriteOrder(t *testing.T, h Harness) {
 	other := insert(t, tb, event{Type: "t", PartitionKey: "other"})[0]
 	tb.Set(t, Change{CreatedAt: Ago(time.Minute)}, b)
 
-	list := func(p storage.ListParams) []uuid.UUID {
-		t.Helper()
-		rows, err := s.List(ctx, p)
-		if err != nil {
-			t.Fatalf("List(%+v): %v", p, err)
-		}
-		return rowIDs(rows)
-	}
+	list := func(p storage.ListParams) []uuid.UUID { t.Helper(); return listIDs(t, s, p) }
 	pages := func(p storage.ListParams) []uuid.UUID {
 		t.Helper()
 		var got []uuid.UUID
@@ -632,14 +618,7 @@ func testListFiltersAndPages(t *testing.T, h Harness) {
 	slices.Reverse(newest[:len(recent)])
 	slices.Reverse(newest[len(recent):])
 
-	list := func(p storage.ListParams) []uuid.UUID {
-		t.Helper()
-		rows, err := s.List(ctx, p)
-		if err != nil {
-			t.Fatalf("List(%+v): %v", p, err)
-		}
-		return rowIDs(rows)
-	}
+	list := func(p storage.ListParams) []uuid.UUID { t.Helper(); return listIDs(t, s, p) }
 	if got := list(storage.ListParams{Limit: 100}); !slices.Equal(got, newest) {
 		t.Errorf("List = %v, want %v", got, newest)
 	}
@@ -775,4 +754,14 @@ func testStatsEstimatingDelivered(t *testing.T, h Harness) {
 	if est.Delivered < 0 || (!est.DeliveredEstimated && est.Delivered != 3) {
 		t.Errorf("estimating Stats: Delivered %d (estimated %v), want an estimate or 3", est.Delivered, est.DeliveredEstimated)
 	}
+}
+
+// listIDs lists with p and returns the rows' ids in the order listed.
+func listIDs(t *testing.T, s storage.Storage, p storage.ListParams) []uuid.UUID {
+	t.Helper()
+	rows, err := s.List(ctx, p)
+	if err != nil {
+		t.Fatalf("List(%+v): %v", p, err)
+	}
+	return rowIDs(rows)
 }
