@@ -63,7 +63,8 @@ type decoder struct {
 	// claimedNotStreamed counts the events that were due when their
 	// transaction committed but that the log leaves to the claims, since
 	// their available_at lies after their created_at: their producer set
-	// created_at itself, before its transaction's now() (claimedWarning).
+	// created_at itself, before its transaction's now() (see
+	// Reader.warnClaimedNotStreamed).
 	claimedNotStreamed int64
 }
 
