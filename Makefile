@@ -105,6 +105,8 @@ lint:
 # all three: rate, mean claim time and CPU per event of the database.
 # MODE=horizon-app: the same with events whose producer set created_at a
 # second before the insert (PostgreSQL: they go through the due index).
+# MODE=horizon-ordered: the same with ORDERING=partition, the events
+# spread over KEYS partition keys (0, the default: events without a key).
 # MODE=stats: a burst of EVENTS drained on a table never analysed, one
 # analysed while empty, and one analysed after the burst.
 # MODE=wal: CAPTURE=poll against CAPTURE=wal on a private cluster with
@@ -119,6 +121,7 @@ BROKER ?= nats
 MODE ?= throughput
 STORAGE ?= postgres
 WAL_DURATION ?= 60s
+KEYS ?= 0
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
 ifeq ($(MODE),latency)
@@ -137,7 +140,7 @@ else ifeq ($(MODE),horizon)
 else ifeq ($(MODE),horizon-app)
 	$(GO) test -run '^$$' -bench 'Horizon$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -horizon.app-created
 else ifeq ($(MODE),horizon-ordered)
-	$(GO) test -run '^$$' -bench 'HorizonOrdered$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+	$(GO) test -run '^$$' -bench 'HorizonOrdered$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE) -horizon.keys $(KEYS)
 else ifeq ($(MODE),stats)
 	$(GO) test -run '^$$' -bench 'StaleStats$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else ifeq ($(MODE),wal)

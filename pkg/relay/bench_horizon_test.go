@@ -144,11 +144,11 @@ func benchHorizon(b *testing.B, ordering storage.Ordering) {
 					}
 					add = tb.addApp
 				}
+				if ordering == storage.OrderingPartition && *horizonKeys > 0 {
+					add = func(b *testing.B, n int, eventType string) { tb.addKeyed(b, n, eventType, *horizonKeys) }
+				}
 				for r := range rounds {
 					add(b, *benchEvents, "bench.horizon")
-					if ordering == storage.OrderingPartition && *horizonKeys > 0 {
-						tb.spread(b, *horizonKeys)
-					}
 					got := drainRoundOrdered(b, tb, *benchEvents, ordering)
 					b.Logf("%s round %d: %.0f events/s, mean claim %s, CPU per event: database %.1f µs, relay %.1f µs",
 						name, r+1, got.rate, got.claim.Round(10*time.Microsecond), got.dbCPU, got.relayCPU)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"flag"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,9 +54,9 @@ type benchTable struct {
 	// a clock a second behind the database's: every event lands in the
 	// due index (PostgreSQL; nil on MySQL).
 	addApp func(b *testing.B, n int, eventType string)
-	// spread gives the PENDING events without a key one of keys keys, in
-	// seq order, as a producer writing keyed events would have.
-	spread func(b *testing.B, keys int)
+	// addKeyed is add with each event given one of keys partition keys in
+	// turn, as producers writing keyed events do.
+	addKeyed func(b *testing.B, n int, eventType string, keys int)
 	// analyze refreshes the optimizer's statistics.
 	analyze func(b *testing.B)
 	// hold opens a transaction on a connection of its own that keeps a
@@ -103,8 +104,14 @@ func pgBenchTable(b *testing.B) benchTable {
 					"SELECT $1, $2, now() - interval '1 second' FROM generate_series(1, $3)", eventType, pgtest.Payload(0, 200), k)
 			})
 		},
-		spread: func(b *testing.B, keys int) {
-			tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1) WHERE status = 'PENDING' AND partition_key IS NULL", keys)
+		addKeyed: func(b *testing.B, n int, eventType string, keys int) {
+			inChunks(n, func(k int) {
+				events := make([]pgtest.Event, k)
+				for i := range events {
+					events[i] = pgtest.Event{Type: eventType, PartitionKey: benchKey(i, keys), Payload: pgtest.Payload(i, 200)}
+				}
+				tb.Insert(b, events...)
+			})
 		},
 		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE {{table}}") },
 		hold: func(b *testing.B) func() {
@@ -191,8 +198,14 @@ func mysqlBenchTable(b *testing.B) benchTable {
 		add: func(b *testing.B, n int, eventType string) {
 			inChunks(n, func(k int) { tb.InsertN(b, k, eventType) })
 		},
-		spread: func(b *testing.B, keys int) {
-			tb.Exec(b, "UPDATE {{table}} SET partition_key = CONCAT('key-', seq % ?) WHERE status = 'PENDING' AND partition_key IS NULL", keys)
+		addKeyed: func(b *testing.B, n int, eventType string, keys int) {
+			inChunks(n, func(k int) {
+				events := make([]mysqltest.Event, k)
+				for i := range events {
+					events[i] = mysqltest.Event{Type: eventType, PartitionKey: benchKey(i, keys), Payload: mysqltest.Payload(i, 200)}
+				}
+				tb.Insert(b, events...)
+			})
 		},
 		analyze: func(b *testing.B) { tb.Exec(b, "ANALYZE TABLE {{table}}") },
 		hold: func(b *testing.B) func() {
@@ -312,6 +325,11 @@ func BenchmarkClaimLoop(b *testing.B) {
 
 // inChunks calls insert for n events, 10,000 at a time: one statement of
 // a million rows would hold its parameters in memory at once.
+// benchKey is the partition key of the i-th event of a chunk spread over
+// keys keys: chunks are a multiple of keys long for any keys that divides
+// 10,000, so the keys take turns across them too.
+func benchKey(i, keys int) string { return "key-" + strconv.Itoa(i%keys) }
+
 func inChunks(n int, insert func(k int)) {
 	for done := 0; done < n; done += 10_000 {
 		insert(min(10_000, n-done))
