@@ -87,6 +87,10 @@ $$;
 --                     key's first unfinished one;
 --   unkeyed_seq_idx   events without a key, which ORDERING=partition claims
 --                     in write order;
+--   keyed_pending_idx the PENDING events with a key, in write order, where
+--                     ORDERING=partition meets the keys it walks (an entry
+--                     per keyed event written, none for events without a
+--                     key);
 --   delivering_idx    the reaper finds expired leases;
 --   dead_idx          pruning DEAD rows;
 --   created_idx       the console and `relay-cli list`: every status, newest
@@ -118,6 +122,7 @@ BEGIN
             WHERE status = 'DEAD' AND partition_key IS NOT NULL$d$),
         ('{{name}}_unkeyed_seq_idx', $d$(seq)
             WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')$d$),
+        ('{{name}}_keyed_pending_idx', $d$(seq) WHERE status = 'PENDING' AND partition_key <> ''$d$),
         ('{{name}}_delivering_idx', $d$(locked_at) WHERE status = 'DELIVERING'$d$),
         ('{{name}}_late_idx', $d$(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}$d$),
         ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$),

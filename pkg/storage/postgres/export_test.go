@@ -62,3 +62,33 @@ func (s *Store) DueFloor(relayID string, fromStart bool) (at any, seq int64) {
 	k := p.dueForward()
 	return dueAt(k), k.seq
 }
+
+// FindKeys runs what relayID's next ordered claim with p reads first
+// (claim_keys.sql), and returns that statement's arguments and the keys
+// and floors the claim would pass (none when it walks the index).
+func (s *Store) FindKeys(ctx context.Context, p storage.ClaimParams) (readArgs []any, keys []string, floors []int64, err error) {
+	p = p.WithDefaults()
+	pos := s.positions.of(p.RelayID)
+	pos.mu.Lock()
+	defer pos.mu.Unlock()
+	if pos.keys != nil {
+		readArgs = pos.keys.readArgs(pos.keys.find.next(p.Limit, p.SweepInterval, time.Now()), p.Limit)
+	}
+	c, err := s.findKeys(ctx, pos, p)
+	if err != nil || c == nil {
+		return readArgs, nil, nil, err
+	}
+	return readArgs, c.keys, c.floors, nil
+}
+
+// KeyPosition is where relayID's next ordered claim of limit events that is
+// not a sweep reads keyed rows from (claim_keys.sql); 0 before its first.
+func (s *Store) KeyPosition(relayID string, limit int) int64 {
+	p := s.positions.of(relayID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keys == nil {
+		return 0
+	}
+	return p.keys.find.forward(limit)
+}

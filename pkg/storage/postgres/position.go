@@ -147,7 +147,9 @@ type position struct {
 	// ordered is set once the relay claims under ORDERING=partition: its
 	// positions are those of its events without a key, and say nothing of
 	// the keyed ones, which wait behind their keys wherever they lie.
+	// keys is what its ordered claims know of those (keys.go).
 	ordered bool
+	keys    *keyWalk
 }
 
 // positions keeps a position per relay id: one store may serve several
@@ -375,6 +377,7 @@ func (p *position) reset() {
 	p.skipping, p.sweepNow = false, false
 	p.dueSafe, p.dueRecent, p.dueNext, p.dueSweepFrom = dueKey{}, [lagLimit]dueKey{}, 0, dueKey{}
 	p.dueSkipping = false
+	p.keys = nil
 }
 
 // maxMarks bounds the marks kept while a transaction holds the position

@@ -72,7 +72,7 @@ const PoolMaxConnLifetimeDefault = 5 * time.Minute
 // opened together (at start, or after a recycle) over a minute.
 const PoolMaxConnLifetimeJitterDefault = time.Minute
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql/ordered/*.sql
 var sqlFiles embed.FS
 
 // Store is the PostgreSQL outbox table.
@@ -161,25 +161,36 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
-	queries, err := storage.LoadQueries(sqlFiles, "sql", func(q string) string {
-		return dueAgainRules.Replace(schema.Expand(q, table))
-	})
+	expand := func(q string) string { return dueAgainRules.Replace(schema.Expand(q, table)) }
+	queries, err := storage.LoadQueries(sqlFiles, "sql", expand)
 	if err != nil {
 		return nil, err
 	}
-	// Block mode stops a key at a DEAD event ahead of (or within) its run;
-	// the conditions are part of the text, not parameters, so each mode
-	// gets a plan of its own.
+	// Ordered claims walk the keys one of two ways (sql/ordered/). Block
+	// mode stops a key at a DEAD event ahead of (or within) its run; the
+	// conditions are part of the text, not parameters, so each mode gets a
+	// plan of its own.
 	ordered := queries["claim_ordered"]
 	delete(queries, "claim_ordered")
-	queries["claim_ordered_skip"] = strings.NewReplacer(
-		"{{dead_holds_head}}", "",
-		"{{no_dead_before_row}}", "true",
-	).Replace(ordered)
-	queries["claim_ordered_block"] = strings.NewReplacer(
-		"{{dead_holds_head}}", "AND "+noDeadBefore(table, "h"),
-		"{{no_dead_before_row}}", noDeadBefore(table, "run"),
-	).Replace(ordered)
+	walks := map[string]*strings.Replacer{
+		"claim_ordered": strings.NewReplacer(
+			"{{keyed_walk}}", expand(mustReadSQL("ordered/walk_index")),
+			"{{walk_info}}", ""),
+		"claim_ordered_keys": strings.NewReplacer(
+			"{{keyed_walk}}", expand(mustReadSQL("ordered/walk_floors")),
+			"{{walk_info}}", walkInfo),
+	}
+	for name, walk := range walks {
+		q := walk.Replace(ordered)
+		queries[name+"_skip"] = strings.NewReplacer(
+			"{{dead_holds_head}}", "",
+			"{{no_dead_before_row}}", "true",
+		).Replace(q)
+		queries[name+"_block"] = strings.NewReplacer(
+			"{{dead_holds_head}}", "AND "+noDeadBefore(table, "h"),
+			"{{no_dead_before_row}}", noDeadBefore(table, "run"),
+		).Replace(q)
+	}
 	// A held claim's settling statements find its rows by address and id
 	// in its transaction; RecordHeld by id alone after it ended, when the
 	// rows may have moved, and without the created_at range, which
@@ -200,6 +211,16 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	}
 	return queries, nil
 }
+
+// walkInfo are the rows the floors' walk adds to the claimed ones
+// (claim_ordered.sql), one per key it visited: no event id, the key, and
+// the seq of its first unfinished event (NULL: none), where the claimed
+// rows have theirs (keys.go reads them); the columns read into plain Go
+// values as the claimed rows have them.
+const walkInfo = `UNION ALL
+SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, w.head, NULL, NULL, (SELECT count(*) FROM unkeyed_due)
+FROM walk w
+WHERE w.i > 0`
 
 // dueAgainRules writes, once for every statement that hands rows back to the
 // claims, when they are due again and what a failed attempt changes.

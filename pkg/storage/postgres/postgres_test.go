@@ -140,7 +140,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	want := []string{
 		"table outbox", "column seq", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
 		"index outbox_pkey", "index outbox_pending_seq_idx", "index outbox_due_at_idx",
-		"index outbox_key_seq_idx", "index outbox_key_dead_seq_idx", "index outbox_unkeyed_seq_idx", "index outbox_delivering_idx", "index outbox_late_idx", "index outbox_dead_idx",
+		"index outbox_key_seq_idx", "index outbox_key_dead_seq_idx", "index outbox_unkeyed_seq_idx", "index outbox_keyed_pending_idx", "index outbox_delivering_idx", "index outbox_late_idx", "index outbox_dead_idx",
 		"index outbox_created_idx", "index outbox_key_written_idx",
 	}
 	if !sameStrings(first.Created, want) {

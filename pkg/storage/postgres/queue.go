@@ -61,12 +61,14 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		b.Queue(s.queries["held_begin"], idle.Milliseconds())
 		claim = s.queries["claim_held"]
 	}
+	var fromFloors *floorsClaim
 	if p.Ordering == storage.OrderingPartition {
 		// Ordered claims take turns: the claim statement's snapshot is
 		// taken after the lock is held, so it sees every run another
 		// relay claimed and cannot take a later part of it. Events
 		// without a key are taken in seq order from a position, as the
-		// unordered claims take theirs (unless the log delivers them).
+		// unordered claims take theirs (unless the log delivers them),
+		// and keys from their floors (keys.go) where the relay knows them.
 		var unkeyedFloor int64
 		if p.FreshTo == 0 {
 			pos = s.positions.of(p.RelayID)
@@ -75,15 +77,30 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			pos.ordered = true
 			pl = pos.next(p.Limit, p.SweepInterval, time.Now())
 			unkeyedFloor = pl.floor
+			var err error
+			if fromFloors, err = s.findKeys(ctx, pos, p); err != nil {
+				return storage.Batch{}, nil, nil, err
+			}
 		}
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"], []int64(nil))
-		claim = s.queries["claim_ordered_skip"]
-		if p.OnDead == storage.DeadBlock {
-			claim = s.queries["claim_ordered_block"]
+		name := "claim_ordered"
+		if fromFloors != nil {
+			name = "claim_ordered_keys"
 		}
-		b.Queue(claim, p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq)
+		if p.OnDead == storage.DeadBlock {
+			name += "_block"
+		} else {
+			name += "_skip"
+		}
+		if fromFloors != nil {
+			b.Queue(s.queries[name], p.RelayID, p.Limit,
+				pgtype.FlatArray[string](fromFloors.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq,
+				pgtype.FlatArray[int64](fromFloors.floors))
+		} else {
+			b.Queue(s.queries[name], p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq)
+		}
 	} else if p.FreshTo != 0 {
 		// The log delivers fresh rows: a backfill's walk is bounded and
 		// done once, and a claim of rows due again alone reads the due
@@ -151,7 +168,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	// An ordered claim's position is its events without a key's: keyed
 	// runs may fill a batch past unkeyed rows it leaves for the next.
 	ordered := p.Ordering == storage.OrderingPartition
-	events, rows, read, err := readEvents(results, p.Limit, held, ordered)
+	var visited func(key []byte, head pgtype.Int8)
+	if fromFloors != nil {
+		visited = fromFloors.visit
+	}
+	events, rows, read, err := readEvents(results, p.Limit, held, ordered, visited)
 	var xid pgtype.Int8
 	if err == nil && held {
 		err = results.QueryRow().Scan(&xid)
@@ -186,11 +207,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
 		pos.done(pl, xmin, xmax, read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
-		if issued.Valid && len(events) < p.Limit && !ordered {
+		if issued.Valid && len(events) < p.Limit {
 			// Nothing more is due after the position: whatever seq was
-			// handed out is claimed by others or not yet committed. (A
-			// short ordered batch says nothing of the unkeyed rows: keys
-			// held behind their own events are not due either.)
+			// handed out is claimed by others or not yet committed. (An
+			// ordered claim's position is its unkeyed rows', which no key
+			// holds back: a short ordered batch took every one it saw.)
 			pos.issued(issued.Int64, now)
 		}
 		if wentBack {
@@ -202,6 +223,9 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	if ordered {
 		batch.After = walkEnd(p.After, events)
+		if fromFloors != nil {
+			batch.After = fromFloors.end(batch.After, len(events) < p.Limit)
+		}
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
@@ -352,7 +376,10 @@ func dueAt(k dueKey) pgtype.Timestamptz {
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (events []outbox.Event, addrs []pgtype.TID, read claimRead, err error) {
+//
+// The floors' walk adds a row for each key it visited (no event id), which
+// goes to visited.
+func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, visited func(key []byte, head pgtype.Int8)) (events []outbox.Event, addrs []pgtype.TID, read claimRead, err error) {
 	rows, err := results.Query()
 	if err != nil {
 		return nil, nil, read, err
@@ -362,7 +389,7 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 	// Scanned into the same variables row after row: the addresses Scan
 	// takes would otherwise move each row's Event to the heap.
 	var (
-		id                         [16]byte
+		id                         pgtype.UUID
 		typ, key, payload, headers pgtype.DriverBytes
 		attempts                   int
 		createdAt                  pgtype.Timestamptz
@@ -381,10 +408,17 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 		addrs = make([]pgtype.TID, 0, limit)
 	}
 	for rows.Next() {
-		// The id as its 16 bytes: scanned as a uuid.UUID, pgx would go
-		// through database/sql's Scanner and the id's text form.
+		// The id as pgtype.UUID, its 16 bytes: scanned as a uuid.UUID,
+		// pgx would go through database/sql's Scanner and the id's text
+		// form.
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, read, fmt.Errorf("read row: %w", err)
+		}
+		if !id.Valid {
+			if visited != nil {
+				visited(key, seq)
+			}
+			continue
 		}
 		if held {
 			addrs = append(addrs, addr)
@@ -400,7 +434,7 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool) (ev
 			read.dueLast = laterDue(read.dueLast, dueKey{at: dueFrom.Time, seq: seq.Int64})
 		}
 		e := outbox.Event{
-			ID:           id,
+			ID:           id.Bytes,
 			Type:         intern(strs, typ),
 			PartitionKey: intern(strs, key),
 			Payload:      arena.copy(payload),

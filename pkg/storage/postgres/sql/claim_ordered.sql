@@ -14,99 +14,28 @@
 -- Keys are compared in the "C" collation, the order of the key-order index
 -- and of the relay's cursor.
 --
--- $1 relay id, $2 batch size, $3 cursor: the last key the previous claim
--- took ('' at first). The walk over keys starts after it and wraps around,
--- so every key gets its turn. $4 most bytes (payload + headers; 0: no
--- limit), cut as in the unordered claim: in pick order, which keeps each
--- key's picks a prefix of its run. $5 most events of one key
--- (storage.ClaimParams.RunLimit). $6 the highest seq of a fresh key head
--- or unkeyed row the claim may take (storage.ClaimParams.FreshTo; the
--- database's log delivers the others): a key whose head is due again is
--- claimed with its whole run. The driver works out where the next
--- claim's walk starts from the keys this one returns (Batch.After). $7 the
--- relay's position for events without a key (position.go): fresh ones are
--- read after it, so that the dead entries every delivered one leaves in
--- unkeyed_seq_idx, which vacuum cannot remove while an older snapshot
--- lives, are not stepped over again. $8 and $9 the relay's due position
--- for them ('-infinity' and 0: the beginning), where the ones due again
--- are read from.
-WITH RECURSIVE after_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
-     FROM {{table}}
-     WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > $3
-     ORDER BY partition_key COLLATE "C", seq
-     LIMIT 1)
-    UNION ALL
-    SELECT nxt.*
-    FROM after_cursor w
-    CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
-        FROM {{table}}
-        WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
-        ORDER BY partition_key COLLATE "C", seq
-        LIMIT 1
-    ) nxt
-), up_to_cursor AS (
-    (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
-     FROM {{table}}
-     WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > ''
-     ORDER BY partition_key COLLATE "C", seq
-     LIMIT 1)
-    UNION ALL
-    SELECT nxt.*
-    FROM up_to_cursor w
-    CROSS JOIN LATERAL (
-        SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
-        FROM {{table}}
-        WHERE status IN ('PENDING', 'DELIVERING') AND partition_key COLLATE "C" > w.k
-        ORDER BY partition_key COLLATE "C", seq
-        LIMIT 1
-    ) nxt
-    WHERE w.k < $3
-), heads AS (
-    -- Each row is a key and its first unfinished event.
-    SELECT * FROM after_cursor
-    UNION ALL
-    SELECT * FROM up_to_cursor WHERE k <= $3
-), due_heads AS (
-    -- Keys whose first unfinished event is due, in walk order.
-    SELECT h.k
-    FROM heads h
-    WHERE h.status = 'PENDING' AND h.available_at <= now()
-      AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
-      {{dead_holds_head}}
-), keyed AS (
-    -- For each of those keys, the run of due PENDING events from the start,
-    -- stopping at the first that is not, and at $5 events. A batch then
-    -- holds whole runs of a few keys when keys have long backlogs, leaving
-    -- other keys for the next claim while this batch is at the broker, and
-    -- many keys when each has few events. The walk stops as soon as the
-    -- batch is full. pos is an event's place in its key's run.
-    SELECT event_id, k, pos, row_number() OVER () AS rank, NULL::timestamptz AS due_at
-    FROM (
-        SELECT r.event_id, h.k, r.pos
-        FROM due_heads h
-        CROSS JOIN LATERAL (
-            SELECT x.event_id, x.pos
-            FROM (
-                SELECT event_id,
-                       row_number() OVER w AS pos,
-                       bool_and(status = 'PENDING' AND available_at <= now() AND clear) OVER w AS due
-                FROM (
-                    SELECT event_id, status, available_at, seq,
-                           {{no_dead_before_row}} AS clear
-                    FROM {{table}} run
-                    WHERE partition_key COLLATE "C" = h.k AND status IN ('PENDING', 'DELIVERING')
-                    ORDER BY seq
-                    LIMIT $5
-                ) run
-                WINDOW w AS (ORDER BY seq ROWS UNBOUNDED PRECEDING)
-            ) x
-            WHERE x.due
-        ) r
-        LIMIT $2
-    ) walked
-), unkeyed_due AS (
+-- The driver fills in one of two walks over the keys (the CTEs up to keyed, in
+-- sql/ordered/): walk_index.sql finds the keys in key_seq_idx,
+-- walk_floors.sql visits the keys the relay passes. Either ends in keyed:
+-- the runs to claim, in walk order. The walk over keys starts after the
+-- cursor and wraps around, so every key gets its turn; the driver works
+-- out where the next claim's walk starts from the keys this one returns
+-- (Batch.After).
+--
+-- $1 relay id, $2 batch size, $3 the walk's: the cursor (the last key the
+-- previous claim took, '' at first) or the keys. $4 most bytes (payload +
+-- headers; 0: no limit), cut as in the unordered claim: in pick order,
+-- which keeps each key's picks a prefix of its run. $5 most events of one
+-- key (storage.ClaimParams.RunLimit). $6 the highest seq of a fresh key
+-- head or unkeyed row the claim may take (storage.ClaimParams.FreshTo; the
+-- database's log delivers the others). $7 the relay's position for events
+-- without a key (position.go): fresh ones are read after it, so that the
+-- dead entries every delivered one leaves in unkeyed_seq_idx, which vacuum
+-- cannot remove while an older snapshot lives, are not stepped over again.
+-- $8 and $9 the relay's due position for them ('-infinity' and 0: the
+-- beginning), where the ones due again are read from. $10, the keys'
+-- floors, is the floors' walk's alone.
+WITH RECURSIVE {{keyed_walk}}, unkeyed_due AS (
     -- Events without a key that are due again, from due_at_idx, in its
     -- order from the relay's due position ($8, $9). The key's test is
     -- spelled so that it does not match unkeyed_seq_idx's predicate: read
@@ -174,8 +103,10 @@ WITH RECURSIVE after_cursor AS (
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed. The
 -- last two columns, as in claim.sql, are for the relay's due position.
-SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
-       CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
-       due_at, (SELECT count(*) FROM unkeyed_due)
-FROM claimed
-ORDER BY seq, event_id
+-- The floors' walk adds, last, what it learned of each key it visited.
+(SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
+        CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
+        due_at, (SELECT count(*) FROM unkeyed_due)
+ FROM claimed
+ ORDER BY seq, event_id)
+{{walk_info}}

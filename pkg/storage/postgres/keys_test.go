@@ -1,0 +1,145 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// Ordered claims start each key at its floor (keys.go): with a snapshot
+// held open, the dead entries that every delivered event of a key left in
+// key_seq_idx, which the walk through the index steps over at every claim,
+// are not read again.
+func TestOrderedClaimsStartEachKeyAtItsFloor(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	insertKeyed := func(n int) {
+		tb.Exec(t, "INSERT INTO {{table}} (event_type, payload, partition_key) "+
+			"SELECT 'keyed', '\\x00', 'k' || (g % 20) FROM generate_series(1, $1) AS g", n)
+	}
+	insertKeyed(6000)
+	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}.WithDefaults()
+	holdSnapshot(t)
+	for claimAndDeliver(t, s, p) > 0 {
+	}
+	insertKeyed(20) // one more for each key
+
+	readArgs, keys, floors, err := s.FindKeys(ctx, p)
+	if err != nil || len(keys) != 20 {
+		t.Fatalf("FindKeys = %v keys, %v; want the 20 keys, each with a new event", keys, err)
+	}
+	unkeyed := s.ClaimFloor("r", p.Limit)
+	at, seq := s.DueFloor("r", false)
+	fromFloors := planBlocks(t, s, s.Query("claim_keys"), readArgs...) +
+		planBlocks(t, s, s.Query("claim_ordered_keys_skip"),
+			"r", p.Limit, keys, int64(0), int64(p.RunLimit), int64(math.MaxInt64), unkeyed, at, seq, floors)
+	throughIndex := planBlocks(t, s, s.Query("claim_ordered_skip"),
+		"r", p.Limit, "", int64(0), int64(p.RunLimit), int64(math.MaxInt64), unkeyed, at, seq)
+	t.Logf("blocks read: %d from the keys' floors, %d through the index", fromFloors, throughIndex)
+	if fromFloors*3 > throughIndex {
+		t.Errorf("the claim from the keys' floors read %d blocks, the walk through the index %d: it stepped over the delivered events", fromFloors, throughIndex)
+	}
+	if n := claimAndDeliver(t, s, p); n != 20 {
+		t.Errorf("the next ordered claim took %d events, want the 20 new ones", n)
+	}
+}
+
+// A row whose transaction took its seq before a later row of its key was
+// written, and committed after that one was claimed, lies behind the
+// key's floor: the relay still finds it.
+func TestOrderedClaimsFindARowCommittedBehindItsKeysFloor(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
+	tb.Insert(t, pgtest.Event{Type: "first", PartitionKey: "k"})
+	if n := claimAndDeliver(t, s, p); n != 1 {
+		t.Fatalf("claimed %d events, want the first", n)
+	}
+
+	late, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = late.Rollback(ctx) }()
+	var lateID uuid.UUID
+	if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ('late', '\\x00', 'k') RETURNING event_id").Scan(&lateID); err != nil {
+		t.Fatal(err)
+	}
+	after := tb.Insert(t, pgtest.Event{Type: "after", PartitionKey: "k"})[0]
+	b, err := s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 1 || b.Events[0].ID != after {
+		t.Fatalf("Claim = %v, %v; want the row written after the open transaction's", b.Events, err)
+	}
+	deliver(t, s, b)
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err = s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 1 || b.Events[0].ID != lateID {
+		t.Fatalf("Claim = %v, %v; want the row committed late", b.Events, err)
+	}
+}
+
+// A DEAD event retried (relay-cli retry-dead) is PENDING again behind its
+// key's floor: the next claim takes it, before the key's later events.
+func TestOrderedClaimsTakeARetriedEventBeforeItsKeysLaterOnes(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, RunLimit: 1, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
+	ids := tb.Insert(t, pgtest.Event{Type: "dies", PartitionKey: "k"}, pgtest.Event{Type: "delivered", PartitionKey: "k"})
+	b, err := s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 1 || b.Events[0].ID != ids[0] {
+		t.Fatalf("Claim = %v, %v; want the key's first", b.Events, err)
+	}
+	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{{ID: ids[0], Error: "no", Dead: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := claimAndDeliver(t, s, p); n != 1 {
+		t.Fatalf("claimed %d events, want the key's second (ORDERING_ON_DEAD=skip)", n)
+	}
+	// The relay's key position passes both, once the transactions running
+	// at its reads (other tests') have ended: the retried event is then
+	// found among the rows due again alone.
+	var second int64
+	if err := s.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[1]).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, func() bool { claimAndDeliver(t, s, p); return s.KeyPosition("r", p.Limit) >= second },
+		func() string {
+			return fmt.Sprintf("the key position is %d, want %d", s.KeyPosition("r", p.Limit), second)
+		})
+	later := tb.Insert(t, pgtest.Event{Type: "later", PartitionKey: "k"})[0]
+	if n, err := s.RetryDead(ctx, storage.RetryDeadParams{}); err != nil || n != 1 {
+		t.Fatalf("RetryDead = %d, %v", n, err)
+	}
+
+	p.RunLimit = 10
+	b, err = s.Claim(ctx, p)
+	if got, want := eventIDs(b.Events), []uuid.UUID{ids[0], later}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Claim = %v, %v; want the retried event, then the later one", got, err)
+	}
+}
+
+func deliver(t *testing.T, s interface {
+	MarkDelivered(context.Context, storage.SettleParams) (int, error)
+}, b storage.Batch) {
+	t.Helper()
+	if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,75 @@
+-- The walk over keys of claim_ordered.sql that starts each key where the
+-- relay knows its unfinished events begin (keys.go). Every delivered event
+-- leaves two dead entries in key_seq_idx (its PENDING and DELIVERING
+-- versions), which vacuum may not remove while an older snapshot lives;
+-- the index walk (walk_index.sql) passes over all of them at every step
+-- from one key to the next. This walk is given the keys instead: $3 the
+-- keys the relay knows to have unfinished events, in walk order (after
+-- the cursor, then around), and $10 each one's floor, a seq below which
+-- the key has no unfinished event (the relay lowers it when an event below
+-- it turns up PENDING: committed late, or handed back). Each key's first
+-- unfinished event after its floor is its head, as the index walk finds
+-- it.
+--
+-- The walk is a recursive query so that it stops, key by key, once the
+-- batch is full ($2), and can be read twice: for the runs it claims, and
+-- for what the relay learns of each key it visited (walk_info: the head's
+-- seq, or none when the key has nothing unfinished left). $6 is FreshTo as
+-- in walk_index.sql (every seq: the relay uses this walk only when it
+-- claims every fresh row).
+candidates AS (
+    SELECT $3::text[] AS ks, $10::bigint[] AS floors
+), walk AS (
+    SELECT 0 AS i, NULL::text AS k, NULL::bigint AS head, 0::bigint AS n, 0::bigint AS taken
+    UNION ALL
+    SELECT w.i + 1, c.ks[w.i + 1], h.seq, coalesce(r.n, 0), w.taken + coalesce(r.n, 0)
+    FROM walk w
+    CROSS JOIN candidates c
+    LEFT JOIN LATERAL (
+        SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
+        FROM {{table}}
+        WHERE partition_key COLLATE "C" = c.ks[w.i + 1] AND seq > c.floors[w.i + 1]
+          AND status IN ('PENDING', 'DELIVERING')
+        ORDER BY seq
+        LIMIT 1
+    ) h ON true
+    LEFT JOIN LATERAL (
+        -- How many of the key's events from its head on are due, in a
+        -- row: at most $5 and what the batch has left.
+        SELECT count(*) FILTER (WHERE x.due) AS n
+        FROM (
+            SELECT bool_and(status = 'PENDING' AND available_at <= now() AND clear)
+                       OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS due
+            FROM (
+                SELECT status, available_at, seq, {{no_dead_before_row}} AS clear
+                FROM {{table}} run
+                WHERE partition_key COLLATE "C" = h.k AND seq >= h.seq
+                  AND status IN ('PENDING', 'DELIVERING')
+                ORDER BY seq
+                LIMIT least($5, $2 - w.taken)
+            ) run
+        ) x
+        WHERE h.status = 'PENDING' AND h.available_at <= now()
+          AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
+          {{dead_holds_head}}
+    ) r ON true
+    WHERE w.i < cardinality(c.ks) AND w.taken < $2
+), keyed AS (
+    -- The runs the walk counted, read again in the same snapshot. pos is
+    -- an event's place in its key's run.
+    SELECT r.event_id, w.k, r.pos, row_number() OVER (ORDER BY w.i, r.pos) AS rank,
+           NULL::timestamptz AS due_at
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT event_id, row_number() OVER (ORDER BY seq) AS pos
+        FROM (
+            SELECT event_id, seq
+            FROM {{table}}
+            WHERE partition_key COLLATE "C" = w.k AND seq >= w.head
+              AND status IN ('PENDING', 'DELIVERING')
+            ORDER BY seq
+            LIMIT w.n
+        ) run
+    ) r
+    WHERE w.n > 0
+)
