@@ -92,3 +92,12 @@ func (s *Store) KeyPosition(relayID string, limit int) int64 {
 	}
 	return p.keys.find.forward(limit)
 }
+
+// WalksTheIndex says whether relayID's ordered claims walk the index for
+// now, with too many keys waiting.
+func (s *Store) WalksTheIndex(relayID string) bool {
+	p := s.positions.of(relayID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.keys != nil && time.Now().Before(p.keys.walkUntil)
+}

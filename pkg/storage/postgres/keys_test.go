@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
@@ -141,5 +142,47 @@ func deliver(t *testing.T, s interface {
 	t.Helper()
 	if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// More keys waiting than a relay passes to its claims (10,000): it walks
+// the index for a while instead, and the keys that can go still go.
+func TestOrderedClaimsWithTooManyKeysWalkTheIndex(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	// 10,500 keys held behind a scheduled first event, met 500 a claim.
+	tb.Exec(t, "INSERT INTO {{table}} (event_type, payload, partition_key, available_at) "+
+		"SELECT 'held', '\\x00', 'held-' || g, now() + interval '1 hour' FROM generate_series(1, 10500) AS g")
+	tb.Exec(t, "INSERT INTO {{table}} (event_type, payload, partition_key) "+
+		"SELECT 'held', '\\x00', 'held-' || g FROM generate_series(1, 10500) AS g")
+	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}.WithDefaults()
+	free := 0
+	walking := false
+	for round := 0; round < 40 && !walking; round++ {
+		free += len(tb.Insert(t, pgtest.Event{Type: "free", PartitionKey: fmt.Sprintf("free-%d", round)}))
+		b, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range b.Events {
+			if e.Type != "free" {
+				t.Fatalf("claimed %s of key %s, held behind its scheduled first event", e.Type, e.PartitionKey)
+			}
+		}
+		deliver(t, s, b)
+		p.After = b.After
+		walking = s.WalksTheIndex("r")
+	}
+	if !walking {
+		t.Fatal("with 10,500 keys waiting the relay still passes them to its claims")
+	}
+	tb.Insert(t, pgtest.Event{Type: "free", PartitionKey: "free-last"})
+	free++
+	for claimAndDeliver(t, s, p) > 0 {
+	}
+	if got := tb.Counts(t)[outbox.StatusDelivered]; got != free {
+		t.Errorf("%d events delivered, want the %d free ones", got, free)
 	}
 }
