@@ -63,11 +63,25 @@ func (s *Store) DueFloor(relayID string, fromStart bool) (at any, seq int64) {
 	return dueAt(k), k.seq
 }
 
-// FindKeys runs what relayID's next ordered claim with p reads first
-// (claim_keys.sql), and returns that statement's arguments and the keys
-// and floors the claim would pass (none when it walks the index).
-func (s *Store) FindKeys(ctx context.Context, p storage.ClaimParams) (readArgs []any, keys []string, floors []int64, err error) {
+// FloorsClaimArgs runs what relayID's next ordered claim with p reads
+// first, and returns that statement's arguments, the keys the claim would
+// pass, and the arguments of its claim statement (claim_ordered_keys_*),
+// to run it later, as a claim would whose read came before whatever the
+// caller does in between.
+func (s *Store) FloorsClaimArgs(ctx context.Context, p storage.ClaimParams) (readArgs []any, keys []string, claimArgs []any, err error) {
 	p = p.WithDefaults()
+	c, readArgs, err := s.findKeysFor(ctx, p)
+	if err != nil || c == nil {
+		return readArgs, nil, nil, err
+	}
+	pos := s.positions.of(p.RelayID)
+	pos.mu.Lock()
+	defer pos.mu.Unlock()
+	pl := pos.next(p.Limit, p.SweepInterval, time.Now())
+	return readArgs, c.keys, c.claimArgs(p, pl), nil
+}
+
+func (s *Store) findKeysFor(ctx context.Context, p storage.ClaimParams) (_ *floorsClaim, readArgs []any, err error) {
 	pos := s.positions.of(p.RelayID)
 	pos.mu.Lock()
 	defer pos.mu.Unlock()
@@ -75,10 +89,7 @@ func (s *Store) FindKeys(ctx context.Context, p storage.ClaimParams) (readArgs [
 		readArgs = pos.keys.readArgs(pos.keys.find.next(p.Limit, p.SweepInterval, time.Now()), p.Limit)
 	}
 	c, err := s.findKeys(ctx, pos, p)
-	if err != nil || c == nil {
-		return readArgs, nil, nil, err
-	}
-	return readArgs, c.keys, c.floors, nil
+	return c, readArgs, err
 }
 
 // KeyPosition is where relayID's next ordered claim of limit events that is

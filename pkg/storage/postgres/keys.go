@@ -236,7 +236,7 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 		return nil, nil
 	}
 	keys, floors, all := w.candidates(p.After, int(keyReadMost(p.Limit)))
-	return &floorsClaim{walk: w, keys: keys, floors: floors, all: all}, nil
+	return &floorsClaim{walk: w, keys: keys, floors: floors, all: all, dueFrom: pl.dueFrom}, nil
 }
 
 // readArgs are claim_keys.sql's arguments for a read planned as pl, for a
@@ -337,10 +337,22 @@ type floorsClaim struct {
 	walk   *keyWalk
 	keys   []string
 	floors []int64
+	// dueFrom is where the read before the claim read the keyed rows due
+	// again from: the claim reads them again in its own snapshot.
+	dueFrom dueKey
 	// all says whether keys are every waiting key; visits counts the
 	// keys the walk visited.
 	all    bool
 	visits int
+}
+
+// claimArgs are the arguments of the claim statement (claim_ordered.sql
+// with walk_floors.sql) for p, with the relay's unkeyed position as pl
+// plans it.
+func (c *floorsClaim) claimArgs(p storage.ClaimParams, pl plan) []any {
+	return []any{p.RelayID, p.Limit, pgtype.FlatArray[string](c.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo),
+		pl.floor, dueAt(pl.dueFrom), pl.dueFrom.seq, pgtype.FlatArray[int64](c.floors), dueAt(c.dueFrom), c.dueFrom.seq,
+		keyReadMost(p.Limit)}
 }
 
 // visit records what the claim's walk found for a key (claim_ordered.sql's

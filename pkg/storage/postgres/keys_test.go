@@ -36,15 +36,14 @@ func TestOrderedClaimsStartEachKeyAtItsFloor(t *testing.T) {
 	}
 	insertKeyed(20) // one more for each key
 
-	readArgs, keys, floors, err := s.FindKeys(ctx, p)
+	readArgs, keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
 	if err != nil || len(keys) != 20 {
-		t.Fatalf("FindKeys = %v keys, %v; want the 20 keys, each with a new event", keys, err)
+		t.Fatalf("FloorsClaimArgs = %v keys, %v; want the 20 keys, each with a new event", keys, err)
 	}
 	unkeyed := s.ClaimFloor("r", p.Limit)
 	at, seq := s.DueFloor("r", false)
 	fromFloors := planBlocks(t, s, s.Query("claim_keys"), readArgs...) +
-		planBlocks(t, s, s.Query("claim_ordered_keys_skip"),
-			"r", p.Limit, keys, int64(0), int64(p.RunLimit), int64(math.MaxInt64), unkeyed, at, seq, floors)
+		planBlocks(t, s, s.Query("claim_ordered_keys_skip"), claimArgs...)
 	throughIndex := planBlocks(t, s, s.Query("claim_ordered_skip"),
 		"r", p.Limit, "", int64(0), int64(p.RunLimit), int64(math.MaxInt64), unkeyed, at, seq)
 	t.Logf("blocks read: %d from the keys' floors, %d through the index", fromFloors, throughIndex)
@@ -184,5 +183,62 @@ func TestOrderedClaimsWithTooManyKeysWalkTheIndex(t *testing.T) {
 	}
 	if got := tb.Counts(t)[outbox.StatusDelivered]; got != free {
 		t.Errorf("%d events delivered, want the %d free ones", got, free)
+	}
+}
+
+// An event retried from DEAD between the relay's read before a claim and
+// the claim itself lies below its key's floor, unseen by that read: under
+// ORDERING_ON_DEAD=block it held its key's later events, and the claim
+// must not let them go first.
+func TestAnOrderedClaimSeesAnEventRetriedAfterItsRead(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, RunLimit: 1, Ordering: storage.OrderingPartition,
+		OnDead: storage.DeadBlock, SweepInterval: time.Hour}
+	ids := tb.Insert(t, pgtest.Event{Type: "dies", PartitionKey: "k"}, pgtest.Event{Type: "held", PartitionKey: "k"})
+	b, err := s.Claim(ctx, p)
+	if err != nil || len(b.Events) != 1 || b.Events[0].ID != ids[0] {
+		t.Fatalf("Claim = %v, %v; want the key's first", b.Events, err)
+	}
+	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{{ID: ids[0], Error: "no", Dead: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := claimAndDeliver(t, s, p); n != 0 {
+		t.Fatalf("claimed %d events behind a DEAD one", n)
+	}
+
+	_, keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
+	if err != nil || !slices.Equal(keys, []string{"k"}) {
+		t.Fatalf("FloorsClaimArgs: keys %q, %v; want the held key", keys, err)
+	}
+	if n, err := s.RetryDead(ctx, storage.RetryDeadParams{}); err != nil || n != 1 {
+		t.Fatalf("RetryDead = %d, %v", n, err)
+	}
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, s.Query("claim_ordered_keys_block"), claimArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []uuid.UUID
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := vals[0].([16]byte); ok {
+			claimed = append(claimed, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(claimed, []uuid.UUID{ids[0]}) {
+		t.Fatalf("the claim took %v, want the retried event %s (the held one is %s)", claimed, ids[0], ids[1])
 	}
 }

@@ -95,9 +95,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			name += "_skip"
 		}
 		if fromFloors != nil {
-			b.Queue(s.queries[name], p.RelayID, p.Limit,
-				pgtype.FlatArray[string](fromFloors.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq,
-				pgtype.FlatArray[int64](fromFloors.floors))
+			b.Queue(s.queries[name], fromFloors.claimArgs(p, pl)...)
 		} else {
 			b.Queue(s.queries[name], p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq)
 		}

@@ -33,8 +33,8 @@
 -- dead entries every delivered one leaves in unkeyed_seq_idx, which vacuum
 -- cannot remove while an older snapshot lives, are not stepped over again.
 -- $8 and $9 the relay's due position for them ('-infinity' and 0: the
--- beginning), where the ones due again are read from. $10, the keys'
--- floors, is the floors' walk's alone.
+-- beginning), where the ones due again are read from. $10 to $13 are the
+-- floors' walk's alone (walk_floors.sql).
 WITH RECURSIVE {{keyed_walk}}, unkeyed_due AS (
     -- Events without a key that are due again, from due_at_idx, in its
     -- order from the relay's due position ($8, $9). The key's test is

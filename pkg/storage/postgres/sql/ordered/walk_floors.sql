@@ -7,9 +7,9 @@
 -- keys the relay knows to have unfinished events, in walk order (after
 -- the cursor, then around), and $10 each one's floor, a seq below which
 -- the key has no unfinished event (the relay lowers it when an event below
--- it turns up PENDING: committed late, or handed back). Each key's first
--- unfinished event after its floor is its head, as the index walk finds
--- it.
+-- it turns up PENDING: committed late, or handed back; and so does
+-- due_below, for what was handed back since). Each key's first unfinished
+-- event after its floor is its head, as the index walk finds it.
 --
 -- The walk is a recursive query so that it stops, key by key, once the
 -- batch is full ($2), and can be read twice: for the runs it claims, and
@@ -17,8 +17,31 @@
 -- seq, or none when the key has nothing unfinished left). $6 is FreshTo as
 -- in walk_index.sql (every seq: the relay uses this walk only when it
 -- claims every fresh row).
-candidates AS (
-    SELECT $3::text[] AS ks, $10::bigint[] AS floors
+due_below AS (
+    -- The keyed rows due again from where the relay's read before this
+    -- claim read them ($11, $12), in this claim's snapshot: an event
+    -- retried from DEAD after that read lies below its key's floor, and
+    -- its key's later events must not go first. At most $13 of them, read
+    -- in due_at_idx's order (the plan the ORDER BY and LIMIT make the
+    -- cheapest: unbounded, the planner read every pending keyed row).
+    SELECT k, min(seq) AS s
+    FROM (
+        SELECT partition_key AS k, seq
+        FROM {{table}}
+        WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+          AND partition_key <> ''
+          AND (available_at, seq) >= ($11::timestamptz, $12::bigint)
+        ORDER BY available_at, seq
+        LIMIT $13::bigint
+    ) due
+    GROUP BY k
+), candidates AS MATERIALIZED (
+    -- The keys and their floors as arrays, which the walk indexes step by
+    -- step: computed once (not inlined into every step).
+    SELECT array_agg(c.k ORDER BY c.ord) AS ks,
+           array_agg(least(c.floor, d.s - 1) ORDER BY c.ord) AS floors
+    FROM unnest($3::text[], $10::bigint[]) WITH ORDINALITY AS c(k, floor, ord)
+    LEFT JOIN due_below d ON d.k = c.k
 ), walk AS (
     SELECT 0 AS i, NULL::text AS k, NULL::bigint AS head, 0::bigint AS n, 0::bigint AS taken
     UNION ALL
