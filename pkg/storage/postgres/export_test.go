@@ -86,7 +86,7 @@ func (s *Store) findKeysFor(ctx context.Context, p storage.ClaimParams) (_ *floo
 	pos.mu.Lock()
 	defer pos.mu.Unlock()
 	if pos.keys != nil {
-		readArgs = pos.keys.readArgs(pos.keys.find.next(p.Limit, p.SweepInterval, time.Now()), p.Limit)
+		readArgs = pos.keys.readPlan(pos.keys.find.next(p.Limit, p.SweepInterval, time.Now()), p.Limit).args()
 	}
 	c, err := s.findKeys(ctx, pos, p)
 	return c, readArgs, err

@@ -201,19 +201,18 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 		return nil, nil
 	}
 	pl := w.find.next(p.Limit, p.SweepInterval, now)
-	args := w.readArgs(pl, p.Limit)
+	r := w.readPlan(pl, p.Limit)
 	b := &pgx.Batch{}
 	b.Queue(s.queries["claim_plan"])
 	b.Queue(s.queries["claim_stamp"], []int64(nil))
-	b.Queue(s.queries["claim_keys"], args...)
+	b.Queue(s.queries["claim_keys"], r.args()...)
 	read, err := readKeys(s.pool.SendBatch(ctx, b), w)
 	if err != nil {
 		s.recycle(err)
 		return nil, fmt.Errorf("claim batch: find keys: %w", err)
 	}
-	writtenLimit, dueLimit := args[1].(pgtype.Int8), args[4].(pgtype.Int8)
 	due := read.dueLast
-	if !dueLimit.Valid || read.due < dueLimit.Int64 {
+	if !r.due.Valid || read.due < r.due.Int64 {
 		due = dueKey{at: read.stamp.Add(-dueSettle)}
 	}
 	if read.issued.Valid && read.issued.Int64 < w.find.frontier {
@@ -221,14 +220,14 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 		*w = *newKeyWalk()
 		return nil, nil
 	}
-	lowest := w.swept(pl, args, read)
+	lowest := w.swept(r, read)
 	w.find.done(pl, read.xmin, read.xmax, lowest, read.highest, due, now)
 	if pl.sweep && lowest == 0 {
 		// The sweep read its whole range (and every due row): done
 		// found it complete.
 		w.endSweep()
 	}
-	if read.issued.Valid && read.written < writtenLimit.Int64 {
+	if read.issued.Valid && read.written < r.written.Int64 {
 		w.find.issued(read.issued.Int64, now)
 	}
 	if w.overflowing() {
@@ -239,40 +238,51 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 	return &floorsClaim{walk: w, keys: keys, floors: floors, all: all, dueFrom: pl.dueFrom}, nil
 }
 
-// readArgs are claim_keys.sql's arguments for a read planned as pl, for a
-// claim of limit events: where the read after the key position starts and
-// how many rows it reads, the due position and how many due rows to read
-// (a sweep reads them all: NULL), and a sweep's part.
-func (w *keyWalk) readArgs(pl plan, limit int) []any {
-	most := keyReadMost(limit)
-	from := w.find.forward(limit)
-	// The rows read before, which a read from a position that has not
-	// moved yet reads again, and most new ones.
-	written := pgtype.Int8{Int64: max(w.find.claimed-from, 0) + most, Valid: true}
-	due := pgtype.Int8{Int64: most, Valid: true}
-	var sweepFrom, sweepTo int64
-	if pl.sweep {
-		due = pgtype.Int8{}
-		sweepFrom, sweepTo = pl.floor, from
-		if w.sweeping && w.sweepStart == pl.floor {
-			sweepFrom = max(sweepFrom, w.sweepAt)
-		}
-	}
-	return []any{from, written, dueAt(pl.dueFrom), pl.dueFrom.seq, due, sweepFrom, sweepTo, most}
+// keyReadPlan is one claim_keys.sql read: after the key position from on,
+// at most written rows (those read before, which a read from a position
+// that has not moved yet reads again, and most new ones); the due rows
+// from pl.dueFrom on, at most due of them (a sweep reads them all: NULL);
+// and a sweep's part, the rows after sweepFrom up to sweepTo, at most most.
+type keyReadPlan struct {
+	pl                 plan
+	from               int64
+	written, due       pgtype.Int8
+	sweepFrom, sweepTo int64
+	most               int64
 }
 
-// swept records a read's sweep part, planned as pl with args (readArgs),
-// and returns what the key position's done takes for lowest: 0 when the
-// sweep has read its whole range, else 1 (it goes on at the next claim).
-func (w *keyWalk) swept(pl plan, args []any, read keyRead) (lowest int64) {
-	if !pl.sweep {
+// readPlan plans the read before a claim of limit events, the key
+// position's plan being pl.
+func (w *keyWalk) readPlan(pl plan, limit int) keyReadPlan {
+	r := keyReadPlan{pl: pl, from: w.find.forward(limit), most: keyReadMost(limit)}
+	r.written = pgtype.Int8{Int64: max(w.find.claimed-r.from, 0) + r.most, Valid: true}
+	r.due = pgtype.Int8{Int64: r.most, Valid: true}
+	if pl.sweep {
+		r.due = pgtype.Int8{}
+		r.sweepFrom, r.sweepTo = pl.floor, r.from
+		if w.sweeping && w.sweepStart == pl.floor {
+			r.sweepFrom = max(r.sweepFrom, w.sweepAt)
+		}
+	}
+	return r
+}
+
+// args are claim_keys.sql's arguments.
+func (r keyReadPlan) args() []any {
+	return []any{r.from, r.written, dueAt(r.pl.dueFrom), r.pl.dueFrom.seq, r.due, r.sweepFrom, r.sweepTo, r.most}
+}
+
+// swept records the sweep part of read r, and returns what the key
+// position's done takes for lowest: 0 when the sweep has read its whole
+// range, else 1 (it goes on at the next claim).
+func (w *keyWalk) swept(r keyReadPlan, read keyRead) (lowest int64) {
+	if !r.pl.sweep {
 		return 0
 	}
-	if !w.sweeping || w.sweepStart != pl.floor {
-		w.sweeping, w.sweepStart, w.sweepSafe = true, pl.floor, w.find.safe
+	if !w.sweeping || w.sweepStart != r.pl.floor {
+		w.sweeping, w.sweepStart, w.sweepSafe = true, r.pl.floor, w.find.safe
 	}
-	to, most := args[6].(int64), args[7].(int64)
-	if read.sweptRows < most || read.sweptHighest >= to {
+	if read.sweptRows < r.most || read.sweptHighest >= r.sweepTo {
 		return 0
 	}
 	w.sweepAt = read.sweptHighest
