@@ -22,6 +22,11 @@ import (
 // -storage mysql.
 var benchStorage = flag.String("storage", "postgres", "storage the benchmarks use: postgres or mysql (MariaDB)")
 
+// benchIDs says who gives each event of a drain's backlog its event_id:
+// the producer helper (UUIDv7s, in write order) or the column's default,
+// as an application's own INSERT that names no event_id gets.
+var benchIDs = flag.String("ids", "writer", "event_id of a drain's backlog (PostgreSQL): writer (the producer helper's) or default (the table's)")
+
 // benchTable is a test table of the storage -storage names, with what the
 // benchmarks do to it in that database's SQL.
 type benchTable struct {
@@ -83,7 +88,14 @@ func pgBenchTable(b *testing.B) benchTable {
 		store: tb.Store,
 		fill: func(b *testing.B, n int, eventType string, keys int) {
 			tb.Exec(b, "TRUNCATE {{table}}")
-			tb.InsertN(b, n, eventType)
+			if *benchIDs == "default" {
+				inChunks(n, func(k int) {
+					tb.Exec(b, "INSERT INTO {{table}} (event_type, payload) SELECT $1, $2 FROM generate_series(1, $3)",
+						eventType, pgtest.Payload(0, 200), k)
+				})
+			} else {
+				tb.InsertN(b, n, eventType)
+			}
 			if keys > 0 {
 				tb.Exec(b, "UPDATE {{table}} SET partition_key = 'key-' || (seq % $1)", keys)
 			}

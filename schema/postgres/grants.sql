@@ -9,7 +9,9 @@
 --                  retention lock, an advisory lock, need no grant); reads
 --                  the seq sequence's last value (not nextval), so that a
 --                  relay whose claims find nothing moves its claim position.
--- outbox_producer  applications: insert events (and take seq values).
+-- outbox_producer  applications: insert events (and take seq values and,
+--                  for an INSERT that names no event_id, run the id
+--                  function, which a hardened database grants no one).
 -- outbox_admin     relay-cli: everything above plus DELETE, for prune.
 -- migrate needs CREATE on the schema; run it as the owner, not as these.
 --
@@ -35,5 +37,6 @@ GRANT SELECT, UPDATE, DELETE ON {{table}} TO outbox_relay;
 GRANT SELECT ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_relay;
 GRANT INSERT ON {{table}} TO outbox_producer;
 GRANT USAGE ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_producer;
+GRANT EXECUTE ON FUNCTION {{schema}}"{{name}}_event_id"() TO outbox_producer, outbox_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{table}} TO outbox_admin;
 GRANT USAGE ON SEQUENCE {{schema}}"{{name}}_seq" TO outbox_admin;

@@ -134,7 +134,7 @@ func RenderPartitioned(t Table, by string) (string, error) {
 	}
 	ddl := schemaSQL
 	for _, r := range [][2]string{
-		{"event_id      UUID PRIMARY KEY DEFAULT gen_random_uuid(),", "event_id      UUID NOT NULL DEFAULT gen_random_uuid(),"},
+		{"event_id      UUID PRIMARY KEY DEFAULT", "event_id      UUID NOT NULL DEFAULT"},
 		{"CONSTRAINT check_valid_status CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))\n);",
 			"CONSTRAINT check_valid_status CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD')),\n" +
 				"    PRIMARY KEY (event_id, created_at)\n) PARTITION BY RANGE (created_at);"},

@@ -43,7 +43,8 @@ func (s *Store) migrate(ctx context.Context, ddl string) (storage.MigrateResult,
 
 func (s *Store) schemaObjects(ctx context.Context, tx pgx.Tx) ([]string, error) {
 	rows, err := tx.Query(ctx, s.queries["schema_objects"],
-		s.table.Quoted(), s.table.Object("seq"), s.table.Object("notify")+"()", s.table.Object("default"))
+		s.table.Quoted(), s.table.Object("seq"), s.table.Object("notify")+"()", s.table.Object("default"),
+		s.table.Object("event_id")+"()")
 	if err != nil {
 		return nil, err
 	}

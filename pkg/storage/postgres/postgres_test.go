@@ -139,6 +139,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	}
 	want := []string{
 		"table outbox", "column seq", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
+		"function outbox_event_id()", "default event_id",
 		"index outbox_pkey", "index outbox_pending_seq_idx", "index outbox_due_at_idx",
 		"index outbox_key_seq_idx", "index outbox_key_dead_seq_idx", "index outbox_unkeyed_seq_idx", "index outbox_keyed_pending_idx", "index outbox_delivering_idx", "index outbox_late_idx", "index outbox_dead_idx",
 		"index outbox_created_idx", "index outbox_key_written_idx",
@@ -200,7 +201,7 @@ func TestMigrateAdoptsAnOpenOutboxTable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	for _, obj := range []string{"column seq", "trigger openoutbox_events_notify", "index openoutbox_events_pending_seq_idx"} {
+	for _, obj := range []string{"column seq", "trigger openoutbox_events_notify", "index openoutbox_events_pending_seq_idx", "default event_id"} {
 		if !slices.Contains(res.Created, obj) {
 			t.Errorf("Migrate did not report creating %q: created %q", obj, res.Created)
 		}
@@ -583,6 +584,65 @@ func TestListenHearsInsertsHoweverTheTableIsSpelt(t *testing.T) {
 // TestMigrateOfAMigratedTableBlocksNoWriter: with nothing to create,
 // migrate takes no table lock, so it neither waits behind a long
 // transaction nor makes inserts queue behind it.
+// An INSERT that names no event_id gets a UUIDv7 of the database's clock:
+// a new table's default, and an Open Outbox table's once migrated (it was
+// gen_random_uuid()).
+func TestMigrateGivesEventIDATimeOrderedDefault(t *testing.T) {
+	t.Parallel()
+	for _, adopted := range []bool{false, true} {
+		table := pgtest.NewSchema(t) + ".openoutbox_events"
+		s := open(t, table)
+		if adopted {
+			exec(t, s, fmt.Sprintf(openOutboxDDL, table))
+		}
+		if _, err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var before, after time.Time
+		var id uuid.UUID
+		if err := s.Pool().QueryRow(ctx, "SELECT clock_timestamp()").Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Pool().QueryRow(ctx, "INSERT INTO "+table+" (event_type, payload) VALUES ('t', '') RETURNING event_id").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Pool().QueryRow(ctx, "SELECT clock_timestamp()").Scan(&after); err != nil {
+			t.Fatal(err)
+		}
+		if id.Version() != 7 || id.Variant() != uuid.RFC4122 {
+			t.Fatalf("adopted %v: default id %s is version %d, variant %v; want a UUIDv7", adopted, id, id.Version(), id.Variant())
+		}
+		sec, nsec := id.Time().UnixTime()
+		at := time.Unix(sec, nsec)
+		if at.Before(before.Truncate(time.Millisecond)) || at.After(after) {
+			t.Errorf("adopted %v: id %s says %s, want a moment within the insert (%s to %s)", adopted, id, at, before, after)
+		}
+	}
+}
+
+// A default the application gave event_id is its own: migrate keeps it and
+// does not claim it.
+func TestMigrateKeepsAnEventIDDefaultItDidNotSet(t *testing.T) {
+	t.Parallel()
+	table := pgtest.NewSchema(t) + ".openoutbox_events"
+	s := open(t, table)
+	exec(t, s, strings.Replace(fmt.Sprintf(openOutboxDDL, table), "DEFAULT gen_random_uuid()", "DEFAULT md5(random()::text)::uuid", 1))
+	res, err := s.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(res.Created, "default event_id") {
+		t.Errorf("Migrate reported taking over event_id's default: %q", res.Created)
+	}
+	var def string
+	if err := s.Pool().QueryRow(ctx, "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = $1::regclass AND adnum = 1", table).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "md5") {
+		t.Errorf("event_id's default is now %s, want the application's", def)
+	}
+}
+
 func TestMigrateOfAMigratedTableBlocksNoWriter(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
