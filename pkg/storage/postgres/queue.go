@@ -178,6 +178,9 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if err == nil {
 		err = closeResults()
 	}
+	if err == nil && len(read.leftOver.ids) > 0 {
+		err = s.makeLeftOverDue(ctx, on, read.leftOver)
+	}
 	if err != nil {
 		// The claim's connection goes back to the pool first: on a pool of
 		// one, handing back would otherwise wait for it until it timed out.
@@ -228,7 +231,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
 	unhold = func() {}
-	if pos != nil && xid.Valid && read.heldLocked <= int64(len(events)) {
+	if pos != nil && xid.Valid && len(read.leftOver.ids) == 0 {
 		// A held claim that made rows due again has written rows, behind
 		// the positions, that become visible when it ends: it holds the
 		// positions back as any writer does. One that did not is left out
@@ -236,6 +239,17 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		unhold = pos.hold(xid.Int64)
 	}
 	return batch, rows, unhold, nil
+}
+
+// makeLeftOverDue makes the rows a held claim locked past its byte limit
+// due again, in its transaction on on (held_left_over.sql).
+func (s *Store) makeLeftOverDue(ctx context.Context, on batchSender, rows leftOver) error {
+	b := &pgx.Batch{}
+	b.Queue(s.queries["held_left_over"], rows.addrs, rows.ids)
+	if err := on.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("make %d rows past the byte limit due again: %w", len(rows.ids), err)
+	}
+	return nil
 }
 
 // freshTo is the highest seq of a fresh row a claim may take
@@ -340,9 +354,15 @@ type claimRead struct {
 	dueLast         dueKey
 	dueTaken        int64
 	dueLocked       int64
-	// heldLocked is how many rows a held claim locked: more than it took
-	// when it made the rest due again (claim_held.sql).
-	heldLocked int64
+	// leftOver are the rows a held claim locked but did not take, past
+	// its byte limit (claim_held.sql), which it makes due again.
+	leftOver leftOver
+}
+
+// leftOver are rows by address and id.
+type leftOver struct {
+	addrs []pgtype.TID
+	ids   []pgtype.UUID
 }
 
 // dueReached is how far the claim's read of the due index got, for a
@@ -399,10 +419,11 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		strs                       = map[string]string{}
 	)
 	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueFrom, &read.dueLocked}
+	var taken bool
 	if held {
-		// A held claim's rows come with how many it locked and their
-		// addresses (claim_held.sql).
-		dest = append(dest, &read.heldLocked, &addr)
+		// A held claim returns every row it locked, each with whether it
+		// is taken and its address (claim_held.sql).
+		dest = append(dest, &taken, &addr)
 		addrs = make([]pgtype.TID, 0, limit)
 	}
 	for rows.Next() {
@@ -419,6 +440,11 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 			continue
 		}
 		if held {
+			if !taken {
+				read.leftOver.addrs = append(read.leftOver.addrs, addr)
+				read.leftOver.ids = append(read.leftOver.ids, id)
+				continue
+			}
 			addrs = append(addrs, addr)
 		}
 		if !unkeyedOnly || len(key) == 0 {

@@ -10,12 +10,16 @@
 -- its locks: fresh rows fill what the rows due again left of the batch.
 -- The two sets do not overlap (a fresh row's available_at is not after its
 -- created_at), so every row is read once, with all it carries, and nothing
--- is read again by its key. Rows it locked but does not take (past the
--- byte limit) are made due again, for the claims to find in the due index
--- once its transaction ends: this transaction then holds the relay's
--- positions back as any writer's does (queue.go). Each row comes back with its physical
--- address (ctid), where the settling statements find it: no other
--- statement can move a row while this transaction holds it.
+-- is read again by its key. It returns every row it locked; those past the
+-- byte limit come without payload and headers, and the relay makes them
+-- due again in this transaction (held_left_over.sql), for the claims to
+-- find in the due index once it ends: this transaction then holds the
+-- relay's positions back as any writer's does (queue.go). Doing that here,
+-- in a data-modifying CTE, made every claim materialise its rows with
+-- their payloads once more, cut or not: over a quarter of its CPU. Each
+-- row comes back with its physical address (ctid), where the settling
+-- statements find it: no other statement can move a row while this
+-- transaction holds it.
 WITH again AS (
     SELECT ctid AS row_id, event_id, event_type, partition_key, payload, headers, attempts,
            created_at, available_at, seq, octet_length(payload) + pg_column_size(headers) AS size
@@ -34,24 +38,20 @@ WITH again AS (
     ORDER BY seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
     FOR UPDATE SKIP LOCKED
-), locked AS (
-    SELECT *, sum(size) OVER w AS running, row_number() OVER w AS n
-    FROM (SELECT * FROM again UNION ALL SELECT * FROM fresh) AS both_sets
-    WINDOW w AS (ORDER BY seq, event_id ROWS UNBOUNDED PRECEDING)
-), left_over AS (
-    UPDATE {{table}} AS t
-    SET available_at = {{due_now}}, updated_at = statement_timestamp()
-    FROM locked
-    WHERE t.ctid = locked.row_id AND t.event_id = locked.event_id
-      AND NOT ($3::bigint <= 0 OR locked.running <= $3::bigint OR locked.n = 1)
 )
--- As in claim.sql, then how many rows it locked (more than it returns when
--- it left some due again), and the row's address last. $1, the relay id,
--- names no lease here.
-SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
+-- As in claim.sql, then how many rows it locked from the due index,
+-- whether the row is taken (within the byte limit $3: a running total in
+-- write order; the first row always), and the row's address last. $1, the
+-- relay id, names no lease here.
+SELECT event_id, event_type, coalesce(partition_key, ''),
+       CASE WHEN taken THEN payload END, CASE WHEN taken THEN headers END, attempts,
        CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
        CASE WHEN available_at > created_at THEN available_at END, (SELECT count(*) FROM again),
-       (SELECT count(*) FROM locked), row_id
-FROM locked
-WHERE ($3::bigint <= 0 OR running <= $3::bigint OR n = 1) AND $1::text IS NOT NULL
+       taken, row_id
+FROM (
+    SELECT *, ($3::bigint <= 0 OR sum(size) OVER w <= $3::bigint OR row_number() OVER w = 1) AS taken
+    FROM (SELECT * FROM again UNION ALL SELECT * FROM fresh) AS both_sets
+    WINDOW w AS (ORDER BY seq, event_id ROWS UNBOUNDED PRECEDING)
+) AS locked
+WHERE $1::text IS NOT NULL
 ORDER BY seq, event_id
