@@ -35,3 +35,25 @@ func TestHealthDerivesTheStateFromBothInputs(t *testing.T) {
 		}
 	}
 }
+
+// A settle that keeps failing leaves the engine stuck with no claim to
+// fail: the state says so, with the settle's reason, until one succeeds.
+func TestHealthReportsFailingSettles(t *testing.T) {
+	h := newHealth(func(State) {})
+	timeout := errors.New("settle (mark_delivered): canceling statement due to statement timeout")
+	h.setClaimErr(nil)
+	h.setSettleErr(timeout)
+	if s, err := h.get(); s != StateError || err != timeout {
+		t.Fatalf("settles failing: %s, %v; want error with the settle's reason", s, err)
+	}
+	claim := errors.New("claim batch: refused")
+	h.setClaimErr(claim)
+	if _, err := h.get(); err != claim {
+		t.Fatalf("claims and settles failing: %v; want the claim's reason first", err)
+	}
+	h.setClaimErr(nil)
+	h.setSettleErr(nil)
+	if s, _ := h.get(); s != StateActive {
+		t.Fatalf("a settle succeeded: %s, want active", s)
+	}
+}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -173,6 +174,7 @@ func (e *Engine) settleUntil(c claimed, op string, n int, fn func(context.Contex
 	for {
 		settled, err := fn(ctx)
 		if err == nil {
+			e.health.setSettleErr(nil)
 			end(nil)
 			if settled < n {
 				e.log.Warn("some rows had changed hands before they were settled; their lease expired and another claim owns them",
@@ -194,6 +196,7 @@ func (e *Engine) settleUntil(c claimed, op string, n int, fn func(context.Contex
 			end(err)
 			return
 		}
+		e.health.setSettleErr(fmt.Errorf("settle (%s): %w", op, err))
 		e.log.Warn("settle failed; retrying", "op", op, "error", err, "retry_in", wait)
 		sleep(ctx, wait)
 		wait = min(wait*2, storageBackoffMax)
