@@ -106,7 +106,7 @@ func TestMigratePrintHeaderNamesTheTable(t *testing.T) {
 		}
 		want := []string{
 			"-- Outbox Relay schema for PostgreSQL 13 or later: the outbox table",
-			"-- " + quoted + ", its indexes and its insert trigger.",
+			"-- " + quoted + ", its indexes, its insert trigger and its id function.",
 			"--",
 			"-- The table follows the Open Outbox table contract column for column, so the",
 			"-- relay can take over an existing Open Outbox table. Every statement is",

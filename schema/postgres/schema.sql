@@ -1,6 +1,5 @@
 -- Outbox Relay schema for PostgreSQL 13 or later: the outbox table
--- {{table}}, its indexes, its insert trigger and the function that gives
--- its events their ids.
+-- {{table}}, its indexes, its insert trigger and its id function.
 --
 -- The table follows the Open Outbox table contract column for column, so the
 -- relay can take over an existing Open Outbox table. Every statement is
