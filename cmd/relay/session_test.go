@@ -15,9 +15,10 @@ import (
 // TestCorrectedStatementTimeoutIsPickedUpWithoutARestart is a DBA's mistake
 // and its fix: the relay's role gets statement_timeout = '100ms' while every
 // UPDATE on the table takes 300 ms, so every claim or settle fails (a held
-// claim only reads; its settle updates), and /readyz says why. After ALTER ROLE … RESET statement_timeout the relay, not restarted,
-// delivers every event within seconds, although its pooled connections
-// logged in with the timeout, and /readyz turns 200.
+// claim only reads; its settle updates), and /readyz says why. After ALTER
+// ROLE … RESET statement_timeout the relay, not restarted, delivers every
+// event within seconds, although its pooled connections logged in with the
+// timeout, and /readyz turns 200.
 func TestCorrectedStatementTimeoutIsPickedUpWithoutARestart(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)

@@ -124,9 +124,10 @@ func (e *Engine) State() State {
 }
 
 // Health reports what the engine is doing now and, in StateError, why: the
-// error of the claim that failed last (nil only at the moment a claim
-// succeeds again). It may hold what the database said, and a storage URL
-// in it is not masked; redact it before showing it.
+// error of the claim that failed last, or else of the settle that failed
+// last (each cleared when the next one succeeds). It may hold what the
+// database said, and a storage URL in it is not masked; redact it before
+// showing it.
 func (e *Engine) Health() (State, error) { return e.health.get() }
 
 // Wake makes an idle engine claim at once instead of waiting out

@@ -581,9 +581,6 @@ func TestListenHearsInsertsHoweverTheTableIsSpelt(t *testing.T) {
 	}
 }
 
-// TestMigrateOfAMigratedTableBlocksNoWriter: with nothing to create,
-// migrate takes no table lock, so it neither waits behind a long
-// transaction nor makes inserts queue behind it.
 // An INSERT that names no event_id gets a UUIDv7 of the database's clock:
 // a new table's default, and an Open Outbox table's once migrated (it was
 // gen_random_uuid()).
@@ -643,6 +640,9 @@ func TestMigrateKeepsAnEventIDDefaultItDidNotSet(t *testing.T) {
 	}
 }
 
+// TestMigrateOfAMigratedTableBlocksNoWriter: with nothing to create,
+// migrate takes no table lock, so it neither waits behind a long
+// transaction nor makes inserts queue behind it.
 func TestMigrateOfAMigratedTableBlocksNoWriter(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
