@@ -196,8 +196,9 @@ func (e *Engine) Run(ctx context.Context) {
 			e.process(c)
 		}()
 		// A batch cut short by its byte limit leaves events waiting too;
-		// the database measures headers a little differently, hence half.
-		if len(c.batch.Events) < e.cfg.BatchSize && c.batch.Bytes() < e.cfg.MaxBatchBytes/2 {
+		// the database measures headers a little differently, hence half,
+		// where the driver does not say (Batch.Full).
+		if !c.batch.Full && len(c.batch.Events) < e.cfg.BatchSize && c.batch.Bytes() < e.cfg.MaxBatchBytes/2 {
 			e.idle(ctx)
 		}
 	}
@@ -321,8 +322,10 @@ func (e *Engine) process(c claimed) {
 	o := e.classify(ctx, events, results)
 	e.settle(c, o)
 	e.obs.Finished(ctx, o.summary())
-	if e.cfg.Ordering == storage.OrderingPartition {
-		// Settling frees keys that the last claim had to pass over.
+	if e.cfg.Ordering == storage.OrderingPartition || c.batch.Full {
+		// Settling frees keys that the last claim had to pass over, and
+		// ends the transaction of a held claim cut by its byte limit,
+		// whose rows past it are due again only from now on.
 		e.Wake()
 	}
 

@@ -227,3 +227,26 @@ func TestLeaseModeLockNeedsAStorageThatHoldsClaims(t *testing.T) {
 		t.Fatalf("relay.New with LeaseMode auto = %v, want it to lease by status", err)
 	}
 }
+
+// A held claim cut short by its byte limit says so (Batch.Full), and the
+// engine claims again at once: small events each followed by one that
+// fills the byte limit make batches of a few bytes, which the engine would
+// otherwise take for the end of the backlog and wait out its poll interval
+// (an hour here) after.
+func TestHeldClaimsCutByTheirByteLimitClaimAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	var events []pgtest.Event
+	for range 20 {
+		events = append(events,
+			pgtest.Event{Payload: []byte("{}")},
+			pgtest.Event{Payload: []byte(`"` + strings.Repeat("p", 5000) + `"`)})
+	}
+	tb.Insert(t, events...)
+	pub, err := publisher.Open(context.Background(), "null://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, relay.Config{PollInterval: time.Hour, MaxBatchBytes: 5000, LeaseMode: relay.LeaseLock}, tb.Store, pub)
+	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: len(events)})
+}

@@ -143,6 +143,12 @@ type Batch struct {
 	// walk, sets it; the relay only passes it back. Unordered claims
 	// leave it empty.
 	After string
+	// Full says the claim stopped at a limit of its own (the rows it may
+	// lock, or its byte limit) with events left that it could have taken:
+	// the relay claims again at once, as after a batch of BATCH_SIZE
+	// events, rather than wait for a wakeup. Drivers that cannot tell
+	// leave it false, and the relay judges by the batch's size.
+	Full bool
 }
 
 // Bytes is the batch's payload and header bytes, as its events carry them

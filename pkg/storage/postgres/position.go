@@ -130,6 +130,16 @@ type position struct {
 	// counted as running transactions, they would hold back every mark
 	// made while a batch is at the broker.
 	held map[int64]struct{}
+	// heldLimit caps the rows the relay's held claims lock once one was
+	// cut by its byte limit.
+	heldLimit heldLimit
+	// heldCut counts the relay's held claims still open that locked rows
+	// past their byte limit. Those rows are PENDING, as they were, after
+	// where the relay's claims start; a claim made while they are locked
+	// would skip them and move past them, leaving them to a sweep. So the
+	// relay's held claims wait (take nothing) until none is open: the
+	// relay claims again when such a batch settles.
+	heldCut int
 	// dueSafe is the due position every claim may start from: every due
 	// row before it was visible to a claim that read past it. dueRecent
 	// are the latest claims' evidence, a ring (dueNext is the slot for the
@@ -383,3 +393,35 @@ func (p *position) reset() {
 // maxMarks bounds the marks kept while a transaction holds the position
 // back; older marks only matter if it ends, and then the sweep finds its rows.
 const maxMarks = 4096
+
+// heldLimit is how many rows a relay's held claims lock (LEASE_MODE=lock).
+// A held claim locks its rows before it knows their sizes, and makes those
+// past its byte limit due again: each a new row version, three index
+// entries and their WAL, for nothing. With payloads large enough that a
+// few fill MAX_BATCH_BYTES, locking BATCH_SIZE rows a claim would write
+// dozens of such versions per event it takes. Once a claim is cut, the
+// next lock twice what fit: the batches still fill their byte limit, and
+// the rows locked in vain stay about as many as those taken. The cap
+// doubles again with every batch that fills its count without a cut.
+type heldLimit struct {
+	cap int // 0: none
+}
+
+// rows is the next held claim's row limit, at most limit (BATCH_SIZE).
+func (h *heldLimit) rows(limit int) int {
+	if h.cap > 0 && h.cap < limit {
+		return h.cap
+	}
+	return limit
+}
+
+// claimed records a held claim that could lock limit rows, took taken and
+// made cut due again, past its byte limit.
+func (h *heldLimit) claimed(limit, taken, cut int) {
+	switch {
+	case cut > 0:
+		h.cap = max(1, 2*taken)
+	case taken >= limit && h.cap > 0:
+		h.cap = 2 * limit
+	}
+}

@@ -562,3 +562,68 @@ func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 		t.Errorf("claimed %v, want the left-over rows %v", got, ids[3:])
 	}
 }
+
+// A held claim locks its rows before it knows their sizes; those past its
+// byte limit it leaves as they are, and the relay's next held claim waits
+// until its transaction ends, then takes them in write order. Once a claim
+// is cut, the next lock about twice what fits instead of BATCH_SIZE, and
+// say that they stopped at their own limit (Batch.Full).
+func TestHeldClaimsLockAboutWhatFitsTheirByteLimit(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	events := make([]pgtest.Event, 60)
+	for i := range events {
+		events[i] = pgtest.Event{Payload: []byte(strings.Repeat("p", 1000))}
+	}
+	ids := tb.Insert(t, events...)
+	p := storage.ClaimParams{RelayID: "r", Limit: 50, MaxBytes: 4500, SweepInterval: time.Hour}
+	// claim takes a held batch, counts the rows its transaction locks
+	// (PENDING rows another session cannot lock), checks that the relay's
+	// next claim waits meanwhile, and settles it.
+	var got []uuid.UUID
+	claim := func() (taken, locked int, full bool) {
+		b, err := s.ClaimHeld(ctx, p, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) == 0 {
+			return 0, 0, b.Full
+		}
+		if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM `+tb.Name+` WHERE status = 'PENDING')
+			- (SELECT count(*) FROM (SELECT 1 FROM `+tb.Name+` WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED) AS free)`).Scan(&locked); err != nil {
+			t.Fatal(err)
+		}
+		if b.Full && locked > len(b.Events) {
+			if next, err := s.ClaimHeld(ctx, p, time.Minute); err != nil || len(next.Events) != 0 {
+				t.Fatalf("a claim made while rows past the byte limit were locked took %d events, %v; want it to wait", len(next.Events), err)
+			}
+		}
+		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, eventIDs(b.Events)...)
+		return len(b.Events), locked, b.Full
+	}
+	if taken, locked, full := claim(); taken != 4 || locked != 50 || !full {
+		t.Fatalf("first claim took %d, locked %d, full %v; want 4 (of 4,500 bytes) of the 50 it may lock, full", taken, locked, full)
+	}
+	if taken, locked, full := claim(); taken != 4 || locked != 8 || !full {
+		t.Fatalf("second claim took %d, locked %d, full %v; want 4 of 8 (twice what fit), full", taken, locked, full)
+	}
+	for range 20 {
+		if taken, _, _ := claim(); taken == 0 {
+			break
+		}
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("claimed %d events %v, want all %d in write order", len(got), got, len(ids))
+	}
+	// Locking wrote nothing: every row was written once more, by its
+	// settle, and no row went through the due index.
+	var due int
+	if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+tb.Name+" WHERE available_at > created_at").Scan(&due); err != nil || due != 0 {
+		t.Fatalf("%d rows made due again, %v; want none", due, err)
+	}
+}

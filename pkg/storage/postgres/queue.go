@@ -112,6 +112,9 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		pos = s.positions.of(p.RelayID)
 		pos.mu.Lock()
 		defer pos.mu.Unlock()
+		if held {
+			p.Limit = pos.heldLimit.rows(p.Limit)
+		}
 		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
 		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"], pos.heldIDs())
@@ -178,9 +181,6 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if err == nil {
 		err = closeResults()
 	}
-	if err == nil && len(read.leftOver.ids) > 0 {
-		err = s.makeLeftOverDue(ctx, on, read.leftOver)
-	}
 	if err != nil {
 		// The claim's connection goes back to the pool first: on a pool of
 		// one, handing back would otherwise wait for it until it timed out.
@@ -204,15 +204,25 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		return storage.Batch{}, nil, nil, s.handBack(ctx, lease, claimErr)
 	}
 	batch := storage.Batch{Lease: lease, Events: events}
+	// Rows the claim locked: those it took and those past its byte limit.
+	locked := len(events) + read.cut
+	if held && pos != nil {
+		pos.heldLimit.claimed(p.Limit, len(events), read.cut)
+	}
+	// A claim that stopped at its own limits left events it could have
+	// taken: the relay claims again once it can (heldCut).
+	batch.Full = locked >= p.Limit || read.cut > 0
 	if pos != nil {
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
 		pos.done(pl, xmin, xmax, read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
-		if issued.Valid && len(events) < p.Limit {
+		if issued.Valid && locked < p.Limit {
 			// Nothing more is due after the position: whatever seq was
 			// handed out is claimed by others or not yet committed. (An
 			// ordered claim's position is its unkeyed rows', which no key
-			// holds back: a short ordered batch took every one it saw.)
+			// holds back: a short ordered batch took every one it saw. A
+			// held claim that locked rows past its byte limit is not
+			// short: rows after those may be due.)
 			pos.issued(issued.Int64, now)
 		}
 		if wentBack {
@@ -231,25 +241,26 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
 	unhold = func() {}
-	if pos != nil && xid.Valid && len(read.leftOver.ids) == 0 {
-		// A held claim that made rows due again has written rows, behind
-		// the positions, that become visible when it ends: it holds the
-		// positions back as any writer does. One that did not is left out
-		// of the oldest running transaction.
+	if pos != nil && xid.Valid {
+		// A held claim writes no row while it is open: it is left out of
+		// the oldest running transaction.
 		unhold = pos.hold(xid.Int64)
 	}
-	return batch, rows, unhold, nil
-}
-
-// makeLeftOverDue makes the rows a held claim locked past its byte limit
-// due again, in its transaction on on (held_left_over.sql).
-func (s *Store) makeLeftOverDue(ctx context.Context, on batchSender, rows leftOver) error {
-	b := &pgx.Batch{}
-	b.Queue(s.queries["held_left_over"], rows.addrs, rows.ids)
-	if err := on.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("make %d rows past the byte limit due again: %w", len(rows.ids), err)
+	if pos != nil && read.cut > 0 {
+		// The rows it locked past its byte limit lie after where this
+		// relay's claims now start, as they were: the relay's next claim
+		// waits for them (heldCut), so that it does not step past them
+		// while they are locked.
+		pos.heldCut++
+		ended := unhold
+		unhold = func() {
+			ended()
+			pos.mu.Lock()
+			pos.heldCut--
+			pos.mu.Unlock()
+		}
 	}
-	return nil
+	return batch, rows, unhold, nil
 }
 
 // freshTo is the highest seq of a fresh row a claim may take
@@ -354,15 +365,11 @@ type claimRead struct {
 	dueLast         dueKey
 	dueTaken        int64
 	dueLocked       int64
-	// leftOver are the rows a held claim locked but did not take, past
-	// its byte limit (claim_held.sql), which it makes due again.
-	leftOver leftOver
-}
-
-// leftOver are rows by address and id.
-type leftOver struct {
-	addrs []pgtype.TID
-	ids   []pgtype.UUID
+	// cut is how many rows a held claim locked but did not take, past its
+	// byte limit (claim_held.sql), and dueCut the first of those it read
+	// from the due index, in the due index's order.
+	cut    int
+	dueCut dueKey
 }
 
 // dueReached is how far the claim's read of the due index got, for a
@@ -373,6 +380,12 @@ type leftOver struct {
 func (r claimRead) dueReached(stamp time.Time, limit int) dueKey {
 	if r.dueLocked < int64(limit) && r.dueTaken == r.dueLocked {
 		return dueKey{at: stamp.Add(-dueSettle)}
+	}
+	if !r.dueCut.at.IsZero() {
+		// A held claim's cut is in write order, so rows it took may lie
+		// after one it left in the due index: the next claims read from
+		// the first it left (the reads include where they start).
+		return r.dueCut
 	}
 	return r.dueLast
 }
@@ -441,8 +454,10 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		}
 		if held {
 			if !taken {
-				read.leftOver.addrs = append(read.leftOver.addrs, addr)
-				read.leftOver.ids = append(read.leftOver.ids, id)
+				read.cut++
+				if k := (dueKey{at: dueFrom.Time, seq: seq.Int64}); dueFrom.Valid && (read.dueCut.at.IsZero() || k.before(read.dueCut)) {
+					read.dueCut = k
+				}
 				continue
 			}
 			addrs = append(addrs, addr)

@@ -11,15 +11,11 @@
 -- The two sets do not overlap (a fresh row's available_at is not after its
 -- created_at), so every row is read once, with all it carries, and nothing
 -- is read again by its key. It returns every row it locked; those past the
--- byte limit come without payload and headers, and the relay makes them
--- due again in this transaction (held_left_over.sql), for the claims to
--- find in the due index once it ends: this transaction then holds the
--- relay's positions back as any writer's does (queue.go). Doing that here,
--- in a data-modifying CTE, made every claim materialise its rows with
--- their payloads once more, cut or not: over a quarter of its CPU. Each
--- row comes back with its physical address (ctid), where the settling
--- statements find it: no other statement can move a row while this
--- transaction holds it.
+-- byte limit come without payload and headers and stay as they are,
+-- PENDING, for the relay's next claims, which wait until this transaction
+-- ends (position.go's heldCut). Each row comes back with its physical
+-- address (ctid), where the settling statements find it: no other
+-- statement can move a row while this transaction holds it.
 WITH again AS (
     SELECT ctid AS row_id, event_id, event_type, partition_key, payload, headers, attempts,
            created_at, available_at, seq, octet_length(payload) + pg_column_size(headers) AS size
