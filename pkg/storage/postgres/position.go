@@ -395,11 +395,11 @@ func (p *position) reset() {
 const maxMarks = 4096
 
 // heldLimit is how many rows a relay's held claims lock (LEASE_MODE=lock).
-// A held claim locks its rows before it knows their sizes, and makes those
-// past its byte limit due again: each a new row version, three index
-// entries and their WAL, for nothing. With payloads large enough that a
-// few fill MAX_BATCH_BYTES, locking BATCH_SIZE rows a claim would write
-// dozens of such versions per event it takes. Once a claim is cut, the
+// A held claim locks its rows before it knows their sizes, and those past
+// its byte limit it locks in vain: a row lock each (a WAL record), while
+// the relay's next claims wait for them (heldCut). With payloads large
+// enough that a few fill MAX_BATCH_BYTES, locking BATCH_SIZE rows a claim
+// would lock dozens in vain per event it takes. Once a claim is cut, the
 // next lock twice what fit: the batches still fill their byte limit, and
 // the rows locked in vain stay about as many as those taken. The cap
 // doubles again with every batch that fills its count without a cut.
@@ -416,7 +416,7 @@ func (h *heldLimit) rows(limit int) int {
 }
 
 // claimed records a held claim that could lock limit rows, took taken and
-// made cut due again, past its byte limit.
+// locked cut more past its byte limit.
 func (h *heldLimit) claimed(limit, taken, cut int) {
 	switch {
 	case cut > 0:

@@ -500,12 +500,11 @@ func TestTheBacklogCountsKeyedEventsBehindAnOrderedRelaysPosition(t *testing.T) 
 	}
 }
 
-// A held claim that locks rows past the byte limit makes them due again at
-// its own moment, in its transaction: they become visible, behind the
-// relay's due position, only when the batch is settled. Such a claim holds
-// the relay's positions back as any writer does, so the relay's claims
-// made meanwhile do not move past those rows for good: once it ends, the
-// next claims take them, with no periodic sweep.
+// A held claim that locks rows past the byte limit leaves them as they
+// are, locked until the batch is settled. The relay's claims made
+// meanwhile take nothing (they would step past those rows), more of them
+// than the lag limit and for longer than the sequence readings take to
+// settle: once it ends, the next claims take them, with no periodic sweep.
 func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -519,10 +518,8 @@ func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 		t.Fatalf("ClaimHeld = %d events, %v; want the first 3 (900 KB of 1 MB)", len(held.Events), err)
 	}
 	// The relay claims on while the batch is at the broker, held claims
-	// as its engine's, which read fresh rows from its seq position and the
-	// left-over ones only in the due index: more claims than its lag
-	// limit, for longer than the sequence readings take to settle, each
-	// finding the left-over rows locked.
+	// as its engine's: more claims than its lag limit, for longer than the
+	// sequence readings take to settle, none taking the rows left over.
 	claimHeld := func() []uuid.UUID {
 		b, err := s.ClaimHeld(ctx, p, time.Minute)
 		if err != nil {
