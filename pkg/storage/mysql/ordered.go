@@ -88,6 +88,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	if len(ids) == 0 {
 		return storage.Batch{Lease: lease, After: p.After}, nil
 	}
+	picked := len(ids)
 	if p.MaxBytes > 0 {
 		// A prefix of the picks: every key's picks stay the first places
 		// of its run.
@@ -122,7 +123,9 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
 	}
 	sortBySeq(events, seqs)
-	return storage.Batch{Lease: lease, Events: events, After: after}, nil
+	// Picks the byte limit cut are left for the next claim, at once.
+	full := picked >= p.Limit || len(ids) < picked
+	return storage.Batch{Lease: lease, Events: events, After: after, Full: full}, nil
 }
 
 // fitting keeps the longest prefix of ids whose payloads and headers add up

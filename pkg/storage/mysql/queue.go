@@ -120,7 +120,9 @@ func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams, plan claim
 	if len(picks) < p.Limit && len(ids) == len(picks) {
 		end = &at
 	}
-	return storage.Batch{Lease: lease, Events: events}, last, end, nil
+	// Rows the byte limit cut are left for the next claim, at once.
+	full := len(picks) >= p.Limit || len(ids) < len(picks)
+	return storage.Batch{Lease: lease, Events: events, Full: full}, last, end, nil
 }
 
 // claimQuery is the claim's SELECT and its arguments: from the start of

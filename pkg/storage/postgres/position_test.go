@@ -624,3 +624,79 @@ func TestHeldClaimsLockAboutWhatFitsTheirByteLimit(t *testing.T) {
 		t.Fatalf("%d rows made due again, %v; want none", due, err)
 	}
 }
+
+// A batch its byte limit cut left rows that a short claim would have taken:
+// it must not count as one (one that took every row due), whose reading of
+// the sequence moves the relay's claims up to it, past the rows it left. A
+// small event followed by one larger than the limit makes a batch of one
+// among 32 rows; while a transaction holds the position back (as on any
+// busy database), the claims that follow must take the 31 others in write
+// order, with no periodic sweep — leased, held and ordered.
+func TestABatchCutByItsByteLimitLeavesItsRowsToTheNextClaims(t *testing.T) {
+	t.Parallel()
+	claims := map[string]func(s *postgres.Store, p storage.ClaimParams) ([]uuid.UUID, bool){
+		"leased": func(s *postgres.Store, p storage.ClaimParams) ([]uuid.UUID, bool) {
+			b, err := s.Claim(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+			return eventIDs(b.Events), b.Full
+		},
+		"held": func(s *postgres.Store, p storage.ClaimParams) ([]uuid.UUID, bool) {
+			b, err := s.ClaimHeld(context.Background(), p, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Tx != nil {
+				if err := b.Tx.Settle(context.Background(), storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return eventIDs(b.Events), b.Full
+		},
+	}
+	claims["ordered"] = func(s *postgres.Store, p storage.ClaimParams) ([]uuid.UUID, bool) {
+		p.Ordering = storage.OrderingPartition
+		return claims["leased"](s, p)
+	}
+	for name, claim := range claims {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			tb := pgtest.New(t)
+			events := []pgtest.Event{{Payload: []byte(`"small"`)}, {Payload: []byte(`"` + strings.Repeat("p", 6000) + `"`)}}
+			for range 30 {
+				events = append(events, pgtest.Event{Payload: []byte(`"small"`)})
+			}
+			ids := tb.Insert(t, events...)
+			writer, err := tb.Store.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = writer.Rollback(ctx) }()
+			if _, err := writer.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+				t.Fatal(err)
+			}
+
+			p := storage.ClaimParams{RelayID: "r", Limit: 100, MaxBytes: 5000, SweepInterval: time.Hour}
+			got, full := claim(tb.Store, p)
+			if !slices.Equal(got, ids[:1]) || !full {
+				t.Fatalf("the first claim took %d events, full %v; want the first alone, full (cut by its byte limit)", len(got), full)
+			}
+			p.Limit, p.MaxBytes = 2, 0
+			for range 40 {
+				next, _ := claim(tb.Store, p)
+				if len(next) == 0 {
+					break
+				}
+				got = append(got, next...)
+			}
+			if !slices.Equal(got, ids) {
+				t.Errorf("claimed %d of the %d events (%d left to a sweep); want all in write order", len(got), len(ids), len(ids)-len(got))
+			}
+		})
+	}
+}

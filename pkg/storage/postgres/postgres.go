@@ -218,7 +218,7 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 // rows have theirs (keys.go reads them); the columns read into plain Go
 // values as the claimed rows have them.
 const walkInfo = `UNION ALL
-SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, w.head, NULL, NULL, (SELECT count(*) FROM unkeyed_due)
+SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, w.head, NULL, NULL, (SELECT count(*) FROM unkeyed_due), 0
 FROM walk w
 WHERE w.i > 0`
 

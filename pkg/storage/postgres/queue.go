@@ -216,13 +216,14 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
 		pos.done(pl, xmin, xmax, read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
-		if issued.Valid && locked < p.Limit {
+		if issued.Valid && locked < p.Limit && read.cut == 0 {
 			// Nothing more is due after the position: whatever seq was
 			// handed out is claimed by others or not yet committed. (An
 			// ordered claim's position is its unkeyed rows', which no key
 			// holds back: a short ordered batch took every one it saw. A
-			// held claim that locked rows past its byte limit is not
-			// short: rows after those may be due.)
+			// batch its byte limit cut says nothing of the kind: it left
+			// rows below the value read PENDING, and counting them as
+			// others' would start the next claims past them.)
 			pos.issued(issued.Int64, now)
 		}
 		if wentBack {
@@ -246,7 +247,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		// the oldest running transaction.
 		unhold = pos.hold(xid.Int64)
 	}
-	if pos != nil && read.cut > 0 {
+	if pos != nil && held && read.cut > 0 {
 		// The rows it locked past its byte limit lie after where this
 		// relay's claims now start, as they were: the relay's next claim
 		// waits for them (heldCut), so that it does not step past them
@@ -365,9 +366,9 @@ type claimRead struct {
 	dueLast         dueKey
 	dueTaken        int64
 	dueLocked       int64
-	// cut is how many rows a held claim locked but did not take, past its
-	// byte limit (claim_held.sql), and dueCut the first of those it read
-	// from the due index, in the due index's order.
+	// cut is how many rows the claim locked (or, ordered, picked) but did
+	// not take, past its byte limit, and dueCut the first of those a held
+	// claim read from the due index, in the due index's order.
 	cut    int
 	dueCut dueKey
 }
@@ -432,12 +433,19 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		strs                       = map[string]string{}
 	)
 	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueFrom, &read.dueLocked}
-	var taken bool
+	var (
+		taken bool
+		cut   int64
+	)
 	if held {
 		// A held claim returns every row it locked, each with whether it
 		// is taken and its address (claim_held.sql).
 		dest = append(dest, &taken, &addr)
 		addrs = make([]pgtype.TID, 0, limit)
+	} else {
+		// The others say, on every row, how many rows their byte limit
+		// cut (claim.sql).
+		dest = append(dest, &cut)
 	}
 	for rows.Next() {
 		// The id as pgtype.UUID, its 16 bytes: scanned as a uuid.UUID,
@@ -445,6 +453,10 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		// form.
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, read, fmt.Errorf("read row: %w", err)
+		}
+		if !held {
+			// 0 on the floors' walk's rows.
+			read.cut = max(read.cut, int(cut))
 		}
 		if !id.Valid {
 			if visited != nil {

@@ -90,6 +90,9 @@ func testClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 			if b.Bytes() > p.MaxBytes {
 				t.Errorf("batch holds %d bytes, over MaxBytes %d", b.Bytes(), p.MaxBytes)
 			}
+			if !b.Full {
+				t.Errorf("a batch its byte limit cut with events left says Full false: the relay would wait for its next poll")
+			}
 
 			// An event larger than the limit still goes, alone (once its
 			// key's earlier events are done, for ordered claims).
@@ -103,6 +106,12 @@ func testClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 			}
 			if len(b.Events) != 1 || b.Events[0].ID != ids[3] {
 				t.Fatalf("claimed %v, want the 400 KB event alone", eventIDs(b.Events))
+			}
+			if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+				t.Fatal(err)
+			}
+			if b, err = s.Claim(context.Background(), p); err != nil || len(b.Events) != 1 || b.Full {
+				t.Fatalf("the last claim = %v, full %v, %v; want the last event, not full", eventIDs(b.Events), b.Full, err)
 			}
 		})
 	}

@@ -147,6 +147,9 @@ func testHeldClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 	if !slices.Equal(eventIDs(b.Events), ids[:3]) {
 		t.Fatalf("held claim took %d events, want the first 3 (900 KB of 1 MB)", len(b.Events))
 	}
+	if !b.Full {
+		t.Errorf("a held batch its byte limit cut with events left says Full false: the relay would wait for its next poll")
+	}
 	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
 		t.Fatal(err)
 	}

@@ -43,11 +43,11 @@ WITH again AS (
     ORDER BY seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-), picked AS (
+), sized AS (
     -- FOR UPDATE does not mix with window functions: the running total is
     -- taken over the locked rows. Rows locked and not picked are free again
     -- when the statement commits. arm is 0 for the rows read as due again.
-    SELECT event_id, created_at, arm
+    SELECT event_id, created_at, arm, $3::bigint <= 0 OR running <= $3::bigint OR n = 1 AS fits
     FROM (SELECT event_id, created_at, arm,
                  sum(size) OVER w AS running,
                  row_number() OVER w AS n
@@ -56,23 +56,25 @@ WITH again AS (
                 SELECT *, 1 FROM fresh WHERE event_id NOT IN (SELECT event_id FROM again)) locked
           WINDOW w AS (ORDER BY arm, CASE WHEN arm = 0 THEN available_at END, seq, event_id
                        ROWS UNBOUNDED PRECEDING)) s
-    WHERE n <= $2 AND ($3::bigint <= 0 OR running <= $3::bigint OR n = 1)
+    WHERE n <= $2
 ), claimed AS (
     UPDATE {{table}} AS t
     SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
-    FROM picked
+    FROM sized AS picked
     -- created_at too: on a table partitioned by it, so that the row can be
     -- found in its partition alone.
-    WHERE t.event_id = picked.event_id AND t.created_at = picked.created_at
+    WHERE picked.fits AND t.event_id = picked.event_id AND t.created_at = picked.created_at
     RETURNING t.*, picked.arm
 )
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed. seq,
 -- whether the row came back to PENDING (the due index's condition), the
--- available_at of a row read from the due index and how many rows that
--- read locked come last: the relay moves its positions with them.
+-- available_at of a row read from the due index, how many rows that read
+-- locked and how many rows the byte limit cut come last: the relay moves
+-- its positions with them (a batch cut short did not read every row due).
 SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
        CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
-       CASE WHEN arm = 0 THEN available_at END, (SELECT count(*) FROM again)
+       CASE WHEN arm = 0 THEN available_at END, (SELECT count(*) FROM again),
+       (SELECT count(*) FROM sized WHERE NOT fits)
 FROM claimed
 ORDER BY seq, event_id

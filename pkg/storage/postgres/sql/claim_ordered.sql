@@ -102,11 +102,12 @@ WITH RECURSIVE {{keyed_walk}}, unkeyed_due AS (
 -- In write order, as the unordered claim returns them.
 -- A created_at of ±infinity (a producer's mistake) reads as NULL: one such
 -- row must not fail the claim of the whole batch after it committed. The
--- last two columns, as in claim.sql, are for the relay's due position.
+-- last three columns, as in claim.sql, are for the relay's positions.
 -- The floors' walk adds, last, what it learned of each key it visited.
 (SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
         CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
-        due_at, (SELECT count(*) FROM unkeyed_due)
+        due_at, (SELECT count(*) FROM unkeyed_due),
+        (SELECT count(*) FROM sized WHERE NOT ($4::bigint <= 0 OR sized.running <= $4::bigint OR sized.m = 1))
  FROM claimed
  ORDER BY seq, event_id)
 {{walk_info}}
