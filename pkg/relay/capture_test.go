@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -499,7 +500,11 @@ func TestWALKeepsKeyOrderThroughRetries(t *testing.T) {
 		}
 	}
 	if len(got) != len(want) {
-		t.Fatalf("key k: %d deliveries, want %d", len(got), len(want))
+		places := make([]int, len(got))
+		for i, id := range got {
+			places[i] = slices.Index(want, id)
+		}
+		t.Fatalf("key k: %d deliveries, want %d: the events in write order by place %v (the retried one is 5)", len(got), len(want), places)
 	}
 	for i := range want {
 		if got[i] != want[i] {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,6 +42,48 @@ func TestHeldKeysCountsFreshEventsOnlyDuringABackfill(t *testing.T) {
 	}
 	if left, err := tb.Store.FreshLeft(ctx, last-3); err != nil || left {
 		t.Fatalf("FreshLeft below every row = %v, %v; want false", left, err)
+	}
+}
+
+// Beside the log, an ordered claim takes a key whose first event came back
+// (failed, deferred) with its run only as far as the run is the claims':
+// a fresh event after it is the log's, which publishes it, or defers it,
+// in its turn. Taken by the claim too, it went twice once the claim had
+// delivered the run before the log reached it.
+func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ctx := context.Background()
+	ids := tb.Insert(t, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"})
+	// The log published the first two events: the first failed, and the
+	// second, held back behind it, was handed to the claims.
+	if n, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{{ID: ids[0], Error: "try again"}}}); err != nil || n != 1 {
+		t.Fatalf("RecordFailed = %d, %v", n, err)
+	}
+	if n, err := tb.Store.Defer(ctx, storage.RecordParams{IDs: ids[1:2]}); err != nil || n != 1 {
+		t.Fatalf("Defer = %d, %v", n, err)
+	}
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, FreshTo: storage.FreshNone}
+	b, err := tb.Store.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !slices.Equal(got, ids[:2]) {
+		t.Fatalf("the claim took %d events of key k, want the 2 the log handed back (the other 2 are the log's)", len(got))
+	}
+	// During a backfill up to the third event, that one is the claims'
+	// too; the fourth is still the log's.
+	if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[:2]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2]).Scan(&p.FreshTo); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = tb.Store.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !slices.Equal(got, ids[2:3]) {
+		t.Fatalf("a backfill up to the third event took %d events, want the third alone", len(got))
 	}
 }
 

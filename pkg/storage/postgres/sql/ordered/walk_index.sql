@@ -7,9 +7,11 @@
 -- (keys.go); under a long-lived snapshot each key's step passes over the
 -- dead index entries that each of its delivered events left (see
 -- walk_floors.sql).
--- $6 is the highest seq of a fresh key head the claim may take
--- (storage.ClaimParams.FreshTo; the database's log delivers the others):
--- a key whose head is due again is claimed with its whole run.
+-- $6 is the highest seq of a fresh event the claim may take
+-- (storage.ClaimParams.FreshTo; the database's log delivers the others),
+-- head or not: a key whose head is due again is claimed with its run up to
+-- the first fresh event that is the log's, which the log publishes, or
+-- hands to the claims, in its turn (taken here too, it went twice).
 after_cursor AS (
     (SELECT partition_key COLLATE "C" AS k, status, available_at, seq, created_at
      FROM {{table}}
@@ -71,9 +73,10 @@ after_cursor AS (
             FROM (
                 SELECT event_id,
                        row_number() OVER w AS pos,
-                       bool_and(status = 'PENDING' AND available_at <= now() AND clear) OVER w AS due
+                       bool_and(status = 'PENDING' AND available_at <= now() AND clear
+                                AND (seq <= $6::bigint OR available_at > created_at)) OVER w AS due
                 FROM (
-                    SELECT event_id, status, available_at, seq,
+                    SELECT event_id, status, available_at, created_at, seq,
                            {{no_dead_before_row}} AS clear
                     FROM {{table}} run
                     WHERE partition_key COLLATE "C" = h.k AND status IN ('PENDING', 'DELIVERING')
