@@ -248,14 +248,7 @@ func TestClaimsCutByTheirByteLimitClaimAgainAtOnce(t *testing.T) {
 					pgtest.Event{Payload: []byte(`"` + strings.Repeat("p", 5000) + `"`)})
 			}
 			tb.Insert(t, events...)
-			writer, err := tb.Store.Pool().Begin(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = writer.Rollback(context.Background()) }()
-			if _, err := writer.Exec(context.Background(), "SELECT pg_current_xact_id()"); err != nil {
-				t.Fatal(err)
-			}
+			tb.HoldWriter(t)
 			pub, err := publisher.Open(context.Background(), "null://")
 			if err != nil {
 				t.Fatal(err)

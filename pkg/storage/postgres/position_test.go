@@ -665,21 +665,13 @@ func TestABatchCutByItsByteLimitLeavesItsRowsToTheNextClaims(t *testing.T) {
 	for name, claim := range claims {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			tb := pgtest.New(t)
 			events := []pgtest.Event{{Payload: []byte(`"small"`)}, {Payload: []byte(`"` + strings.Repeat("p", 6000) + `"`)}}
 			for range 30 {
 				events = append(events, pgtest.Event{Payload: []byte(`"small"`)})
 			}
 			ids := tb.Insert(t, events...)
-			writer, err := tb.Store.Pool().Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = writer.Rollback(ctx) }()
-			if _, err := writer.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
-				t.Fatal(err)
-			}
+			tb.HoldWriter(t)
 
 			p := storage.ClaimParams{RelayID: "r", Limit: 100, MaxBytes: 5000, SweepInterval: time.Hour}
 			got, full := claim(tb.Store, p)

@@ -238,6 +238,22 @@ func (tb *Table) Exec(t testing.TB, sql string, args ...any) int64 {
 	return tag.RowsAffected()
 }
 
+// HoldWriter opens a transaction that has an id and keeps it open until
+// the test ends: another session's writer, as on any busy database, which
+// holds back every relay's claim position until it ends.
+func (tb *Table) HoldWriter(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: hold a writer: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatalf("pgtest: hold a writer: %v", err)
+	}
+}
+
 // Held counts the PENDING rows another transaction holds locked: the
 // batches that held claims (LEASE_MODE=lock) have at the broker.
 func (tb *Table) Held(t testing.TB) int {

@@ -87,16 +87,16 @@ WITH RECURSIVE {{keyed_walk}}, unkeyed_due AS (
     FROM (SELECT event_id, k, pos, n, due_at, row_number() OVER (PARTITION BY k ORDER BY pos) AS nth FROM picked) c
     WHERE k IS NULL OR pos = nth
 ), sized AS (
-    SELECT c.event_id, c.due_at,
-           sum(octet_length(t.payload) + pg_column_size(t.headers)) OVER (ORDER BY c.n ROWS UNBOUNDED PRECEDING) AS running,
-           row_number() OVER (ORDER BY c.n) AS m
-    FROM checked c JOIN {{table}} t ON t.event_id = c.event_id
+    SELECT event_id, due_at, $4::bigint <= 0 OR running <= $4::bigint OR m = 1 AS fits
+    FROM (SELECT c.event_id, c.due_at,
+                 sum(octet_length(t.payload) + pg_column_size(t.headers)) OVER (ORDER BY c.n ROWS UNBOUNDED PRECEDING) AS running,
+                 row_number() OVER (ORDER BY c.n) AS m
+          FROM checked c JOIN {{table}} t ON t.event_id = c.event_id) s
 ), claimed AS (
     UPDATE {{table}} AS t
     SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
     FROM sized
-    WHERE t.event_id = sized.event_id AND t.status = 'PENDING'
-      AND ($4::bigint <= 0 OR sized.running <= $4::bigint OR sized.m = 1)
+    WHERE sized.fits AND t.event_id = sized.event_id AND t.status = 'PENDING'
     RETURNING t.*, sized.due_at
 )
 -- In write order, as the unordered claim returns them.
@@ -107,7 +107,7 @@ WITH RECURSIVE {{keyed_walk}}, unkeyed_due AS (
 (SELECT event_id, event_type, coalesce(partition_key, ''), payload, headers, attempts,
         CASE WHEN isfinite(created_at) THEN created_at END, seq, available_at > created_at,
         due_at, (SELECT count(*) FROM unkeyed_due),
-        (SELECT count(*) FROM sized WHERE NOT ($4::bigint <= 0 OR sized.running <= $4::bigint OR sized.m = 1))
+        (SELECT count(*) FROM sized WHERE NOT fits)
  FROM claimed
  ORDER BY seq, event_id)
 {{walk_info}}
