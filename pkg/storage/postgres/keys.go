@@ -109,11 +109,12 @@ func (w *keyWalk) usable(now time.Time) bool {
 }
 
 // keyRead is what claim_keys.sql read, for one claim, with the stamp
-// before it (claim_stamp.sql).
+// before it (claim_stamp.sql) and the read's own transaction id after it
+// (claim_xid.sql: the bound of its mark; 0 when it has none).
 type keyRead struct {
-	stamp      time.Time
-	xmin, xmax uint64
-	issued     pgtype.Int8
+	stamp       time.Time
+	xmin, bound uint64
+	issued      pgtype.Int8
 	// rows read after the key position, and the highest seq among them.
 	written int64
 	highest int64
@@ -206,6 +207,7 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 	b.Queue(s.queries["claim_plan"])
 	b.Queue(s.queries["claim_stamp"], []int64(nil))
 	b.Queue(s.queries["claim_keys"], r.args()...)
+	b.Queue(s.queries["claim_xid"], w.find.needsBound(pl))
 	read, err := readKeys(s.pool.SendBatch(ctx, b), w)
 	if err != nil {
 		s.recycle(err)
@@ -221,7 +223,7 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 		return nil, nil
 	}
 	lowest := w.swept(r, read)
-	w.find.done(pl, read.xmin, read.xmax, lowest, read.highest, due, now)
+	w.find.done(pl, read.xmin, read.bound, lowest, read.highest, due, now)
 	if pl.sweep && lowest == 0 {
 		// The sweep read its whole range (and every due row): done
 		// found it complete.
@@ -307,7 +309,7 @@ func readKeys(results pgx.BatchResults, w *keyWalk) (read keyRead, err error) {
 	if _, err := results.Exec(); err != nil {
 		return read, err
 	}
-	if err := results.QueryRow().Scan(&read.stamp, &read.xmin, &read.xmax, &read.issued); err != nil {
+	if err := results.QueryRow().Scan(&read.stamp, &read.xmin, &read.issued); err != nil {
 		return read, err
 	}
 	rows, err := results.Query()
@@ -339,7 +341,16 @@ func readKeys(results pgx.BatchResults, w *keyWalk) (read keyRead, err error) {
 			read.sweptHighest, read.sweptRows = seq.Int64, n.Int64
 		}
 	}
-	return read, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return read, err
+	}
+	var bound pgtype.Int8
+	if err := results.QueryRow().Scan(&bound); err != nil {
+		return read, err
+	}
+	read.bound = uint64(max(bound.Int64, 0))
+	return read, nil
 }
 
 // floorsClaim is a claim that walks the keys from their floors.

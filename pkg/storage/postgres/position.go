@@ -16,10 +16,23 @@ import (
 // may become visible behind it later, when their transaction took its seq
 // value early and committed after rows written later were claimed. The
 // position therefore moves only as far as is known to be safe: a claim
-// records the highest seq claimed before it together with the snapshot's
-// next transaction id (xmax); once the oldest running transaction (xmin)
-// has reached that id, every transaction that could have written a row at
-// or below that seq has ended, and the position may move there. A
+// records the highest seq claimed before it (a mark) together with a
+// transaction id the database assigned after the claim's snapshot was
+// taken (the mark's bound); once the oldest running transaction has
+// reached that id, every transaction that could have written a row at or
+// below that seq has ended, and the position may move there.
+//
+// The bound is the id of a transaction of the relay's own, never the
+// snapshot's xmax: a snapshot lists only running transactions below its
+// xmax, which is one past the newest transaction that has ended, not the
+// next id to be assigned. A producer's transaction whose id is above
+// every ended one — on a quiet database, any that stays open while
+// nothing else commits — is running but in no snapshot's list, and a mark
+// bounded by xmax would let the position pass its row. A claim that
+// locks or changes rows has an id of its own; one that does not asks for
+// one (pg_current_xact_id()) only when its mark would move the position,
+// so that polls of a quiet database write nothing. A mark made without
+// an id waits for the next claim's (needsBound). A
 // transaction that stays open (the long-writer case) would hold the
 // position back without end and make claims walk everything claimed since
 // it began; so the position never lags the highest claimed seq by more
@@ -62,9 +75,11 @@ const issuedSettle = time.Second
 
 // mark is a claim's evidence for moving the position: every row with a seq
 // up to claimed, and every due row before due, is visible once every
-// transaction below xmax has ended.
+// transaction below bound has ended. bound is 0 until a claim of the
+// relay's with a transaction id of its own, made no earlier than the
+// mark's, gives it one.
 type mark struct {
-	xmax    uint64
+	bound   uint64
 	claimed int64
 	due     dueKey
 }
@@ -295,13 +310,36 @@ func (p *position) forward(limit int) int64 {
 	return max(p.safe, max(p.claimed, p.frontier)-int64(lagLimit*limit))
 }
 
-// done records a claim's outcome: the snapshot's xmin and xmax, the
-// lowest and highest seq it claimed (0 for none), and how far it read the
-// due index (due; complete when it read every due row after pl.dueFrom).
-// The caller holds p.mu.
-func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, due dueKey, now time.Time) {
-	if n := len(p.marks); n == 0 || p.marks[n-1].claimed < pl.claimedBefore || p.marks[n-1].due.before(due) {
-		p.marks = append(p.marks, mark{xmax: xmax, claimed: pl.claimedBefore, due: due})
+// needsBound says whether the claim planned as pl must have a
+// transaction id of its own, even if it locks nothing: its mark would
+// move the position, and no mark with a bound has got that far. The
+// caller holds p.mu.
+func (p *position) needsBound(pl plan) bool {
+	bounded := p.safe
+	for _, m := range p.marks {
+		if m.bound != 0 {
+			bounded = max(bounded, m.claimed)
+		}
+	}
+	return pl.claimedBefore > bounded
+}
+
+// done records a claim's outcome: the oldest running transaction its
+// snapshot saw (xmin), its own transaction's id (bound; 0 if it had
+// none), the lowest and highest seq it claimed (0 for none), and how far
+// it read the due index (due; complete when it read every due row after
+// pl.dueFrom). The caller holds p.mu.
+func (p *position) done(pl plan, xmin, bound uint64, lowest, highest int64, due dueKey, now time.Time) {
+	m := mark{bound: bound, claimed: pl.claimedBefore, due: due}
+	switch n := len(p.marks); {
+	case n > 0 && p.marks[n-1].bound == 0:
+		// The last mark still waits for a bound. This claim's evidence is
+		// newer, and whatever id this claim or a later one brings was
+		// assigned after both: one mark holds both.
+		last := &p.marks[n-1]
+		last.bound, last.claimed, last.due = bound, max(last.claimed, m.claimed), laterDue(last.due, m.due)
+	case n == 0 || p.marks[n-1].claimed < m.claimed || p.marks[n-1].due.before(m.due):
+		p.marks = append(p.marks, m)
 	}
 	p.dueRecent[p.dueNext] = laterDue(due, p.dueRecent[(p.dueNext+lagLimit-1)%lagLimit])
 	p.dueNext = (p.dueNext + 1) % lagLimit
@@ -315,7 +353,7 @@ func (p *position) done(pl plan, xmin, xmax uint64, lowest, highest int64, due d
 	}
 	safeBefore, dueSafeBefore := p.safe, p.dueSafe
 	drop := 0
-	for drop < len(p.marks) && p.marks[drop].xmax <= xmin {
+	for drop < len(p.marks) && p.marks[drop].bound != 0 && p.marks[drop].bound <= xmin {
 		p.safe = max(p.safe, p.marks[drop].claimed)
 		p.dueSafe = laterDue(p.dueSafe, p.marks[drop].due)
 		drop++

@@ -120,10 +120,12 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		b.Queue(s.queries["claim_stamp"], pos.heldIDs())
 		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor, freshTo(p.FreshTo), dueAt(pl.dueFrom), pl.dueFrom.seq)
 	}
-	if held {
-		// The transaction's id, which its row locks gave it: the relay's
-		// next claims leave it out of the oldest running transaction.
-		b.Queue("SELECT pg_current_xact_id_if_assigned()::text::bigint")
+	// The transaction's id: the bound of the claim's mark, and for a held
+	// claim the transaction the relay's next claims leave out of the
+	// oldest running one.
+	ownID := held || pos != nil
+	if ownID {
+		b.Queue(s.queries["claim_xid"], pos != nil && pos.needsBound(pl))
 	}
 
 	results := on.SendBatch(ctx, b)
@@ -159,10 +161,10 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
 	var (
-		xmin, xmax uint64
-		issued     pgtype.Int8
+		xmin   uint64
+		issued pgtype.Int8
 	)
-	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &xmax, &issued); err != nil {
+	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &issued); err != nil {
 		s.recycle(err)
 		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
@@ -175,7 +177,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	events, rows, read, err := readEvents(results, p.Limit, held, ordered, visited)
 	var xid pgtype.Int8
-	if err == nil && held {
+	if err == nil && ownID {
 		err = results.QueryRow().Scan(&xid)
 	}
 	if err == nil {
@@ -215,7 +217,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if pos != nil {
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
-		pos.done(pl, xmin, xmax, read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
+		pos.done(pl, xmin, uint64(max(xid.Int64, 0)), read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
 		if issued.Valid && locked < p.Limit && read.cut == 0 {
 			// Nothing more is due after the position: whatever seq was
 			// handed out is claimed by others or not yet committed. (An
@@ -242,7 +244,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
 	unhold = func() {}
-	if pos != nil && xid.Valid {
+	if pos != nil && held && xid.Valid {
 		// A held claim writes no row while it is open: it is left out of
 		// the oldest running transaction.
 		unhold = pos.hold(xid.Int64)

@@ -1,0 +1,138 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// On a quiet database no other transaction ends while a producer's stays
+// open, so no snapshot lists the producer's transaction as running: its id
+// is above every ended one's, where a snapshot's list stops. The claims
+// must not take such snapshots as evidence that every row up to the
+// sequence's last value is visible. Once the transaction commits, its
+// event is claimed at once, with no periodic sweep (an hour here). The
+// test has a cluster of its own: on the shared server, other tests'
+// transactions end all the time and would hide the mistake.
+func TestAnOpenTransactionOnAQuietDatabaseHoldsThePositionBack(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	for _, mode := range []struct {
+		name string
+		held bool
+		// ordering and key: ORDERING=partition claims events without a
+		// key from the relay's position and keyed ones from what it reads
+		// of the keys (keys.go), which moves by the same rules.
+		ordering storage.Ordering
+		key      string
+	}{
+		{name: "leased"},
+		{name: "held", held: true},
+		{name: "ordered, no key", ordering: storage.OrderingPartition},
+		{name: "ordered, keyed", ordering: storage.OrderingPartition, key: "k"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+			p := storage.ClaimParams{RelayID: "r", Limit: 10, SweepInterval: time.Hour, Ordering: mode.ordering}
+			claim := func() []uuid.UUID {
+				if mode.held {
+					b, err := tb.Store.ClaimHeld(ctx, p, time.Minute)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(b.Events) > 0 {
+						if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return eventIDs(b.Events)
+				}
+				b, err := tb.Store.Claim(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(b.Events) > 0 {
+					if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return eventIDs(b.Events)
+			}
+			tx, err := tb.Store.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var late uuid.UUID
+			if err := tx.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ('late', 'x', nullif($1, '')) RETURNING event_id",
+				mode.key).Scan(&late); err != nil {
+				t.Fatal(err)
+			}
+			// The relay polls while the transaction stays open, for longer
+			// than its readings of the sequence take to count (a second).
+			claims, began := 0, time.Now()
+			eventually.True(t, 10*time.Second, func() bool {
+				if got := claim(); len(got) > 0 {
+					t.Fatalf("claimed %v while the only event's transaction was open", got)
+				}
+				claims++
+				return claims > 20 && time.Since(began) > 2500*time.Millisecond
+			}, func() string { return "claims while the transaction is open" })
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var got []uuid.UUID
+			eventually.True(t, 5*time.Second, func() bool {
+				got = append(got, claim()...)
+				return slices.Contains(got, late)
+			}, func() string { return "the event claimed after its transaction committed" })
+		})
+	}
+}
+
+// A relay's own held claims stay open while their batches are at the
+// broker. When an older one ends first, on a quiet database, the others
+// are the newest transactions, above the xmax of every snapshot, and
+// listed in none: the claims must still know them for the relay's own,
+// or its position would wait for them to end and every claim would step
+// over their locked rows.
+func TestARelaysOwnHeldClaimsDoNotHoldItsPositionBackOnAQuietDatabase(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+	ctx := context.Background()
+	ids := tb.InsertN(t, 40, "held")
+	const limit = 10
+	p := storage.ClaimParams{RelayID: "r", Limit: limit, SweepInterval: time.Hour}
+	claim := func() storage.HeldBatch {
+		b, err := tb.Store.ClaimHeld(ctx, p, time.Minute)
+		if err != nil || len(b.Events) != limit {
+			t.Fatalf("held claim: %d events, %v; want %d", len(b.Events), err, limit)
+		}
+		t.Cleanup(b.Tx.Abort) // open until the test ends, unless settled
+		return b
+	}
+	first := claim()
+	claim()
+	claim()
+	if err := first.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(first.Events)}); err != nil {
+		t.Fatal(err)
+	}
+	claim()
+	var second int64
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2*limit-1]).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.Store.ClaimFloor("r", limit); got < second {
+		t.Errorf("claims start after seq %d, want at least %d: only the relay's own open claims ran since the second claim", got, second)
+	}
+}
