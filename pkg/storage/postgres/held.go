@@ -32,9 +32,6 @@ func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.
 	if idle < time.Millisecond {
 		return storage.HeldBatch{}, fmt.Errorf("claim batch: a held claim's idle time must be at least 1ms, not %v", idle)
 	}
-	if s.heldClaimWaits(p.RelayID) {
-		return storage.HeldBatch{}, nil
-	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return storage.HeldBatch{}, fmt.Errorf("claim batch: %w", err)
@@ -54,16 +51,6 @@ func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.
 		tx.rows[b.Events[i].ID] = a
 	}
 	return storage.HeldBatch{Batch: b, Tx: tx}, nil
-}
-
-// heldClaimWaits says whether the relay's next held claim must wait: one of
-// its held claims still open locked rows past its byte limit (position's
-// heldCut).
-func (s *Store) heldClaimWaits(relayID string) bool {
-	pos := s.positions.of(relayID)
-	pos.mu.Lock()
-	defer pos.mu.Unlock()
-	return pos.heldCut > 0
 }
 
 // RecordHeld records a held batch's outcome on its rows still PENDING, in a

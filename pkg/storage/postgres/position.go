@@ -148,13 +148,12 @@ type position struct {
 	// heldLimit caps the rows the relay's held claims lock once one was
 	// cut by its byte limit.
 	heldLimit heldLimit
-	// heldCut counts the relay's held claims still open that locked rows
-	// past their byte limit. Those rows are PENDING, as they were, after
-	// where the relay's claims start; a claim made while they are locked
-	// would skip them and move past them, leaving them to a sweep. So the
-	// relay's held claims wait (take nothing) until none is open: the
-	// relay claims again when such a batch settles.
-	heldCut int
+	// cuts are the rows held claims still open locked past their byte
+	// limit (cut). Those rows are PENDING, as they were; the relay's
+	// other claims skip them while they are locked and take the rows
+	// after them, so the safe positions stay before them until the claim
+	// ends: then the next claims, which start there, take them.
+	cuts map[*cut]struct{}
 	// dueSafe is the due position every claim may start from: every due
 	// row before it was visible to a claim that read past it. dueRecent
 	// are the latest claims' evidence, a ring (dueNext is the slot for the
@@ -358,6 +357,18 @@ func (p *position) done(pl plan, xmin, bound uint64, lowest, highest int64, due 
 		p.dueSafe = laterDue(p.dueSafe, p.marks[drop].due)
 		drop++
 	}
+	// Rows a held claim still open locked past its byte limit are PENDING
+	// and will stay so when it ends: the positions do not pass them (and
+	// go back before them, should a sweep behind the position have cut
+	// them), so that the claims after it ends take them.
+	for c := range p.cuts {
+		if c.seq > 0 {
+			p.safe = min(p.safe, c.seq-1)
+		}
+		if !c.due.at.IsZero() && c.due.before(p.dueSafe) {
+			p.dueSafe = c.due
+		}
+	}
 	if p.skipping && p.safe > safeBefore {
 		// What held the position back has ended: its rows, if any, lie
 		// after skippedFrom, where claims did not look.
@@ -409,6 +420,28 @@ func (p *position) hold(xid int64) (unhold func()) {
 	}
 }
 
+// cut is where the rows a held claim locked past its byte limit begin:
+// the lowest seq among those written fresh (0: none) and the first in the
+// due index's order among those due again (zero: none).
+type cut struct {
+	seq int64
+	due dueKey
+}
+
+// holdCut records c until the returned function is called: until then,
+// the safe positions stay before c's rows (done). The caller holds p.mu.
+func (p *position) holdCut(c cut) (release func()) {
+	if p.cuts == nil {
+		p.cuts = map[*cut]struct{}{}
+	}
+	p.cuts[&c] = struct{}{}
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.cuts, &c)
+	}
+}
+
 // heldIDs lists the ids hold recorded. The caller holds p.mu.
 func (p *position) heldIDs() []int64 {
 	ids := make([]int64, 0, len(p.held))
@@ -435,7 +468,7 @@ const maxMarks = 4096
 // heldLimit is how many rows a relay's held claims lock (LEASE_MODE=lock).
 // A held claim locks its rows before it knows their sizes, and those past
 // its byte limit it locks in vain: a row lock each (a WAL record), while
-// the relay's next claims wait for them (heldCut). With payloads large
+// the relay's claims step over them until it ends (cut). With payloads large
 // enough that a few fill MAX_BATCH_BYTES, locking BATCH_SIZE rows a claim
 // would lock dozens in vain per event it takes. Once a claim is cut, the
 // next lock twice what fit: the batches still fill their byte limit, and

@@ -511,10 +511,11 @@ func TestTheBacklogCountsKeyedEventsBehindAnOrderedRelaysPosition(t *testing.T) 
 }
 
 // A held claim that locks rows past the byte limit leaves them as they
-// are, locked until the batch is settled. The relay's claims made
-// meanwhile take nothing (they would step past those rows), more of them
-// than the lag limit and for longer than the sequence readings take to
-// settle: once it ends, the next claims take them, with no periodic sweep.
+// are, locked until the batch is settled. The relay's claims go on
+// meanwhile and skip them, more of them than the lag limit and for longer
+// than the sequence readings take to settle, so that their marks would
+// carry the position past those rows: once it ends, the next claims take
+// them, with no periodic sweep.
 func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -567,10 +568,11 @@ func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 }
 
 // A held claim locks its rows before it knows their sizes; those past its
-// byte limit it leaves as they are, and the relay's next held claim waits
-// until its transaction ends, then takes them in write order. Once a claim
-// is cut, the next lock about twice what fits instead of BATCH_SIZE, and
-// say that they stopped at their own limit (Batch.Full).
+// byte limit it leaves as they are, locked until its transaction ends. The
+// relay's next held claims go on after them meanwhile; once it ends, the
+// claims take them, in write order and with no sweep. Once a claim is
+// cut, the next lock about twice what fits instead of BATCH_SIZE, and say
+// that they stopped at their own limit (Batch.Full).
 func TestHeldClaimsLockAboutWhatFitsTheirByteLimit(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -582,46 +584,50 @@ func TestHeldClaimsLockAboutWhatFitsTheirByteLimit(t *testing.T) {
 	}
 	ids := tb.Insert(t, events...)
 	p := storage.ClaimParams{RelayID: "r", Limit: 50, MaxBytes: 4500, SweepInterval: time.Hour}
-	// claim takes a held batch, counts the rows its transaction locks
-	// (PENDING rows another session cannot lock), checks that the relay's
-	// next claim waits meanwhile, and settles it.
-	var got []uuid.UUID
-	claim := func() (taken, locked int, full bool) {
+	// hold takes a held batch and counts the rows the relay's open held
+	// claims lock (PENDING rows another session cannot lock).
+	hold := func() (b storage.HeldBatch, locked int) {
 		b, err := s.ClaimHeld(ctx, p, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(b.Events) == 0 {
-			return 0, 0, b.Full
+		if len(b.Events) > 0 {
+			t.Cleanup(b.Tx.Abort) // a no-op once settled
 		}
 		if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM `+tb.Name+` WHERE status = 'PENDING')
 			- (SELECT count(*) FROM (SELECT 1 FROM `+tb.Name+` WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED) AS free)`).Scan(&locked); err != nil {
 			t.Fatal(err)
 		}
-		if b.Full && locked > len(b.Events) {
-			if next, err := s.ClaimHeld(ctx, p, time.Minute); err != nil || len(next.Events) != 0 {
-				t.Fatalf("a claim made while rows past the byte limit were locked took %d events, %v; want it to wait", len(next.Events), err)
-			}
-		}
+		return b, locked
+	}
+	var got []uuid.UUID
+	settle := func(b storage.HeldBatch) {
 		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, eventIDs(b.Events)...)
-		return len(b.Events), locked, b.Full
 	}
-	if taken, locked, full := claim(); taken != 4 || locked != 50 || !full {
-		t.Fatalf("first claim took %d, locked %d, full %v; want 4 (of 4,500 bytes) of the 50 it may lock, full", taken, locked, full)
+	first, locked := hold()
+	if len(first.Events) != 4 || locked != 50 || !first.Full {
+		t.Fatalf("first claim took %d, locked %d, full %v; want 4 (of 4,500 bytes) of the 50 it may lock, full", len(first.Events), locked, first.Full)
 	}
-	if taken, locked, full := claim(); taken != 4 || locked != 8 || !full {
-		t.Fatalf("second claim took %d, locked %d, full %v; want 4 of 8 (twice what fit), full", taken, locked, full)
+	second, locked := hold()
+	if !slices.Equal(eventIDs(second.Events), ids[50:54]) || locked != 50+8 || !second.Full {
+		t.Fatalf("second claim, the first open, took %d events, %d rows locked, full %v; want the 4 after the first's 50, 8 more locked (twice what fit), full",
+			len(second.Events), locked, second.Full)
 	}
+	settle(first)
+	settle(second)
 	for range 20 {
-		if taken, _, _ := claim(); taken == 0 {
+		b, _ := hold()
+		if len(b.Events) == 0 {
 			break
 		}
+		settle(b)
 	}
-	if !slices.Equal(got, ids) {
-		t.Fatalf("claimed %d events %v, want all %d in write order", len(got), got, len(ids))
+	want := slices.Concat(ids[:4], ids[50:54], ids[4:50], ids[54:])
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %d events %v, want all %d: the first batches, then the rows they left in write order", len(got), got, len(want))
 	}
 	// Locking wrote nothing: every row was written once more, by its
 	// settle, and no row went through the due index.

@@ -212,8 +212,16 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		pos.heldLimit.claimed(p.Limit, len(events), read.cut)
 	}
 	// A claim that stopped at its own limits left events it could have
-	// taken: the relay claims again once it can (heldCut).
+	// taken: the relay claims again at once.
 	batch.Full = locked >= p.Limit || read.cut > 0
+	releaseCut := func() {}
+	if pos != nil && held && read.cut > 0 {
+		// The rows it locked past its byte limit stay PENDING after where
+		// the relay's claims now start. Its other claims go on past them
+		// while they are locked; the positions wait before them until this
+		// transaction ends, and the claims then take them.
+		releaseCut = pos.holdCut(cut{seq: read.freshCut, due: read.dueCut})
+	}
 	if pos != nil {
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
@@ -243,24 +251,14 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
-	unhold = func() {}
+	unhold = releaseCut
 	if pos != nil && held && xid.Valid {
 		// A held claim writes no row while it is open: it is left out of
 		// the oldest running transaction.
-		unhold = pos.hold(xid.Int64)
-	}
-	if pos != nil && held && read.cut > 0 {
-		// The rows it locked past its byte limit lie after where this
-		// relay's claims now start, as they were: the relay's next claim
-		// waits for them (heldCut), so that it does not step past them
-		// while they are locked.
-		pos.heldCut++
-		ended := unhold
+		unheld := pos.hold(xid.Int64)
 		unhold = func() {
-			ended()
-			pos.mu.Lock()
-			pos.heldCut--
-			pos.mu.Unlock()
+			unheld()
+			releaseCut()
 		}
 	}
 	return batch, rows, unhold, nil
@@ -369,10 +367,13 @@ type claimRead struct {
 	dueTaken        int64
 	dueLocked       int64
 	// cut is how many rows the claim locked (or, ordered, picked) but did
-	// not take, past its byte limit, and dueCut the first of those a held
-	// claim read from the due index, in the due index's order.
-	cut    int
-	dueCut dueKey
+	// not take, past its byte limit. A held claim also says where those
+	// it locked begin (position.go's cut): freshCut the lowest seq among
+	// those written fresh, dueCut the first of those it read from the due
+	// index, in the due index's order.
+	cut      int
+	freshCut int64
+	dueCut   dueKey
 }
 
 // dueReached is how far the claim's read of the due index got, for a
@@ -469,8 +470,12 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		if held {
 			if !taken {
 				read.cut++
-				if k := (dueKey{at: dueFrom.Time, seq: seq.Int64}); dueFrom.Valid && (read.dueCut.at.IsZero() || k.before(read.dueCut)) {
+				k := dueKey{at: dueFrom.Time, seq: seq.Int64}
+				switch {
+				case dueFrom.Valid && (read.dueCut.at.IsZero() || k.before(read.dueCut)):
 					read.dueCut = k
+				case !dueFrom.Valid && (read.freshCut == 0 || seq.Int64 < read.freshCut):
+					read.freshCut = seq.Int64
 				}
 				continue
 			}
