@@ -116,18 +116,7 @@ func TestALongTransactionsEventIsClaimedOnceItEnds(t *testing.T) {
 	}
 	tb.InsertN(t, 300, "after")
 	p := storage.ClaimParams{RelayID: "relay", Limit: 2, SweepInterval: time.Hour}
-	claim := func() []uuid.UUID {
-		b, err := tb.Store.Claim(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Events) > 0 {
-			if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return eventIDs(b.Events)
-	}
+	claim := func() []uuid.UUID { return claimDelivered(t, tb.Store, p) }
 	for len(claim()) > 0 {
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -256,6 +245,13 @@ func holdSnapshot(t *testing.T) {
 // its size.
 func claimAndDeliver(t *testing.T, s *postgres.Store, p storage.ClaimParams) int {
 	t.Helper()
+	return len(claimDelivered(t, s, p))
+}
+
+// claimDelivered claims a batch with p and marks it delivered, and returns
+// its events' ids.
+func claimDelivered(t *testing.T, s *postgres.Store, p storage.ClaimParams) []uuid.UUID {
+	t.Helper()
 	ctx := context.Background()
 	b, err := s.Claim(ctx, p)
 	if err != nil {
@@ -266,7 +262,7 @@ func claimAndDeliver(t *testing.T, s *postgres.Store, p storage.ClaimParams) int
 			t.Fatal(err)
 		}
 	}
-	return len(b.Events)
+	return eventIDs(b.Events)
 }
 
 // drainUnderASnapshot claims and delivers n rows with p while a snapshot is

@@ -56,16 +56,7 @@ func TestAnOpenTransactionOnAQuietDatabaseHoldsThePositionBack(t *testing.T) {
 					}
 					return eventIDs(b.Events)
 				}
-				b, err := tb.Store.Claim(ctx, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(b.Events) > 0 {
-					if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				return eventIDs(b.Events)
+				return claimDelivered(t, tb.Store, p)
 			}
 			tx, err := tb.Store.Pool().Begin(ctx)
 			if err != nil {
