@@ -325,7 +325,7 @@ func (e *Engine) process(c claimed) {
 	if e.cfg.Ordering == storage.OrderingPartition || c.batch.Full {
 		// Settling frees keys that the last claim had to pass over, and
 		// ends the transaction of a held claim cut by its byte limit,
-		// whose rows past it are due again only from now on.
+		// which held the rows past that limit locked until now.
 		e.Wake()
 	}
 

@@ -12,8 +12,9 @@
 -- created_at), so every row is read once, with all it carries, and nothing
 -- is read again by its key. It returns every row it locked; those past the
 -- byte limit come without payload and headers and stay as they are,
--- PENDING, for the relay's next claims, which wait until this transaction
--- ends (position.go's heldCut). Each row comes back with its physical
+-- PENDING: the relay's next claims skip them while this transaction holds
+-- them, and its claim positions stay before them until it ends
+-- (position.go's cut). Each row comes back with its physical
 -- address (ctid), where the settling statements find it: no other
 -- statement can move a row while this transaction holds it.
 WITH again AS (
