@@ -84,6 +84,27 @@ BEGIN
         ) AS o
         WHERE t.event_id = o.event_id;
     END IF;
+    -- writer_xid is the id of the transaction that last made the row
+    -- claimable: the producer's INSERT (or COPY), or the statement that
+    -- handed it back to the claims. Evaluating the default assigns the
+    -- writer its id before the row exists, so any snapshot taken while the
+    -- row is on its way shows its writer as running: claims go forward by
+    -- it (see "The claim frontier" in docs/architecture.md). Added without
+    -- a default, then given one, so that no table is rewritten; rows from
+    -- before keep NULL, which claims read as a writer that ended long ago.
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = '{{table}}'::regclass AND attname = 'writer_xid' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE {{table}} ADD COLUMN writer_xid xid8;
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attrdef d
+        JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = '{{table}}'::regclass AND a.attname = 'writer_xid'
+    ) THEN
+        ALTER TABLE {{table}} ALTER COLUMN writer_xid SET DEFAULT pg_catalog.pg_current_xact_id();
+    END IF;
     -- An id default of gen_random_uuid() (an Open Outbox table's, or one
     -- this file created before it had the function above) becomes that
     -- function. Setting a default rewrites nothing and applies to
@@ -107,6 +128,12 @@ $$;
 --                     earlier claims leave behind (which vacuum cannot
 --                     remove while any snapshot is older) are never walked
 --                     again; write order is the order of seq;
+--   frontier_idx      unordered claims go forward through it in the order
+--                     of the rows' writers (writer_xid, then seq), from
+--                     the relay's claim frontier, and look up the rows of
+--                     writers that were running when the frontier passed
+--                     their ids; NULL (rows from before the column) reads
+--                     as 0, the first;
 --   due_at_idx        rows that became PENDING again (released, retried,
 --                     reaped, retried from DEAD: each gets available_at =
 --                     now() or later) and scheduled events: everything
@@ -151,6 +178,7 @@ DECLARE
 BEGIN
     FOR ix IN SELECT * FROM (VALUES
         ('{{name}}_pending_seq_idx', $d$(seq) WHERE status = 'PENDING'$d$),
+        ('{{name}}_frontier_idx', $d$((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status = 'PENDING'$d$),
         ('{{name}}_due_at_idx', $d$(available_at, seq) WHERE status = 'PENDING' AND available_at > created_at$d$),
         ('{{name}}_key_seq_idx', $d$(partition_key COLLATE "C", seq)
             WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL$d$),

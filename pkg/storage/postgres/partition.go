@@ -440,6 +440,9 @@ func (s *Store) attachPartition(ctx context.Context, def *partition, owner, name
 			if _, err := tx.Exec(ctx, q, from, to); err != nil {
 				return err
 			}
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(s.queries["partition_move_writer"], "{{partition}}", qualified)); err != nil {
+				return err
+			}
 		}
 		_, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)",
 			s.table.Quoted(), qualified, bound(from), bound(to)))

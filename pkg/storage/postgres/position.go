@@ -174,6 +174,9 @@ type position struct {
 	// keys is what its ordered claims know of those (keys.go).
 	ordered bool
 	keys    *keyWalk
+	// fresh is the frontier the relay's unordered claims go forward from
+	// (frontier.go); the fields above serve its ordered claims.
+	fresh frontier
 }
 
 // positions keeps a position per relay id: one store may serve several

@@ -21,46 +21,6 @@ import (
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
-// A standby relay whose claims find nothing, because another relay claims
-// everything, must still move its claim position: otherwise each of its
-// polls steps over every row the other relay claimed since, which a
-// snapshot held open keeps in the index as dead entries.
-func TestAnIdleRelaysPositionFollowsTheOthers(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	tb := pgtest.New(t)
-	busy := tb.Store
-	idle, err := postgres.Open(ctx, tb.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(idle.Close)
-
-	const limit = 10
-	claim := func(s *postgres.Store, relay string) int {
-		return claimAndDeliver(t, s, storage.ClaimParams{RelayID: relay, Limit: limit})
-	}
-	claim(idle, "idle") // the idle relay starts where the table starts
-	tb.InsertN(t, 1000, "busy")
-	for claim(busy, "busy") > 0 {
-	}
-	claim(idle, "idle") // finds nothing: the busy relay took it all
-	claim(idle, "idle") // its mark is confirmed
-	if floor := idle.ClaimFloor("idle", limit); floor < 1000-8*limit {
-		t.Fatalf("the idle relay's next claim starts after seq %d, want at most %d events behind the 1000 others claimed", floor, 8*limit)
-	}
-	// Once its reading of the sequence is old enough to trust (a second),
-	// its safe position, where its sweeps start, follows too: its claims
-	// take no rows and so have no transaction id of their own, and must
-	// ask for one to bound their marks.
-	eventually.True(t, 10*time.Second, func() bool {
-		claim(idle, "idle")
-		return idle.BacklogFloor() >= 1000
-	}, func() string {
-		return fmt.Sprintf("the idle relay's safe position is seq %d, want the 1000 others claimed", idle.BacklogFloor())
-	})
-}
-
 // A sequence restarted under running relays (TRUNCATE … RESTART IDENTITY)
 // gives new rows seq values behind every relay's position: the relay must
 // notice and start over, not leave them to the sweeps.
@@ -188,40 +148,6 @@ func TestAnEventWrittenWhileClaimsRunIsClaimedAtOnce(t *testing.T) {
 	}
 }
 
-// A relay's own held claims (LEASE_MODE=lock) stay open while their
-// batches are at the broker, and write no rows: they must not hold its
-// claim position back, or every claim would step over the batches still at
-// the broker, and the rows of the batches settled before them.
-func TestARelaysOwnHeldClaimsDoNotHoldItsPositionBack(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	tb := pgtest.New(t)
-	ids := tb.InsertN(t, 30, "held")
-	const limit = 10
-	p := storage.ClaimParams{RelayID: "r", Limit: limit}
-	for range 3 {
-		b, err := tb.Store.ClaimHeld(ctx, p, time.Minute)
-		if err != nil || len(b.Events) != limit {
-			t.Fatalf("held claim: %d events, %v", len(b.Events), err)
-		}
-		t.Cleanup(b.Tx.Abort) // open until the test ends
-	}
-	var second int64
-	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2*limit-1]).Scan(&second); err != nil {
-		t.Fatal(err)
-	}
-	// Other tests' transactions may hold it back for a moment; the relay's
-	// own never.
-	eventually.True(t, 10*time.Second, func() bool {
-		if _, err := tb.Store.ClaimHeld(ctx, p, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		return tb.Store.ClaimFloor("r", limit) >= second
-	}, func() string {
-		return fmt.Sprintf("claims start after seq %d, want at least %d (all but the last open batch)", tb.Store.ClaimFloor("r", limit), second)
-	})
-}
-
 // holdSnapshot opens a REPEATABLE READ transaction that holds a snapshot
 // until the test ends: an analytics query, or a replica's
 // hot_standby_feedback. Vacuum may then remove no row version made after
@@ -338,32 +264,6 @@ func (n *planNode) find(name string) *planNode {
 	return nil
 }
 
-// The backlog gauge, read every few seconds in every relay, counts the
-// fresh PENDING rows from the relay's claim position on: with a snapshot
-// held open, the rows the relay claimed and delivered before leave dead
-// entries in the pending index that vacuum cannot remove, and a count
-// from the start would read them all at every reading.
-func TestTheBacklogStartsAtTheClaimPosition(t *testing.T) {
-	t.Parallel()
-	tb := pgtest.New(t)
-	s := tb.Store
-	drainUnderASnapshot(t, tb, storage.ClaimParams{RelayID: "r", Limit: 500}, 6000, s.BacklogFloor)
-	waiting := tb.InsertN(t, 10, "waiting")
-	tb.Set(t, waiting[0], "available_at = now() + interval '1 hour'") // scheduled: counted wherever it lies
-
-	b, err := s.Backlog(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.PendingNew != 10 || b.Dead != 0 {
-		t.Errorf("Backlog = %+v, want the 10 waiting rows", b)
-	}
-	query := s.Query("admin_backlog")
-	if from, all := planBlocks(t, s, query, s.BacklogArgs(false)...), planBlocks(t, s, query, s.BacklogArgs(true)...); from*3 > all {
-		t.Errorf("the backlog read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
-	}
-}
-
 // Ordered claims take events without a key from the relay's position too,
 // and the events due again among them through due_at_idx: with a snapshot
 // held open, neither steps over the dead entries that the delivered ones
@@ -388,17 +288,6 @@ func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
 	if n := claimAndDeliver(t, s, p); n != 10 {
 		t.Errorf("the next ordered claim took %d events, want the 10 waiting", n)
 	}
-}
-
-// Events whose producer set created_at before the insert's now() (an
-// application's clock, an ORM's timestamps) are in the due index from the
-// start, as events due again are: claims read it from the relay's due
-// position, so that with a snapshot held open they do not step over the
-// dead entries every claimed one leaves there, and the backlog gauge
-// counts from there too.
-func TestClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
-	t.Parallel()
-	claimsReadTheDueIndexFromTheDuePosition(t, storage.OrderingNone)
 }
 
 // The same for ordered claims' events without a key.

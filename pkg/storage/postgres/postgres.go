@@ -166,6 +166,13 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The unordered claims share their arms (claim_arms.sql); a held claim
+	// also reads each row's address.
+	arms := queries["claim_arms"]
+	delete(queries, "claim_arms")
+	for name, columns := range map[string]string{"claim": armColumns, "claim_held": "ctid AS row_id, " + armColumns} {
+		queries[name] = strings.ReplaceAll(queries[name], "{{claim_arms}}", strings.ReplaceAll(arms, "{{arm_columns}}", columns))
+	}
 	// Ordered claims walk the keys one of two ways (sql/ordered/). Block
 	// mode stops a key at a DEAD event ahead of (or within) its run; the
 	// conditions are part of the text, not parameters, so each mode gets a
@@ -212,6 +219,11 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	return queries, nil
 }
 
+// armColumns are what each arm of an unordered claim reads of a row.
+const armColumns = `event_id, event_type, partition_key, payload, headers, attempts, created_at,
+           available_at, seq, COALESCE(writer_xid, '0'::xid8) AS writer,
+           octet_length(payload) + pg_column_size(headers) AS size`
+
 // walkInfo are the rows the floors' walk adds to the claimed ones
 // (claim_ordered.sql), one per key it visited: no event id, the key, and
 // the seq of its first unfinished event (NULL: none), where the claimed
@@ -236,14 +248,25 @@ WHERE w.i > 0`
 // microseconds). The statements name their table t. statement_timestamp()
 // is the statement's moment also in a held claim's transaction, which
 // began before its batch was published.
+//
+// {{handed_back}}, which every hand-back writes (and {{failed_attempt}}
+// includes), makes the handing transaction the row's writer: the row is
+// claimable again only once that transaction commits, and the claim
+// frontier, which goes by writers, cannot have passed it before then
+// (docs/architecture.md, "The claim frontier").
 var dueAgainRules = strings.NewReplacer(
 	"{{due_now}}", dueAfter("statement_timestamp()"),
+	"{{handed_back}}", handedBack,
 	"{{failed_attempt}}", `status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
     attempts = t.attempts + 1,
     last_error = f.error,
     available_at = CASE WHEN f.dead THEN t.available_at
-                        ELSE `+dueAfter("statement_timestamp() + f.delay_us * interval '1 microsecond'")+` END`,
+                        ELSE `+dueAfter("statement_timestamp() + f.delay_us * interval '1 microsecond'")+` END,
+    `+handedBack,
 )
+
+// handedBack makes the statement's transaction the row's writer.
+const handedBack = "writer_xid = pg_catalog.pg_current_xact_id()"
 
 // dueAfter is when a row handed back at moment is due: then, or just after
 // its created_at when that is later.

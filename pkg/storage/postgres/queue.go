@@ -55,6 +55,10 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	var (
 		pos *position
 		pl  plan
+		// fpl is an unordered claim's plan, by the relay's frontier
+		// unless the log delivers fresh rows.
+		fpl   frontierPlan
+		fread *frontierRead
 	)
 	if held {
 		b.Queue("BEGIN")
@@ -103,11 +107,12 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		// The log delivers fresh rows: a backfill's walk is bounded and
 		// done once, and a claim of rows due again alone reads the due
 		// index; neither moves the relay's claim position.
+		fpl, fread = everything(), &frontierRead{}
 		b.Queue(s.queries["claim_plan"])
 		b.Queue(s.queries["claim_stamp"], []int64(nil))
-		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, int64(0), freshTo(p.FreshTo), dueAt(dueKey{}), int64(0))
+		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
 	} else {
-		// One relay's claims come one after another; the position is
+		// One relay's claims come one after another; the frontier is
 		// held for the claim's round trip.
 		pos = s.positions.of(p.RelayID)
 		pos.mu.Lock()
@@ -115,15 +120,13 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		if held {
 			p.Limit = pos.heldLimit.rows(p.Limit)
 		}
-		pl = pos.next(p.Limit, p.SweepInterval, time.Now())
+		fpl, fread = pos.fresh.plan(p.SweepInterval, time.Now()), &frontierRead{}
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], pos.heldIDs())
-		b.Queue(claim, p.RelayID, p.Limit, p.MaxBytes, pl.floor, freshTo(p.FreshTo), dueAt(pl.dueFrom), pl.dueFrom.seq)
+		b.Queue(s.queries["claim_stamp"], []int64(nil))
+		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(math.MaxInt64)...)...)
 	}
-	// The transaction's id: the bound of the claim's mark, and for a held
-	// claim the transaction the relay's next claims leave out of the
-	// oldest running one.
-	ownID := held || pos != nil
+	// An ordered claim's transaction id: the bound of the claim's mark.
+	ownID := p.Ordering == storage.OrderingPartition && pos != nil
 	if ownID {
 		b.Queue(s.queries["claim_xid"], pos != nil && pos.needsBound(pl))
 	}
@@ -175,7 +178,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if fromFloors != nil {
 		visited = fromFloors.visit
 	}
-	events, rows, read, err := readEvents(results, p.Limit, held, ordered, visited)
+	events, rows, read, err := readEvents(results, p.Limit, held, ordered, visited, fread)
 	var xid pgtype.Int8
 	if err == nil && ownID {
 		err = results.QueryRow().Scan(&xid)
@@ -214,6 +217,26 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	// A claim that stopped at its own limits left events it could have
 	// taken: the relay claims again at once.
 	batch.Full = locked >= p.Limit || read.cut > 0
+	if fread != nil && pos != nil {
+		// The rows a held claim leaves stay locked until its transaction
+		// ends: their writers stay watched until then.
+		release := pos.fresh.done(fpl, p.Limit, lease.LockedAt, *fread, held)
+		lease.CreatedFrom, lease.CreatedTo = createdRange(events)
+		batch.Lease = lease
+		if !held {
+			return batch, rows, nil, nil
+		}
+		return batch, rows, func() {
+			pos.mu.Lock()
+			defer pos.mu.Unlock()
+			release()
+		}, nil
+	}
+	if fread != nil {
+		lease.CreatedFrom, lease.CreatedTo = createdRange(events)
+		batch.Lease = lease
+		return batch, rows, func() {}, nil
+	}
 	releaseCut := func() {}
 	if pos != nil && held && read.cut > 0 {
 		// The rows it locked past its byte limit stay PENDING after where
@@ -405,7 +428,11 @@ func dueAt(k dueKey) pgtype.Timestamptz {
 
 // readEvents reads the claimed rows, which the claim returns in write
 // order, with a held claim's row addresses, and how far the claim read,
-// the seqs with unkeyedOnly among the rows without a key alone.
+// the seqs with unkeyedOnly among the rows without a key alone. An
+// unordered claim (fr not nil) returns every row it locked, each with its
+// arm, writer and whether it is taken, and a last row with its snapshot
+// (claim_arms.sql), which go to fr; an ordered one says on every row how
+// many rows its byte limit cut (claim_ordered.sql).
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
@@ -414,7 +441,7 @@ func dueAt(k dueKey) pgtype.Timestamptz {
 //
 // The floors' walk adds a row for each key it visited (no event id), which
 // goes to visited.
-func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, visited func(key []byte, head pgtype.Int8)) (events []outbox.Event, addrs []pgtype.TID, read claimRead, err error) {
+func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, visited func(key []byte, head pgtype.Int8), fr *frontierRead) (events []outbox.Event, addrs []pgtype.TID, read claimRead, err error) {
 	rows, err := results.Query()
 	if err != nil {
 		return nil, nil, read, err
@@ -434,21 +461,20 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		addr                       pgtype.TID
 		arena                      byteArena
 		strs                       = map[string]string{}
+		arm                        pgtype.Int4
+		writer                     pgtype.Int8
+		taken                      = true
+		cut                        int64
 	)
-	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq, &again, &dueFrom, &read.dueLocked}
-	var (
-		taken bool
-		cut   int64
-	)
-	if held {
-		// A held claim returns every row it locked, each with whether it
-		// is taken and its address (claim_held.sql).
-		dest = append(dest, &taken, &addr)
-		addrs = make([]pgtype.TID, 0, limit)
+	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq}
+	if fr != nil {
+		dest = append(dest, &arm, &dueFrom, &writer, &taken)
+		if held {
+			dest = append(dest, &addr)
+			addrs = make([]pgtype.TID, 0, limit)
+		}
 	} else {
-		// The others say, on every row, how many rows their byte limit
-		// cut (claim.sql).
-		dest = append(dest, &cut)
+		dest = append(dest, &again, &dueFrom, &read.dueLocked, &cut)
 	}
 	for rows.Next() {
 		// The id as pgtype.UUID, its 16 bytes: scanned as a uuid.UUID,
@@ -457,29 +483,30 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, read, fmt.Errorf("read row: %w", err)
 		}
-		if !held {
+		if fr == nil {
 			// 0 on the floors' walk's rows.
 			read.cut = max(read.cut, int(cut))
 		}
 		if !id.Valid {
-			if visited != nil {
+			switch {
+			case fr != nil:
+				if err := fr.fact(string(typ), uint64(writer.Int64), seq.Int64, dueFrom.Time); err != nil {
+					return nil, nil, read, err
+				}
+			case visited != nil:
 				visited(key, seq)
 			}
 			continue
 		}
-		if held {
+		if fr != nil {
+			fr.row(int(arm.Int32), uint64(writer.Int64), seq.Int64, dueFrom.Time, taken)
 			if !taken {
 				read.cut++
-				k := dueKey{at: dueFrom.Time, seq: seq.Int64}
-				switch {
-				case dueFrom.Valid && (read.dueCut.at.IsZero() || k.before(read.dueCut)):
-					read.dueCut = k
-				case !dueFrom.Valid && (read.freshCut == 0 || seq.Int64 < read.freshCut):
-					read.freshCut = seq.Int64
-				}
 				continue
 			}
-			addrs = append(addrs, addr)
+			if held {
+				addrs = append(addrs, addr)
+			}
 		}
 		if !unkeyedOnly || len(key) == 0 {
 			if seq.Valid && !again.Bool && (read.lowest == 0 || seq.Int64 < read.lowest) {
@@ -487,7 +514,7 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 			}
 			read.highest = max(read.highest, seq.Int64)
 		}
-		if dueFrom.Valid {
+		if fr == nil && dueFrom.Valid {
 			read.dueTaken++
 			read.dueLast = laterDue(read.dueLast, dueKey{at: dueFrom.Time, seq: seq.Int64})
 		}

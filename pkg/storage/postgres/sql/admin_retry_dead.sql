@@ -21,7 +21,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {{table}} AS t
-SET status = 'PENDING', attempts = 0, available_at = {{due_now}},
+SET status = 'PENDING', attempts = 0, available_at = {{due_now}}, {{handed_back}},
     -- A row from before seq existed gets its place in the write order
     -- now: claims and ordered claims compare seq, never NULL.
     seq = coalesce(t.seq, nextval('{{schema}}"{{name}}_seq"')),

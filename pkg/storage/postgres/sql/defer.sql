@@ -4,7 +4,7 @@
 -- postgres.go), in the due index, where the claims look. Rows found and
 -- guarded as in record_delivered.sql.
 UPDATE {{table}} AS t
-SET available_at = {{due_now}}, updated_at = statement_timestamp()
+SET available_at = {{due_now}}, {{handed_back}}, updated_at = statement_timestamp()
 FROM unnest($1::uuid[], $2::timestamptz[]) AS f(event_id, created_at)
 WHERE t.event_id = f.event_id AND {{created_match}}
   AND t.status = 'PENDING' AND t.available_at <= t.created_at

@@ -15,7 +15,7 @@ WITH expired AS (
     SET status = CASE WHEN t.attempts >= $3 THEN 'DEAD' ELSE 'PENDING' END,
         attempts = t.attempts + 1,
         last_error = 'lease expired (relay ' || coalesce(t.locked_by, 'unknown') || ')',
-        available_at = {{due_now}}, locked_by = NULL, locked_at = NULL, updated_at = now()
+        available_at = {{due_now}}, {{handed_back}}, locked_by = NULL, locked_at = NULL, updated_at = now()
     FROM expired
     WHERE t.event_id = expired.event_id AND t.status = 'DELIVERING'
     RETURNING t.status

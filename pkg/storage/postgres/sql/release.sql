@@ -3,7 +3,7 @@
 -- claims look for rows that became PENDING again: they lie behind the
 -- relay's claim position.
 UPDATE {{table}} AS t
-SET status = 'PENDING', available_at = {{due_now}}, locked_by = NULL, locked_at = NULL,
+SET status = 'PENDING', available_at = {{due_now}}, {{handed_back}}, locked_by = NULL, locked_at = NULL,
     updated_at = statement_timestamp()
 WHERE t.event_id = ANY($3::uuid[])
   AND t.status = 'DELIVERING' AND t.locked_by = $1 AND t.locked_at = ANY($2::timestamptz[])

@@ -10,7 +10,7 @@ SELECT 'table ' || c.relname FROM pg_class c
 WHERE c.oid = to_regclass($1)
 UNION ALL
 SELECT 'column ' || a.attname FROM pg_attribute a
-WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND a.attname = 'seq'
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped AND a.attname IN ('seq', 'writer_xid')
 UNION ALL
 SELECT 'index ' || c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
 WHERE x.indrelid = to_regclass($1)

@@ -1,0 +1,240 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// The cases a hostile test found waiting for a sweep under the claim
+// positions that went by seq and by time (issue "Every event claimed by
+// rule, not by timing"). Each runs on a private, quiet cluster, with
+// sweeps off (an hour), leased and held: every committed row must be taken
+// by the claims that drain what is visible once it committed, with no
+// sweep and no waiting on a clock (docs/architecture.md, "The claim
+// frontier").
+
+// frontierModes are the unordered claims the frontier serves.
+var frontierModes = []struct {
+	name string
+	held bool
+}{{name: "leased"}, {name: "held", held: true}}
+
+// drainer claims batches of limit and settles them delivered, as one relay.
+type drainer struct {
+	t    *testing.T
+	tb   *pgtest.Table
+	held bool
+	p    storage.ClaimParams
+	got  []uuid.UUID
+}
+
+func newDrainer(t *testing.T, tb *pgtest.Table, held bool, limit int) *drainer {
+	return &drainer{t: t, tb: tb, held: held, p: storage.ClaimParams{RelayID: "r", Limit: limit, SweepInterval: time.Hour}}
+}
+
+// claim makes one claim and returns how many events it took.
+func (d *drainer) claim() int {
+	ctx := context.Background()
+	if d.held {
+		b, err := d.tb.Store.ClaimHeld(ctx, d.p, time.Minute)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+				d.t.Fatal(err)
+			}
+		}
+		d.got = append(d.got, eventIDs(b.Events)...)
+		return len(b.Events)
+	}
+	ids := claimDelivered(d.t, d.tb.Store, d.p)
+	d.got = append(d.got, ids...)
+	return len(ids)
+}
+
+// drain claims until a claim takes nothing: what the claims can see then
+// is all taken.
+func (d *drainer) drain() {
+	for d.claim() > 0 {
+	}
+}
+
+// requireTaken fails unless every id was taken exactly once.
+func (d *drainer) requireTaken(what string, ids ...uuid.UUID) {
+	d.t.Helper()
+	for _, id := range ids {
+		if n := countOf(d.got, id); n != 1 {
+			d.t.Errorf("%s: event %s taken %d times by the claims after its commit, want once", what, id, n)
+		}
+	}
+}
+
+func countOf(ids []uuid.UUID, id uuid.UUID) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
+}
+
+// Case 1: an event whose created_at the producer set behind the
+// database's clock (an ORM's timestamps, or a clock read before BEGIN),
+// written by a transaction that stays open while other events are
+// written and claimed. The old due position passed it at the claim's
+// now() less 100 ms.
+func TestAnEventStampedBehindTheClockByALongTransactionIsClaimedAtOnce(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	for _, mode := range frontierModes {
+		for _, stamp := range []struct{ name, created, available string }{
+			{"created_at a second back", "now() - interval '1 second'", "now()"},
+			{"created_at from the client clock before BEGIN", "$1::timestamptz", "now()"},
+			{"available_at 300 ms after BEGIN, written later", "now()", "now() + interval '300 milliseconds'"},
+		} {
+			t.Run(mode.name+"/"+stamp.name, func(t *testing.T) {
+				ctx := context.Background()
+				tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+				d := newDrainer(t, tb, mode.held, 10)
+				clientClock := time.Now()
+				tx, err := tb.Store.Pool().Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+					t.Fatal(err)
+				}
+				// Others write and are claimed while it is open, for
+				// longer than any allowance the old positions made.
+				began := time.Now()
+				var others []uuid.UUID
+				for time.Since(began) < 1500*time.Millisecond {
+					others = append(others, tb.InsertN(t, 1, "other")...)
+					d.drain()
+				}
+				q := fmt.Sprintf("INSERT INTO %s (event_type, payload, created_at, available_at) VALUES ('late', 'x', %s, %s) RETURNING event_id",
+					tb.Name, stamp.created, stamp.available)
+				var args []any
+				if stamp.created == "$1::timestamptz" {
+					args = append(args, clientClock)
+				}
+				var late uuid.UUID
+				if err := tx.QueryRow(ctx, q, args...).Scan(&late); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// Scheduled 300 ms after BEGIN, it is due by now.
+				d.drain()
+				d.requireTaken("the late writer's event", late)
+				d.requireTaken("the others", others...)
+			})
+		}
+	}
+}
+
+// Case 2: a COPY takes each row's seq as the row arrives; under the old
+// positions its first row, sent a while before the rest, was passed once
+// the sequence's reading was a second old. No other traffic is needed.
+func TestACopyThatStreamsForLongIsClaimedWhole(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	for _, mode := range frontierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+			d := newDrainer(t, tb, mode.held, 10)
+			conn, err := tb.Store.Pool().Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			r, w := io.Pipe()
+			copied := make(chan error, 1)
+			go func() {
+				_, err := conn.Conn().PgConn().CopyFrom(ctx, r, "COPY "+tb.Name+" (event_type, payload) FROM STDIN")
+				copied <- err
+			}()
+			if _, err := io.WriteString(w, "first\t\\\\x01\n"); err != nil {
+				t.Fatal(err)
+			}
+			// The first row is on its way: claims run for over a second,
+			// until its writer is certainly running.
+			began := time.Now()
+			eventually.True(t, 10*time.Second, func() bool {
+				if d.claim() > 0 {
+					t.Fatalf("claimed %v before the COPY committed", d.got)
+				}
+				return time.Since(began) > 2*time.Second
+			}, func() string { return "claims while the COPY streams" })
+			if _, err := io.WriteString(w, "second\t\\\\x02\n"); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			if err := <-copied; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+				t.Fatal(err)
+			}
+			d.drain()
+			if len(d.got) != 2 {
+				t.Fatalf("the claims after the COPY committed took %d events, want both rows", len(d.got))
+			}
+		})
+	}
+}
+
+// Case 3: rows of the due index (created_at set behind the clock) taken
+// first carried the old seq position past the fresh rows written before
+// them in the same statement.
+func TestDueRowsTakenFirstDoNotCarryTheFrontierPastFreshOnes(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	for _, mode := range frontierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+			d := newDrainer(t, tb, mode.held, 5)
+			rows, err := tb.Store.Pool().Query(ctx, "INSERT INTO "+tb.Name+` (event_type, payload, created_at)
+				SELECT 'e', 'x', CASE WHEN i <= 14 THEN now() ELSE now() - interval '1 second' END
+				FROM generate_series(1, 20) AS i RETURNING event_id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []uuid.UUID
+			for rows.Next() {
+				var id uuid.UUID
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			d.drain()
+			d.requireTaken("one statement's rows", ids...)
+			if len(d.got) != len(ids) {
+				t.Errorf("took %d events, want %d", len(d.got), len(ids))
+			}
+		})
+	}
+}

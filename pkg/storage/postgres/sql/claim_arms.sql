@@ -1,0 +1,94 @@
+-- The rows an unordered claim may take, read in three arms that never
+-- overlap (docs/architecture.md, "The claim frontier"). Every claim that
+-- does not keep keys in order reads them: claim.sql leases what it takes,
+-- claim_held.sql holds it. A row's writer is the transaction that last made
+-- it claimable (writer_xid; NULL, a row from before the column, reads as 0).
+--   again    rows of the due index (available_at after created_at) that are
+--            due, after the due position ($7, $8) in its order, whose writer
+--            the frontier has passed (at or before ($10, $11)) and is not
+--            watched: scheduled rows and rows backing off, which the fresh
+--            arm passed before they were due;
+--   watched  the due rows of the writers in $9: transactions that were
+--            running when the frontier passed their ids;
+--   fresh    due rows after the frontier ($4, $5) in writer order, those of
+--            watched writers aside; with the database's log (CAPTURE=wal)
+--            only those up to seq $6.
+-- Each arm takes what the arms before it left of the batch ($2), and locks
+-- only rows it may take. $3 is the byte limit (payload + headers; 0: none).
+WITH again AS (
+    SELECT {{arm_columns}}, 0 AS arm
+    FROM {{table}}
+    WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+      AND (available_at, seq) > ($7::timestamptz, $8::bigint)
+      AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
+      AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+    ORDER BY available_at, seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), watched AS (
+    SELECT {{arm_columns}}, 1 AS arm
+    FROM {{table}}
+    WHERE status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+      AND available_at <= now()
+    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+    LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
+    FOR UPDATE SKIP LOCKED
+), fresh AS (
+    SELECT {{arm_columns}}, 2 AS arm
+    FROM {{table}}
+    WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+      AND seq <= $6::bigint AND available_at <= now()
+      AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+      AND event_id NOT IN (SELECT event_id FROM again)
+    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+    LIMIT greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
+    FOR UPDATE SKIP LOCKED
+), fresh_end AS (
+    -- How far the fresh arm read: to the end when it took less than its
+    -- limit, else to its last row.
+    SELECT (SELECT count(*) FROM fresh) < greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0) AS short,
+           (SELECT ROW(writer, seq) FROM fresh ORDER BY writer DESC, seq DESC LIMIT 1) AS last
+), again_end AS (
+    SELECT (SELECT count(*) FROM again) < $2 AS short,
+           (SELECT ROW(available_at, seq) FROM again ORDER BY available_at DESC, seq DESC LIMIT 1) AS last
+), skipped AS (
+    -- What another transaction's lock kept from the arms, read without
+    -- locking in the same snapshot: the first such row within what the
+    -- fresh and again arms read, and the watched writers with such rows.
+    -- A claim that locked rows may end without changing them (a relay
+    -- that died, a held claim's rows past its byte limit): the relay's
+    -- positions never pass them, and it keeps watching such writers.
+    (SELECT 'skip fresh' AS fact, COALESCE(writer_xid, '0'::xid8) AS writer, seq, NULL::timestamptz AS due_at
+     FROM {{table}}, fresh_end e
+     WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+       AND seq <= $6::bigint AND available_at <= now()
+       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+       AND (e.short OR ROW(COALESCE(writer_xid, '0'::xid8), seq) < e.last)
+       AND event_id NOT IN (SELECT event_id FROM fresh) AND event_id NOT IN (SELECT event_id FROM again)
+     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+     LIMIT 1)
+    UNION ALL
+    (SELECT 'skip again', COALESCE(writer_xid, '0'::xid8), seq, available_at
+     FROM {{table}}, again_end e
+     WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+       AND (available_at, seq) > ($7::timestamptz, $8::bigint)
+       AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
+       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+       AND (e.short OR ROW(available_at, seq) < e.last)
+       AND event_id NOT IN (SELECT event_id FROM again)
+     ORDER BY available_at, seq
+     LIMIT 1)
+    UNION ALL
+    (SELECT DISTINCT 'skip watched', COALESCE(writer_xid, '0'::xid8), 0::bigint, NULL::timestamptz
+     FROM {{table}}
+     WHERE status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+       AND available_at <= now() AND event_id NOT IN (SELECT event_id FROM watched))
+), locked AS (
+    -- Taken within the byte limit: a running total in the arms' order, so
+    -- that what a claim leaves is a tail of each arm (the first row is
+    -- always taken, however large, so that none is stuck).
+    SELECT *, ($3::bigint <= 0 OR sum(size) OVER w <= $3::bigint OR row_number() OVER w = 1) AS taken
+    FROM (SELECT * FROM again UNION ALL SELECT * FROM watched UNION ALL SELECT * FROM fresh) AS arms
+    WINDOW w AS (ORDER BY arm, CASE WHEN arm = 0 THEN available_at END, CASE WHEN arm = 0 THEN seq END,
+                          writer, seq ROWS UNBOUNDED PRECEDING)
+)
