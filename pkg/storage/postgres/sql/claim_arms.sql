@@ -52,16 +52,21 @@ WITH again AS (
     SELECT (SELECT count(*) FROM again) < $2 AS short,
            (SELECT ROW(available_at, seq) FROM again ORDER BY available_at DESC, seq DESC LIMIT 1) AS last
 ), skipped AS (
-    -- What another transaction's lock kept from the arms, read without
-    -- locking in the same snapshot: the first such row within what the
-    -- fresh and again arms read, and the watched writers with such rows.
-    -- A claim that locked rows may end without changing them (a relay
-    -- that died, a held claim's rows past its byte limit): the relay's
-    -- positions never pass them, and it keeps watching such writers.
+    -- What the arms read and did not take, read again without locking in
+    -- the same snapshot: the first such row within what the fresh and
+    -- again arms read, and the watched writers with such rows. The
+    -- positions pass a row untaken only when it is not due yet and in
+    -- the due index, where the again arm finds it once due. Any other was
+    -- kept from the arms by another transaction's lock, which may end
+    -- without changing it (a relay that died, a held claim's rows past its
+    -- byte limit), or is not due at this claim's now() (its writer began
+    -- after this transaction did, or set available_at ahead of the
+    -- database's clock) while outside the due index: the relay's positions
+    -- stop before it, and it keeps watching such writers.
     (SELECT 'skip fresh' AS fact, COALESCE(writer_xid, '0'::xid8) AS writer, seq, NULL::timestamptz AS due_at
      FROM {{table}}, fresh_end e
      WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
-       AND seq <= $6::bigint AND available_at <= now()
+       AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
        AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
        AND (e.short OR ROW(COALESCE(writer_xid, '0'::xid8), seq) < e.last)
        AND event_id NOT IN (SELECT event_id FROM fresh) AND event_id NOT IN (SELECT event_id FROM again)
@@ -82,7 +87,8 @@ WITH again AS (
     (SELECT DISTINCT 'skip watched', COALESCE(writer_xid, '0'::xid8), 0::bigint, NULL::timestamptz
      FROM {{table}}
      WHERE status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
-       AND available_at <= now() AND event_id NOT IN (SELECT event_id FROM watched))
+       AND (available_at <= now() OR available_at <= created_at)
+       AND event_id NOT IN (SELECT event_id FROM watched))
 ), locked AS (
     -- Taken within the byte limit: a running total in the arms' order, so
     -- that what a claim leaves is a tail of each arm (the first row is

@@ -1,0 +1,559 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+)
+
+// TestClaimsUnderRandomInterleavings checks the claim frontier's promise
+// (docs/architecture.md, "The claim frontier") against a model, on a quiet
+// private cluster, with sweeps off. Producers write in every way a row is
+// written (one row, many rows, INSERT … SELECT, COPY), in transactions
+// held open for 0–3 s, some rolled back, some with a slow commit, with
+// created_at behind and ahead of the clock and scheduled available_at.
+// Relays claim leased and held, deliver, release, fail (retryable and
+// permanent), and are killed and started again; retry-dead and the reaper
+// run meanwhile. At the end it checks:
+//   - every committed event was delivered, and no rolled-back one claimed;
+//   - no event was claimed before it was due (its available_at against
+//     the claim's own now());
+//   - no event was delivered twice unless a relay that claimed it was killed;
+//   - every event was first claimed within interleaveBound of when it was
+//     both committed and due.
+//
+// INTERLEAVE_SEED picks the schedule (each goroutine draws its choices from
+// its own generator seeded from it; the server decides the interleaving),
+// INTERLEAVE_DURATION how long producers write: `make fuzz DURATION=10m
+// SEED=…` sets both. The seed is printed first.
+func TestClaimsUnderRandomInterleavings(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("INTERLEAVE_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("INTERLEAVE_SEED=%q: %v", v, err)
+		}
+	}
+	duration := 6 * time.Second
+	if v := os.Getenv("INTERLEAVE_DURATION"); v != "" {
+		var err error
+		if duration, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("INTERLEAVE_DURATION=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d: INTERLEAVE_SEED=%d reproduces the choices", seed, seed)
+
+	c := pgcluster.Start(t, pgcluster.Options{})
+	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+	ctx := context.Background()
+	// A slow commit, as synchronous replication or a slow fsync makes
+	// it: a deferred trigger that sleeps at COMMIT.
+	for _, q := range []string{
+		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON ` + tb.Name + `
+		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.event_type = 'slow')
+		 EXECUTE FUNCTION slow_commit()`,
+	} {
+		if _, err := tb.Store.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m := newModel()
+	stop := make(chan struct{})
+	var producers, relays sync.WaitGroup
+	// One relay sometimes: others' claims and restarts, which read from
+	// the beginning, would hide a row one relay's frontier passed.
+	const producerCount = 3
+	relayCount := 1 + rand.New(rand.NewPCG(seed, 0)).IntN(3)
+	t.Logf("%d relays", relayCount)
+	for i := range producerCount {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			produce(t, tb, m, rand.New(rand.NewPCG(seed, uint64(i))), stop)
+		}()
+	}
+	// A steady writer: one-row transactions back to back in busy spells,
+	// nothing in quiet ones, so that the transactions above are held both
+	// while the database is busy and while it is quiet.
+	producers.Add(1)
+	go func() {
+		defer producers.Done()
+		steady(t, tb, m, rand.New(rand.NewPCG(seed, 99)), stop)
+	}()
+	relaysStop := make(chan struct{})
+	for i := range relayCount {
+		relays.Add(1)
+		go func() {
+			defer relays.Done()
+			runRelays(t, tb, m, i, rand.New(rand.NewPCG(seed, uint64(100+i))), relaysStop)
+		}()
+	}
+	relays.Add(1)
+	go func() {
+		defer relays.Done()
+		runMaintenance(t, tb, relaysStop)
+	}()
+
+	time.Sleep(duration)
+	close(stop)
+	producers.Wait()
+	// Everything committed must be delivered: the relays go on until it
+	// is, or the deadline.
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && undelivered(t, tb, m) > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(relaysStop)
+	relays.Wait()
+	m.check(t, tb)
+}
+
+// interleaveBound is how long after an event is both committed and due
+// its first claim may come: relays claim every few milliseconds, so it is
+// the claim, a publish and a busy machine's stalls, far below a sweep.
+const interleaveBound = 3 * time.Second
+
+type model struct {
+	mu         sync.Mutex
+	committed  map[uuid.UUID]written
+	rolledBack map[uuid.UUID]bool
+	first      map[uuid.UUID]claimed
+	delivered  map[uuid.UUID]int
+	killed     map[uuid.UUID]bool
+	producers  map[string]int
+}
+
+type written struct {
+	committedAt time.Time
+	due         time.Time
+}
+
+type claimed struct {
+	at, stamp time.Time
+	relay     string
+}
+
+func newModel() *model {
+	return &model{
+		committed: map[uuid.UUID]written{}, rolledBack: map[uuid.UUID]bool{},
+		first: map[uuid.UUID]claimed{}, delivered: map[uuid.UUID]int{}, killed: map[uuid.UUID]bool{},
+		producers: map[string]int{},
+	}
+}
+
+// produce writes transactions until stop.
+func produce(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan struct{}) {
+	ctx := context.Background()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if err := produceOne(ctx, tb, m, r); err != nil {
+			t.Errorf("producer: %v", err)
+			return
+		}
+		if r.IntN(4) == 0 {
+			// A quiet spell: nothing else commits meanwhile.
+			time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond)
+		}
+	}
+}
+
+// steady writes one-row transactions without pause for busy spells of up
+// to a second, with quiet spells between.
+func steady(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan struct{}) {
+	ctx := context.Background()
+	for {
+		busyUntil := time.Now().Add(time.Duration(r.IntN(1000)) * time.Millisecond)
+		for time.Now().Before(busyUntil) {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var id uuid.UUID
+			var due time.Time
+			if err := tb.Store.Pool().QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload) VALUES ('steady', 'x') RETURNING event_id, available_at").
+				Scan(&id, &due); err != nil {
+				t.Errorf("steady producer: %v", err)
+				return
+			}
+			now := time.Now()
+			m.mu.Lock()
+			m.committed[id] = written{committedAt: now, due: due}
+			m.producers["steady"]++
+			m.mu.Unlock()
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(r.IntN(1000)) * time.Millisecond):
+		}
+	}
+}
+
+func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) error {
+	conn, err := tb.Store.Pool().Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	clientClock := time.Now()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	n := 1 + r.IntN(4)
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	typ := "e"
+	if r.IntN(10) == 0 {
+		typ = "slow"
+	}
+	created := []string{"now()", "now() - interval '1 second'", "$1::timestamptz", "now() + interval '1 second'"}[r.IntN(4)]
+	available := "now()"
+	if r.IntN(5) == 0 {
+		available = fmt.Sprintf("now() + interval '%d milliseconds'", 100+r.IntN(700))
+	}
+	hold := time.Duration(0)
+	if r.IntN(3) == 0 {
+		hold = time.Duration(r.IntN(3000)) * time.Millisecond
+	}
+	kind := []string{"insert", "values", "select", "copy"}[r.IntN(4)]
+	m.mu.Lock()
+	m.producers[kind]++
+	m.mu.Unlock()
+	row := func(i int) string {
+		return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s)", ids[i], typ, created, available)
+	}
+	cols := "(event_id, event_type, payload, created_at, available_at)"
+	// $1 is the client's clock before BEGIN, as an ORM stamps created_at.
+	args := []any{clientClock}
+	switch kind {
+	case "insert":
+		for i := range ids {
+			if i > 0 && hold > 0 {
+				time.Sleep(hold / time.Duration(n))
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" "+cols+" VALUES "+row(i)+" RETURNING $1::timestamptz", args...); err != nil {
+				return err
+			}
+		}
+	case "values":
+		var rows []string
+		for i := range ids {
+			rows = append(rows, row(i))
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" "+cols+" VALUES "+strings.Join(rows, ", ")+" RETURNING $1::timestamptz", args...); err != nil {
+			return err
+		}
+	case "select":
+		if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" "+cols+
+			" SELECT id, '"+typ+"', 'x', "+created+", "+available+" FROM unnest($2::uuid[]) AS id RETURNING $1::timestamptz",
+			clientClock, ids); err != nil {
+			return err
+		}
+	case "copy":
+		// COPY takes each row as it arrives; the rows come a while apart.
+		var createdAt, availableAt time.Time
+		if err := tx.QueryRow(ctx, "SELECT "+created+", "+available+" FROM (SELECT $1::timestamptz) AS a", args...).Scan(&createdAt, &availableAt); err != nil {
+			return err
+		}
+		pr, pw := io.Pipe()
+		copied := make(chan error, 1)
+		go func() {
+			_, err := conn.Conn().PgConn().CopyFrom(ctx, pr,
+				"COPY "+tb.Name+" (event_id, event_type, payload, created_at, available_at) FROM STDIN")
+			pr.CloseWithError(err)
+			copied <- err
+		}()
+		for i, id := range ids {
+			if i > 0 && hold > 0 {
+				time.Sleep(hold / time.Duration(n))
+			}
+			line := fmt.Sprintf("%s\t%s\t\\\\x78\t%s\t%s\n", id, typ,
+				createdAt.Format(time.RFC3339Nano), availableAt.Format(time.RFC3339Nano))
+			if _, err := io.WriteString(pw, line); err != nil {
+				break
+			}
+		}
+		pw.Close()
+		if err := <-copied; err != nil {
+			return err
+		}
+	}
+	due := map[uuid.UUID]time.Time{}
+	rows, err := tx.Query(ctx, "SELECT event_id, available_at FROM "+tb.Name+" WHERE event_id = ANY($1)", ids)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return err
+		}
+		due[id] = at
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if kind != "insert" && hold > 0 {
+		time.Sleep(hold)
+	}
+	if r.IntN(10) == 0 {
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		for _, id := range ids {
+			m.rolledBack[id] = true
+		}
+		m.mu.Unlock()
+		return nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	now := time.Now()
+	m.mu.Lock()
+	for _, id := range ids {
+		m.committed[id] = written{committedAt: now, due: due[id]}
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// runRelays runs relay slot i until stop: one relay at a time, each a
+// store of its own (a process), started again after it is killed.
+func runRelays(t *testing.T, tb *pgtest.Table, m *model, slot int, r *rand.Rand, stop <-chan struct{}) {
+	ctx := context.Background()
+	for incarnation := 0; ; incarnation++ {
+		store, err := postgres.Open(ctx, tb.URL)
+		if err != nil {
+			t.Errorf("relay %d: %v", slot, err)
+			return
+		}
+		held := slot == 1 || slot == 2 && incarnation%2 == 1
+		relayID := fmt.Sprintf("r%d.%d", slot, incarnation)
+		killed := runRelay(t, store, m, relayID, held, r, stop)
+		store.Close()
+		if !killed {
+			return
+		}
+	}
+}
+
+// runRelay claims until stop or until it is killed (true).
+func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bool, r *rand.Rand, stop <-chan struct{}) bool {
+	ctx := context.Background()
+	p := storage.ClaimParams{RelayID: relayID, Limit: 1 + r.IntN(20), SweepInterval: 24 * time.Hour}
+	for {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		var (
+			b  storage.Batch
+			tx storage.HeldTx
+		)
+		if held {
+			hb, err := s.ClaimHeld(ctx, p, time.Minute)
+			if err != nil {
+				t.Errorf("relay %s: held claim: %v", relayID, err)
+				return false
+			}
+			b, tx = hb.Batch, hb.Tx
+		} else {
+			var err error
+			if b, err = s.Claim(ctx, p); err != nil {
+				t.Errorf("relay %s: claim: %v", relayID, err)
+				return false
+			}
+		}
+		now := time.Now()
+		ids := eventIDs(b.Events)
+		m.mu.Lock()
+		for _, id := range ids {
+			if _, ok := m.first[id]; !ok {
+				m.first[id] = claimed{at: now, stamp: b.Lease.LockedAt, relay: relayID}
+			}
+		}
+		m.mu.Unlock()
+		if len(ids) == 0 {
+			time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
+			continue
+		}
+		var st storage.Settlement
+		kill := false
+		// Kills are rare: a relay started again reads from the beginning,
+		// and would hide for a while a row its frontier had passed.
+		switch x := r.IntN(1000); {
+		case x < 2:
+			kill = true
+		case x < 120:
+			st.Released = ids
+		case x < 220:
+			for _, id := range ids {
+				st.Failed = append(st.Failed, storage.Failure{ID: id, Error: "retry", Delay: time.Duration(50+r.IntN(300)) * time.Millisecond})
+			}
+		case x < 250:
+			for _, id := range ids {
+				st.Failed = append(st.Failed, storage.Failure{ID: id, Error: "permanent", Dead: true})
+			}
+		default:
+			st.Delivered = ids
+		}
+		if kill {
+			// The process dies: a held claim's transaction ends with its
+			// connection, a lease waits for the reaper.
+			m.mu.Lock()
+			for _, id := range ids {
+				m.killed[id] = true
+			}
+			m.mu.Unlock()
+			if tx != nil {
+				tx.Abort()
+			}
+			return true
+		}
+		if err := settleBatch(ctx, s, b, tx, st); err != nil {
+			t.Errorf("relay %s: settle: %v", relayID, err)
+			return false
+		}
+		m.mu.Lock()
+		for _, id := range st.Delivered {
+			m.delivered[id]++
+		}
+		m.mu.Unlock()
+	}
+}
+
+func settleBatch(ctx context.Context, s *postgres.Store, b storage.Batch, tx storage.HeldTx, st storage.Settlement) error {
+	if tx != nil {
+		return tx.Settle(ctx, st)
+	}
+	sp := storage.SettleParams{Lease: b.Lease}
+	var err error
+	switch {
+	case len(st.Delivered) > 0:
+		sp.IDs = st.Delivered
+		_, err = s.MarkDelivered(ctx, sp)
+	case len(st.Released) > 0:
+		sp.IDs = st.Released
+		_, err = s.Release(ctx, sp)
+	default:
+		_, err = s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: st.Failed})
+	}
+	return err
+}
+
+// runMaintenance runs the reaper and retry-dead, as an operator's cron would.
+func runMaintenance(t *testing.T, tb *pgtest.Table, stop <-chan struct{}) {
+	ctx := context.Background()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if _, err := tb.Store.Reap(ctx, storage.ReapParams{LeaseTimeout: 5 * time.Second, Limit: 1000, MaxAttempts: 1000}); err != nil {
+			t.Errorf("reap: %v", err)
+			return
+		}
+		if _, err := tb.Store.RetryDead(ctx, storage.RetryDeadParams{}); err != nil {
+			t.Errorf("retry dead: %v", err)
+			return
+		}
+	}
+}
+
+// undelivered counts the committed events not DELIVERED yet.
+func undelivered(t *testing.T, tb *pgtest.Table, m *model) int {
+	m.mu.Lock()
+	ids := make([]uuid.UUID, 0, len(m.committed))
+	for id := range m.committed {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	var n int
+	if err := tb.Store.Pool().QueryRow(context.Background(),
+		"SELECT count(*) FROM "+tb.Name+" WHERE event_id = ANY($1) AND status <> 'DELIVERED'", ids).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (m *model) check(t *testing.T, tb *pgtest.Table) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t.Logf("%d events committed, %d rolled back; transactions by kind %v; %d first claims, %d killed",
+		len(m.committed), len(m.rolledBack), m.producers, len(m.first), len(m.killed))
+	var problems []string
+	if n := undelivered(t, tb, &model{committed: m.committed}); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d committed events not delivered (sweeps are off)", n))
+	}
+	var slowest time.Duration
+	for id, c := range m.first {
+		w, ok := m.committed[id]
+		switch {
+		case m.rolledBack[id]:
+			problems = append(problems, fmt.Sprintf("event %s of a rolled-back transaction claimed by %s", id, c.relay))
+			continue
+		case !ok:
+			problems = append(problems, fmt.Sprintf("event %s claimed by %s was never committed", id, c.relay))
+			continue
+		}
+		if c.stamp.Before(w.due) {
+			problems = append(problems, fmt.Sprintf("event %s claimed at %s, before it was due at %s", id, c.stamp, w.due))
+		}
+		visible := w.committedAt
+		if w.due.After(visible) {
+			visible = w.due
+		}
+		if late := c.at.Sub(visible); late > slowest {
+			slowest = late
+		}
+		if late := c.at.Sub(visible); late > interleaveBound {
+			problems = append(problems, fmt.Sprintf("event %s first claimed %s after it was committed and due", id, late))
+		}
+	}
+	for id, n := range m.delivered {
+		if n > 1 && !m.killed[id] {
+			problems = append(problems, fmt.Sprintf("event %s delivered %d times with no relay killed holding it", id, n))
+		}
+	}
+	t.Logf("slowest first claim after commit and due: %s", slowest)
+	slices.Sort(problems)
+	if len(problems) > 10 {
+		problems = append(problems[:10], fmt.Sprintf("… and %d more", len(problems)-10))
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
