@@ -238,3 +238,50 @@ func TestDueRowsTakenFirstDoNotCarryTheFrontierPastFreshOnes(t *testing.T) {
 		})
 	}
 }
+
+// Case 4: a held batch handed back (the broker was down) whose COMMIT is
+// slow, as synchronous replication or a slow fsync makes it. The old due
+// position passed the release's statement_timestamp() within its 100 ms
+// allowance while the commit was still on its way, and the relay's own
+// claims found the row only with the full sweep.
+func TestAHeldBatchReleasedWithASlowCommitIsClaimedOnceItCommits(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	ctx := context.Background()
+	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+	for _, q := range []string{
+		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM pg_sleep(0.4); RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON ` + tb.Name + `
+		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.event_type = 'slow')
+		 EXECUTE FUNCTION slow_commit()`,
+	} {
+		if _, err := tb.Store.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := tb.InsertN(t, 1, "slow")[0]
+	d := newDrainer(t, tb, true, 10)
+	b, err := tb.Store.ClaimHeld(ctx, d.p, time.Minute)
+	if err != nil || len(b.Events) != 1 {
+		t.Fatalf("held claim: %d events, %v; want the slow one", len(b.Events), err)
+	}
+	released := make(chan error, 1)
+	began := time.Now()
+	go func() { released <- b.Tx.Settle(ctx, storage.Settlement{Released: []uuid.UUID{slow}}) }()
+	// The relay goes on claiming other events while the release commits.
+	var others []uuid.UUID
+	for time.Since(began) < time.Second {
+		others = append(others, tb.InsertN(t, 1, "other")...)
+		d.drain()
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took < 400*time.Millisecond {
+		t.Fatalf("the release committed in %s: the trigger did not slow it", took)
+	}
+	d.drain()
+	d.requireTaken("the released event", slow)
+	d.requireTaken("the others", others...)
+}
