@@ -57,10 +57,15 @@ type Queue interface {
 	// row leaves a dead version behind, and a claim that walks from the
 	// start of the table steps over all of them. Drivers therefore claim
 	// forward from where the relay's previous claims ended (a position
-	// they keep per RelayID), find rows handed back or retried where those
-	// land, and look behind the position for rows whose transactions
-	// committed late at least every p.SweepInterval, so that every due row
-	// is claimed within that time.
+	// they keep per RelayID) and find rows handed back or retried where
+	// those land. A position must never pass a row that may still become
+	// claimable behind it: PostgreSQL's unordered claims keep that by
+	// what snapshots say of the writers' transaction ids (see "The claim
+	// frontier" in docs/architecture.md), so that a due row is claimed by
+	// the first claim after it is visible. Positions that cannot keep it
+	// (MySQL's cursor, PostgreSQL's ordered claims) also look behind
+	// themselves at least every p.SweepInterval; elsewhere that sweep is
+	// only a defence in depth.
 	//
 	// With p.Ordering partition, an event is claimed only when every
 	// event written before it with its key (by seq) is DELIVERED, or DEAD

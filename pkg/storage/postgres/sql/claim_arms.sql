@@ -28,7 +28,8 @@ WITH again AS (
 ), watched AS (
     SELECT {{arm_columns}}, 1 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+    WHERE cardinality($9::text[]) > 0
+      AND status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
       AND available_at <= now()
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
@@ -43,50 +44,60 @@ WITH again AS (
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
     LIMIT greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
     FOR UPDATE SKIP LOCKED
-), fresh_end AS (
-    -- How far the fresh arm read: to the end when it took less than its
-    -- limit, else to its last row.
-    SELECT (SELECT count(*) FROM fresh) < greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0) AS short,
-           (SELECT ROW(writer, seq) FROM fresh ORDER BY writer DESC, seq DESC LIMIT 1) AS last
-), again_end AS (
-    SELECT (SELECT count(*) FROM again) < $2 AS short,
-           (SELECT ROW(available_at, seq) FROM again ORDER BY available_at DESC, seq DESC LIMIT 1) AS last
 ), skipped AS (
     -- What the arms read and did not take, read again without locking in
     -- the same snapshot: the first such row within what the fresh and
     -- again arms read, and the watched writers with such rows. The
-    -- positions pass a row untaken only when it is not due yet and in
-    -- the due index, where the again arm finds it once due. Any other was
-    -- kept from the arms by another transaction's lock, which may end
-    -- without changing it (a relay that died, a held claim's rows past its
-    -- byte limit), or is not due at this claim's now() (its writer began
-    -- after this transaction did, or set available_at ahead of the
-    -- database's clock) while outside the due index: the relay's positions
-    -- stop before it, and it keeps watching such writers.
-    (SELECT 'skip fresh' AS fact, COALESCE(writer_xid, '0'::xid8) AS writer, seq, NULL::timestamptz AS due_at
-     FROM {{table}}, fresh_end e
-     WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
-       AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
-       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
-       AND (e.short OR ROW(COALESCE(writer_xid, '0'::xid8), seq) < e.last)
-       AND event_id NOT IN (SELECT event_id FROM fresh) AND event_id NOT IN (SELECT event_id FROM again)
-     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+    -- positions pass a row untaken only when it is not due yet and in the
+    -- due index, where the again arm finds it once due. Any other was kept
+    -- from the arms by another transaction's lock, which may end without
+    -- changing it (a relay that died, a held claim's rows past its byte
+    -- limit), or is not due at this claim's now() (its writer began after
+    -- this transaction did, or set available_at ahead of the database's
+    -- clock) while outside the due index: the relay's positions stop
+    -- before it, and it keeps watching such writers.
+    --
+    -- Each arm's second read takes, in the arm's order from where the arm
+    -- began, one row more than the arm returned: a row the arm skipped
+    -- comes before the arm's last row, so the first of them is among
+    -- those. (A row comparison as an upper bound would not stop the index
+    -- scan on PostgreSQL before 17.) A read that went past the arm's last
+    -- row matters only if the arm stopped short of its limit, having read
+    -- to the end.
+    (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
+     FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
+           FROM {{table}}
+           WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+             AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
+             AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+           ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+           LIMIT (SELECT count(*) FROM fresh) + 1) AS r
+     WHERE event_id NOT IN (SELECT event_id FROM fresh)
+       AND ((SELECT count(*) FROM fresh)
+              < greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
+            OR EXISTS (SELECT 1 FROM fresh f WHERE (f.writer, f.seq) > (r.writer, r.seq)))
+     ORDER BY writer, seq
      LIMIT 1)
     UNION ALL
-    (SELECT 'skip again', COALESCE(writer_xid, '0'::xid8), seq, available_at
-     FROM {{table}}, again_end e
-     WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
-       AND (available_at, seq) > ($7::timestamptz, $8::bigint)
-       AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
-       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
-       AND (e.short OR ROW(available_at, seq) < e.last)
-       AND event_id NOT IN (SELECT event_id FROM again)
+    (SELECT 'skip again', writer, seq, available_at
+     FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq, available_at
+           FROM {{table}}
+           WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+             AND (available_at, seq) > ($7::timestamptz, $8::bigint)
+             AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
+             AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+           ORDER BY available_at, seq
+           LIMIT (SELECT count(*) FROM again) + 1) AS r
+     WHERE event_id NOT IN (SELECT event_id FROM again)
+       AND ((SELECT count(*) FROM again) < $2
+            OR EXISTS (SELECT 1 FROM again a WHERE (a.available_at, a.seq) > (r.available_at, r.seq)))
      ORDER BY available_at, seq
      LIMIT 1)
     UNION ALL
     (SELECT DISTINCT 'skip watched', COALESCE(writer_xid, '0'::xid8), 0::bigint, NULL::timestamptz
      FROM {{table}}
-     WHERE status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+     WHERE cardinality($9::text[]) > 0
+       AND status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
        AND (available_at <= now() OR available_at <= created_at)
        AND event_id NOT IN (SELECT event_id FROM watched))
 ), locked AS (
