@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// Ordered claims (ORDERING=partition) go forward by the claim position
+// below and its timing allowances; unordered claims by the claim frontier
+// (frontier.go), which needs none, and which ordered claims should move to.
+//
 // A claim position lets claims go forward instead of walking the pending
 // index from its start. Every claimed row leaves a dead version in that
 // index, which vacuum may not remove while any snapshot is older than the
@@ -140,20 +144,9 @@ type position struct {
 	skippedFrom int64
 	skipping    bool
 	sweepNow    bool
-	// held are the transaction ids of this relay's held claims still open
-	// (LEASE_MODE=lock). They write no rows, so they hold no mark back;
-	// counted as running transactions, they would hold back every mark
-	// made while a batch is at the broker.
-	held map[int64]struct{}
 	// heldLimit caps the rows the relay's held claims lock once one was
 	// cut by its byte limit.
 	heldLimit heldLimit
-	// cuts are the rows held claims still open locked past their byte
-	// limit (cut). Those rows are PENDING, as they were; the relay's
-	// other claims skip them while they are locked and take the rows
-	// after them, so the safe positions stay before them until the claim
-	// ends: then the next claims, which start there, take them.
-	cuts map[*cut]struct{}
 	// dueSafe is the due position every claim may start from: every due
 	// row before it was visible to a claim that read past it. dueRecent
 	// are the latest claims' evidence, a ring (dueNext is the slot for the
@@ -360,18 +353,6 @@ func (p *position) done(pl plan, xmin, bound uint64, lowest, highest int64, due 
 		p.dueSafe = laterDue(p.dueSafe, p.marks[drop].due)
 		drop++
 	}
-	// Rows a held claim still open locked past its byte limit are PENDING
-	// and will stay so when it ends: the positions do not pass them (and
-	// go back before them, should a sweep behind the position have cut
-	// them), so that the claims after it ends take them.
-	for c := range p.cuts {
-		if c.seq > 0 {
-			p.safe = min(p.safe, c.seq-1)
-		}
-		if !c.due.at.IsZero() && c.due.before(p.dueSafe) {
-			p.dueSafe = c.due
-		}
-	}
 	if p.skipping && p.safe > safeBefore {
 		// What held the position back has ended: its rows, if any, lie
 		// after skippedFrom, where claims did not look.
@@ -407,51 +388,6 @@ func (p *position) done(pl plan, xmin, bound uint64, lowest, highest int64, due 
 		p.dueSweepFrom = p.dueSafe
 		p.sweepNow = false
 	}
-}
-
-// hold records the id of a held claim's transaction, until the returned
-// function is called. The caller holds p.mu.
-func (p *position) hold(xid int64) (unhold func()) {
-	if p.held == nil {
-		p.held = map[int64]struct{}{}
-	}
-	p.held[xid] = struct{}{}
-	return func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		delete(p.held, xid)
-	}
-}
-
-// cut is where the rows a held claim locked past its byte limit begin:
-// the lowest seq among those written fresh (0: none) and the first in the
-// due index's order among those due again (zero: none).
-type cut struct {
-	seq int64
-	due dueKey
-}
-
-// holdCut records c until the returned function is called: until then,
-// the safe positions stay before c's rows (done). The caller holds p.mu.
-func (p *position) holdCut(c cut) (release func()) {
-	if p.cuts == nil {
-		p.cuts = map[*cut]struct{}{}
-	}
-	p.cuts[&c] = struct{}{}
-	return func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		delete(p.cuts, &c)
-	}
-}
-
-// heldIDs lists the ids hold recorded. The caller holds p.mu.
-func (p *position) heldIDs() []int64 {
-	ids := make([]int64, 0, len(p.held))
-	for xid := range p.held {
-		ids = append(ids, xid)
-	}
-	return ids
 }
 
 // reset starts the position over from the table's beginning. The caller

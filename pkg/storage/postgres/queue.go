@@ -88,7 +88,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], []int64(nil))
+		b.Queue(s.queries["claim_stamp"])
 		name := "claim_ordered"
 		if fromFloors != nil {
 			name = "claim_ordered_keys"
@@ -109,7 +109,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		// index; neither moves the relay's claim position.
 		fpl, fread = everything(), &frontierRead{}
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], []int64(nil))
+		b.Queue(s.queries["claim_stamp"])
 		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
 	} else {
 		// One relay's claims come one after another; the frontier is
@@ -122,7 +122,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 		fpl, fread = pos.fresh.plan(p.SweepInterval, time.Now()), &frontierRead{}
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], []int64(nil))
+		b.Queue(s.queries["claim_stamp"])
 		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(math.MaxInt64)...)...)
 	}
 	// An ordered claim's transaction id: the bound of the claim's mark.
@@ -217,34 +217,22 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	// A claim that stopped at its own limits left events it could have
 	// taken: the relay claims again at once.
 	batch.Full = locked >= p.Limit || read.cut > 0
-	if fread != nil && pos != nil {
+	if fread != nil {
+		lease.CreatedFrom, lease.CreatedTo = createdRange(events)
+		batch.Lease = lease
+		if pos == nil {
+			return batch, rows, func() {}, nil
+		}
 		// The rows a held claim leaves stay locked until its transaction
 		// ends: their writers stay watched until then.
 		release := pos.fresh.done(fpl, p.Limit, lease.LockedAt, *fread, held)
-		lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-		batch.Lease = lease
-		if !held {
-			return batch, rows, nil, nil
-		}
 		return batch, rows, func() {
 			pos.mu.Lock()
 			defer pos.mu.Unlock()
 			release()
 		}, nil
 	}
-	if fread != nil {
-		lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-		batch.Lease = lease
-		return batch, rows, func() {}, nil
-	}
-	releaseCut := func() {}
-	if pos != nil && held && read.cut > 0 {
-		// The rows it locked past its byte limit stay PENDING after where
-		// the relay's claims now start. Its other claims go on past them
-		// while they are locked; the positions wait before them until this
-		// transaction ends, and the claims then take them.
-		releaseCut = pos.holdCut(cut{seq: read.freshCut, due: read.dueCut})
-	}
+	// Ordered claims from here on: they are never held.
 	if pos != nil {
 		wentBack := issued.Valid && issued.Int64 < pos.frontier
 		now := time.Now()
@@ -274,17 +262,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch.Lease = lease
-	unhold = releaseCut
-	if pos != nil && held && xid.Valid {
-		// A held claim writes no row while it is open: it is left out of
-		// the oldest running transaction.
-		unheld := pos.hold(xid.Int64)
-		unhold = func() {
-			unheld()
-			releaseCut()
-		}
-	}
-	return batch, rows, unhold, nil
+	return batch, rows, nil, nil
 }
 
 // freshTo is the highest seq of a fresh row a claim may take
@@ -390,13 +368,8 @@ type claimRead struct {
 	dueTaken        int64
 	dueLocked       int64
 	// cut is how many rows the claim locked (or, ordered, picked) but did
-	// not take, past its byte limit. A held claim also says where those
-	// it locked begin (position.go's cut): freshCut the lowest seq among
-	// those written fresh, dueCut the first of those it read from the due
-	// index, in the due index's order.
-	cut      int
-	freshCut int64
-	dueCut   dueKey
+	// not take, past its byte limit.
+	cut int
 }
 
 // dueReached is how far the claim's read of the due index got, for a
@@ -407,12 +380,6 @@ type claimRead struct {
 func (r claimRead) dueReached(stamp time.Time, limit int) dueKey {
 	if r.dueLocked < int64(limit) && r.dueTaken == r.dueLocked {
 		return dueKey{at: stamp.Add(-dueSettle)}
-	}
-	if !r.dueCut.at.IsZero() {
-		// A held claim's cut is in write order, so rows it took may lie
-		// after one it left in the due index: the next claims read from
-		// the first it left (the reads include where they start).
-		return r.dueCut
 	}
 	return r.dueLast
 }
