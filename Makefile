@@ -96,7 +96,9 @@ lint:
 # (nats, kafka, amqp, redis or webhook; in-process NATS and Kafka, the local
 # RabbitMQ and Redis, an in-process HTTP endpoint answering in 5 ms) and into
 # null:// (the storage side alone), printing events/s, and runs the bare
-# claim → mark-delivered SQL loop the relay is measured against.
+# claim → mark-delivered SQL loops the relay is measured against: leased
+# (ClaimLoop) and held (HeldClaimLoop: lock 500 in write order, mark them
+# DELIVERED by row address, commit; the ceiling of LEASE_MODE=lock).
 # STORAGE=mysql drains a MariaDB/MySQL table instead of PostgreSQL's (every
 # mode but memory).
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99
@@ -159,7 +161,7 @@ else ifeq ($(MODE),wal)
 else ifeq ($(MODE),delete)
 	$(GO) test -run '^$$' -bench 'Drain(Null(Status)?|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else
-	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null|NullStatus)$$|ClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+	$(GO) test -run '^$$' -bench 'Drain($(BENCH_BROKER)|Null|NullStatus)$$|ClaimLoop$$|HeldClaimLoop$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 endif
 
 clean:

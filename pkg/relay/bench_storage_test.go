@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -52,6 +53,12 @@ type benchTable struct {
 	// loop is the ceiling: a bare SQL loop that claims up to batch rows
 	// and marks them delivered until none is left.
 	loop func(b *testing.B, batch int) int
+	// heldLoop is the ceiling of held claims (PostgreSQL): a bare SQL loop
+	// that locks up to batch PENDING rows in write order with FOR UPDATE
+	// SKIP LOCKED, marks them DELIVERED by their address and commits, until
+	// none is left; it returns how many it delivered. Nil where the
+	// storage has no held claims.
+	heldLoop func(b *testing.B, batch int) int
 	// add writes n more 200-byte events, as producers would: no
 	// truncation, no vacuum, no fresh statistics.
 	add func(b *testing.B, n int, eventType string)
@@ -154,6 +161,36 @@ func pgBenchTable(b *testing.B) benchTable {
 				b.Fatal(err)
 			}
 			return n
+		},
+		heldLoop: func(b *testing.B, batch int) int {
+			ctx := context.Background()
+			delivered := 0
+			for {
+				var n int64
+				err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
+					rows, err := tx.Query(ctx, strings.ReplaceAll(`SELECT ctid FROM {{table}}
+						WHERE status = 'PENDING' AND available_at <= now()
+						ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, "{{table}}", tb.Name), batch)
+					if err != nil {
+						return err
+					}
+					addrs, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
+					if err != nil || len(addrs) == 0 {
+						return err
+					}
+					tag, err := tx.Exec(ctx, strings.ReplaceAll(`UPDATE {{table}} SET status = 'DELIVERED',
+						delivered_at = now(), updated_at = now() WHERE ctid = ANY($1::tid[])`, "{{table}}", tb.Name), addrs)
+					n = tag.RowsAffected()
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 0 {
+					return delivered
+				}
+				delivered += int(n)
+			}
 		},
 		loop: func(b *testing.B, batch int) int {
 			ctx := context.Background()
@@ -329,6 +366,48 @@ func BenchmarkClaimLoop(b *testing.B) {
 		b.StopTimer()
 		if claimed != *benchEvents || tb.delivered(b) != *benchEvents {
 			b.Fatalf("the loops claimed %d and delivered %d, want %d", claimed, tb.delivered(b), *benchEvents)
+		}
+	}
+	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "rows/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkHeldClaimLoop is the storage-side ceiling of held claims
+// (LEASE_MODE=lock, PostgreSQL's default): -loop.workers bare SQL loops,
+// each locking a batch of -batch rows in write order (FOR UPDATE SKIP
+// LOCKED), marking them DELIVERED by row address and committing. The
+// relay into null:// (BenchmarkDrainNull) is measured against it.
+func BenchmarkHeldClaimLoop(b *testing.B) {
+	tb := newBenchTable(b)
+	if tb.heldLoop == nil {
+		b.Skip("this storage has no held claims")
+	}
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		tb.fill(b, *benchEvents, "bench.event", 0)
+		b.StartTimer()
+		began := time.Now()
+		sc0 := serverCPU()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		delivered := 0
+		for range *loopWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := tb.heldLoop(b, *benchBatch)
+				mu.Lock()
+				delivered += n
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		total += time.Since(began)
+		b.Logf("CPU per row: database server %.1f µs", perEvent(serverCPU()-sc0, *benchEvents))
+		b.StopTimer()
+		if delivered != *benchEvents || tb.delivered(b) != *benchEvents {
+			b.Fatalf("the loops delivered %d (%d in the table), want %d", delivered, tb.delivered(b), *benchEvents)
 		}
 	}
 	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "rows/s")
