@@ -340,6 +340,12 @@ var loopWorkers = flag.Int("loop.workers", 4, "concurrent loops in BenchmarkClai
 // broker, no engine and no event read beyond its id.
 func BenchmarkClaimLoop(b *testing.B) {
 	tb := newBenchTable(b)
+	runLoops(b, tb, tb.loop)
+}
+
+// runLoops drains the benchmark's events with -loop.workers runs of loop
+// at once and reports the rows a second.
+func runLoops(b *testing.B, tb benchTable, loop func(b *testing.B, batch int) int) {
 	var total time.Duration
 	for range b.N {
 		b.StopTimer()
@@ -349,14 +355,14 @@ func BenchmarkClaimLoop(b *testing.B) {
 		sc0 := serverCPU()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		claimed := 0
+		done := 0
 		for range *loopWorkers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n := tb.loop(b, *benchBatch)
+				n := loop(b, *benchBatch)
 				mu.Lock()
-				claimed += n
+				done += n
 				mu.Unlock()
 			}()
 		}
@@ -364,8 +370,8 @@ func BenchmarkClaimLoop(b *testing.B) {
 		total += time.Since(began)
 		b.Logf("CPU per row: database server %.1f µs", perEvent(serverCPU()-sc0, *benchEvents))
 		b.StopTimer()
-		if claimed != *benchEvents || tb.delivered(b) != *benchEvents {
-			b.Fatalf("the loops claimed %d and delivered %d, want %d", claimed, tb.delivered(b), *benchEvents)
+		if done != *benchEvents || tb.delivered(b) != *benchEvents {
+			b.Fatalf("the loops took %d and delivered %d, want %d", done, tb.delivered(b), *benchEvents)
 		}
 	}
 	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "rows/s")
@@ -382,36 +388,7 @@ func BenchmarkHeldClaimLoop(b *testing.B) {
 	if tb.heldLoop == nil {
 		b.Skip("this storage has no held claims")
 	}
-	var total time.Duration
-	for range b.N {
-		b.StopTimer()
-		tb.fill(b, *benchEvents, "bench.event", 0)
-		b.StartTimer()
-		began := time.Now()
-		sc0 := serverCPU()
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		delivered := 0
-		for range *loopWorkers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n := tb.heldLoop(b, *benchBatch)
-				mu.Lock()
-				delivered += n
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		total += time.Since(began)
-		b.Logf("CPU per row: database server %.1f µs", perEvent(serverCPU()-sc0, *benchEvents))
-		b.StopTimer()
-		if delivered != *benchEvents || tb.delivered(b) != *benchEvents {
-			b.Fatalf("the loops delivered %d (%d in the table), want %d", delivered, tb.delivered(b), *benchEvents)
-		}
-	}
-	b.ReportMetric(float64(*benchEvents)*float64(b.N)/total.Seconds(), "rows/s")
-	b.ReportMetric(0, "ns/op")
+	runLoops(b, tb, tb.heldLoop)
 }
 
 // inChunks calls insert for n events, 10,000 at a time: one statement of

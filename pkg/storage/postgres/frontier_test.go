@@ -29,6 +29,36 @@ var frontierModes = []struct {
 	held bool
 }{{name: "leased"}, {name: "held", held: true}}
 
+// inEachMode runs test in every frontier mode, each on a table of its own
+// in one private cluster, with a drainer claiming limit at a time.
+func inEachMode(t *testing.T, limit int, test func(t *testing.T, tb *pgtest.Table, d *drainer)) {
+	c := pgcluster.Start(t, pgcluster.Options{})
+	for _, mode := range frontierModes {
+		t.Run(mode.name, func(t *testing.T) {
+			tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+			test(t, tb, newDrainer(t, tb, mode.held, limit))
+		})
+	}
+}
+
+// slowCommits makes every transaction that writes an event of type slow
+// with statement (INSERT or UPDATE) sleep for seconds at COMMIT, as
+// synchronous replication or a slow fsync would: a deferred trigger.
+func slowCommits(t *testing.T, tb *pgtest.Table, statement string, seconds float64) {
+	ctx := context.Background()
+	for _, q := range []string{
+		fmt.Sprintf(`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM pg_sleep(%g); RETURN NULL; END $$`, seconds),
+		`CREATE CONSTRAINT TRIGGER slow_commit AFTER ` + statement + ` ON ` + tb.Name + `
+		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.event_type = 'slow')
+		 EXECUTE FUNCTION slow_commit()`,
+	} {
+		if _, err := tb.Store.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // drainer claims batches of limit and settles them delivered, as one relay.
 type drainer struct {
 	t    *testing.T
@@ -152,54 +182,49 @@ func TestAnEventStampedBehindTheClockByALongTransactionIsClaimedAtOnce(t *testin
 // the sequence's reading was a second old. No other traffic is needed.
 func TestACopyThatStreamsForLongIsClaimedWhole(t *testing.T) {
 	t.Parallel()
-	c := pgcluster.Start(t, pgcluster.Options{})
-	for _, mode := range frontierModes {
-		t.Run(mode.name, func(t *testing.T) {
-			ctx := context.Background()
-			tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
-			d := newDrainer(t, tb, mode.held, 10)
-			conn, err := tb.Store.Pool().Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
+	inEachMode(t, 10, func(t *testing.T, tb *pgtest.Table, d *drainer) {
+		ctx := context.Background()
+		conn, err := tb.Store.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		r, w := io.Pipe()
+		copied := make(chan error, 1)
+		go func() {
+			_, err := conn.Conn().PgConn().CopyFrom(ctx, r, "COPY "+tb.Name+" (event_type, payload) FROM STDIN")
+			copied <- err
+		}()
+		if _, err := io.WriteString(w, "first\t\\\\x01\n"); err != nil {
+			t.Fatal(err)
+		}
+		// The first row is on its way: claims run for over a second,
+		// until its writer is certainly running.
+		began := time.Now()
+		eventually.True(t, 10*time.Second, func() bool {
+			if d.claim() > 0 {
+				t.Fatalf("claimed %v before the COPY committed", d.got)
 			}
-			defer conn.Release()
-			if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-				t.Fatal(err)
-			}
-			r, w := io.Pipe()
-			copied := make(chan error, 1)
-			go func() {
-				_, err := conn.Conn().PgConn().CopyFrom(ctx, r, "COPY "+tb.Name+" (event_type, payload) FROM STDIN")
-				copied <- err
-			}()
-			if _, err := io.WriteString(w, "first\t\\\\x01\n"); err != nil {
-				t.Fatal(err)
-			}
-			// The first row is on its way: claims run for over a second,
-			// until its writer is certainly running.
-			began := time.Now()
-			eventually.True(t, 10*time.Second, func() bool {
-				if d.claim() > 0 {
-					t.Fatalf("claimed %v before the COPY committed", d.got)
-				}
-				return time.Since(began) > 2*time.Second
-			}, func() string { return "claims while the COPY streams" })
-			if _, err := io.WriteString(w, "second\t\\\\x02\n"); err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
-			if err := <-copied; err != nil {
-				t.Fatal(err)
-			}
-			if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-				t.Fatal(err)
-			}
-			d.drain()
-			if len(d.got) != 2 {
-				t.Fatalf("the claims after the COPY committed took %d events, want both rows", len(d.got))
-			}
-		})
-	}
+			return time.Since(began) > 2*time.Second
+		}, func() string { return "claims while the COPY streams" })
+		if _, err := io.WriteString(w, "second\t\\\\x02\n"); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if err := <-copied; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		d.drain()
+		if len(d.got) != 2 {
+			t.Fatalf("the claims after the COPY committed took %d events, want both rows", len(d.got))
+		}
+	})
 }
 
 // Case 3: rows of the due index (created_at set behind the clock) taken
@@ -207,36 +232,31 @@ func TestACopyThatStreamsForLongIsClaimedWhole(t *testing.T) {
 // them in the same statement.
 func TestDueRowsTakenFirstDoNotCarryTheFrontierPastFreshOnes(t *testing.T) {
 	t.Parallel()
-	c := pgcluster.Start(t, pgcluster.Options{})
-	for _, mode := range frontierModes {
-		t.Run(mode.name, func(t *testing.T) {
-			ctx := context.Background()
-			tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
-			d := newDrainer(t, tb, mode.held, 5)
-			rows, err := tb.Store.Pool().Query(ctx, "INSERT INTO "+tb.Name+` (event_type, payload, created_at)
+	inEachMode(t, 5, func(t *testing.T, tb *pgtest.Table, d *drainer) {
+		ctx := context.Background()
+		rows, err := tb.Store.Pool().Query(ctx, "INSERT INTO "+tb.Name+` (event_type, payload, created_at)
 				SELECT 'e', 'x', CASE WHEN i <= 14 THEN now() ELSE now() - interval '1 second' END
 				FROM generate_series(1, 20) AS i RETURNING event_id`)
-			if err != nil {
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uuid.UUID
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
 				t.Fatal(err)
 			}
-			var ids []uuid.UUID
-			for rows.Next() {
-				var id uuid.UUID
-				if err := rows.Scan(&id); err != nil {
-					t.Fatal(err)
-				}
-				ids = append(ids, id)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			d.drain()
-			d.requireTaken("one statement's rows", ids...)
-			if len(d.got) != len(ids) {
-				t.Errorf("took %d events, want %d", len(d.got), len(ids))
-			}
-		})
-	}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		d.drain()
+		d.requireTaken("one statement's rows", ids...)
+		if len(d.got) != len(ids) {
+			t.Errorf("took %d events, want %d", len(d.got), len(ids))
+		}
+	})
 }
 
 // Case 4: a held batch handed back (the broker was down) whose COMMIT is
@@ -249,17 +269,7 @@ func TestAHeldBatchReleasedWithASlowCommitIsClaimedOnceItCommits(t *testing.T) {
 	c := pgcluster.Start(t, pgcluster.Options{})
 	ctx := context.Background()
 	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
-	for _, q := range []string{
-		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-		 BEGIN PERFORM pg_sleep(0.4); RETURN NULL; END $$`,
-		`CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON ` + tb.Name + `
-		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.event_type = 'slow')
-		 EXECUTE FUNCTION slow_commit()`,
-	} {
-		if _, err := tb.Store.Pool().Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	slowCommits(t, tb, "UPDATE", 0.4)
 	slow := tb.InsertN(t, 1, "slow")[0]
 	d := newDrainer(t, tb, true, 10)
 	b, err := tb.Store.ClaimHeld(ctx, d.p, time.Minute)

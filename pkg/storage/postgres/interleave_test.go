@@ -61,20 +61,7 @@ func TestClaimsUnderRandomInterleavings(t *testing.T) {
 
 	c := pgcluster.Start(t, pgcluster.Options{})
 	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
-	ctx := context.Background()
-	// A slow commit, as synchronous replication or a slow fsync makes
-	// it: a deferred trigger that sleeps at COMMIT.
-	for _, q := range []string{
-		`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-		 BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$`,
-		`CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON ` + tb.Name + `
-		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.event_type = 'slow')
-		 EXECUTE FUNCTION slow_commit()`,
-	} {
-		if _, err := tb.Store.Pool().Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	slowCommits(t, tb, "INSERT", 0.3)
 
 	m := newModel()
 	stop := make(chan struct{})
