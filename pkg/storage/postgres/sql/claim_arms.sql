@@ -96,7 +96,11 @@ WITH again AS (
     UNION ALL
     (SELECT DISTINCT 'skip watched', COALESCE(writer_xid, '0'::xid8), 0::bigint, NULL::timestamptz
      FROM {{table}}
+     -- Only when the watched arm read to the end: one that stopped at its
+     -- limit drops no writer, and the rest of a large writer's rows are
+     -- not read again at every claim.
      WHERE cardinality($9::text[]) > 0
+       AND (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0)
        AND status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
        AND (available_at <= now() OR available_at <= created_at)
        AND event_id NOT IN (SELECT event_id FROM watched))
