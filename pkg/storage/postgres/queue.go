@@ -475,15 +475,18 @@ func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, vis
 				addrs = append(addrs, addr)
 			}
 		}
-		if !unkeyedOnly || len(key) == 0 {
-			if seq.Valid && !again.Bool && (read.lowest == 0 || seq.Int64 < read.lowest) {
-				read.lowest = seq.Int64
+		if fr == nil {
+			// How far an ordered claim read, for its positions.
+			if !unkeyedOnly || len(key) == 0 {
+				if seq.Valid && !again.Bool && (read.lowest == 0 || seq.Int64 < read.lowest) {
+					read.lowest = seq.Int64
+				}
+				read.highest = max(read.highest, seq.Int64)
 			}
-			read.highest = max(read.highest, seq.Int64)
-		}
-		if fr == nil && dueFrom.Valid {
-			read.dueTaken++
-			read.dueLast = laterDue(read.dueLast, dueKey{at: dueFrom.Time, seq: seq.Int64})
+			if dueFrom.Valid {
+				read.dueTaken++
+				read.dueLast = laterDue(read.dueLast, dueKey{at: dueFrom.Time, seq: seq.Int64})
+			}
 		}
 		e := outbox.Event{
 			ID:           id.Bytes,
