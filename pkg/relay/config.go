@@ -59,9 +59,9 @@ type Config struct {
 	// PollInterval is how long the engine waits for new events when a claim
 	// came back short and nothing woke it.
 	PollInterval time.Duration
-	// SweepInterval bounds how long an event whose transaction committed
-	// behind the relay's claim position waits: at least this often a
-	// claim also looks behind it (storage.ClaimParams.SweepInterval).
+	// SweepInterval is how often a claim also looks behind the relay's
+	// claim position (storage.ClaimParams.SweepInterval says where that
+	// bounds a wait and where it is only a defence in depth).
 	SweepInterval time.Duration
 	// MaxInFlightBatches bounds the batches claimed and not yet settled.
 	MaxInFlightBatches int

@@ -67,11 +67,13 @@ type ClaimParams struct {
 	// broker, and the cap bounds the publishing rounds per batch. 0 means
 	// RunLimitDefault.
 	RunLimit int
-	// SweepInterval bounds how long a row whose transaction committed
-	// behind the relay's claim position (a producer's long transaction)
-	// may wait: at least this often a claim also looks behind it, at a
-	// cost that grows with the dead row versions a held-back vacuum
-	// leaves there. 0 means SweepIntervalDefault.
+	// SweepInterval is how often a claim also looks behind the relay's
+	// claim position, at a cost that grows with the dead row versions a
+	// held-back vacuum leaves there. Where the driver's position can let
+	// a row commit behind it (MySQL's cursor, PostgreSQL's ordered
+	// claims) it bounds how long that row waits; PostgreSQL's unordered
+	// claims need it for nothing but defence in depth. 0 means
+	// SweepIntervalDefault.
 	SweepInterval time.Duration
 	// FreshTo limits which fresh events — written and never handed back:
 	// available_at not after created_at — a claim may take, when the
