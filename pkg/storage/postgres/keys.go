@@ -205,7 +205,7 @@ func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimPara
 	r := w.readPlan(pl, p.Limit)
 	b := &pgx.Batch{}
 	b.Queue(s.queries["claim_plan"])
-	b.Queue(s.queries["claim_stamp"])
+	b.Queue(s.queries["claim_stamp"], true)
 	b.Queue(s.queries["claim_keys"], r.args()...)
 	b.Queue(s.queries["claim_xid"], w.find.needsBound(pl))
 	read, err := readKeys(s.pool.SendBatch(ctx, b), w)

@@ -88,7 +88,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"])
+		b.Queue(s.queries["claim_stamp"], true)
 		name := "claim_ordered"
 		if fromFloors != nil {
 			name = "claim_ordered_keys"
@@ -109,7 +109,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		// index; neither moves the relay's claim position.
 		fpl, fread = everything(), &frontierRead{}
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"])
+		b.Queue(s.queries["claim_stamp"], false)
 		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
 	} else {
 		// One relay's claims come one after another; the frontier is
@@ -122,7 +122,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 		fpl, fread = pos.fresh.plan(p.SweepInterval, time.Now()), &frontierRead{}
 		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"])
+		b.Queue(s.queries["claim_stamp"], false)
 		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(math.MaxInt64)...)...)
 	}
 	// An ordered claim's transaction id: the bound of the claim's mark.

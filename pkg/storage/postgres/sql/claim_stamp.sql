@@ -9,7 +9,8 @@
 -- nothing (others claim it all) moves its position up to it instead of
 -- stepping over the same claimed rows at every poll. NULL where the
 -- relay's role may not read the sequence (grants from before it needed
--- to). Unordered claims use the stamp alone (frontier.go).
+-- to). Unordered claims use the stamp alone (frontier.go): $1 false
+-- leaves the sequence unread (NULL).
 SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-       CASE WHEN has_sequence_privilege('{{schema}}"{{name}}_seq"', 'SELECT')
+       CASE WHEN $1::boolean AND has_sequence_privilege('{{schema}}"{{name}}_seq"', 'SELECT')
             THEN pg_sequence_last_value('{{schema}}"{{name}}_seq"') END
