@@ -63,7 +63,8 @@ WITH again AS (
     -- those. (A row comparison as an upper bound would not stop the index
     -- scan on PostgreSQL before 17.) A read that went past the arm's last
     -- row matters only if the arm stopped short of its limit, having read
-    -- to the end.
+    -- to the end. Each second read repeats its arm's conditions, less the
+    -- lock and plus the rows the due index lets it pass: keep them in step.
     (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
      FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
            FROM {{table}}
