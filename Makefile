@@ -62,7 +62,7 @@ DURATION ?= 1m
 SEED ?=
 fuzz:
 	INTERLEAVE_DURATION=$(DURATION) INTERLEAVE_SEED=$(SEED) $(GO) test -race -count=1 -timeout 0 -v \
-		-run 'TestClaimsUnderRandomInterleavings$$' ./pkg/storage/postgres/
+		-run 'ClaimsUnderRandomInterleavings$$' ./pkg/storage/postgres/
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services

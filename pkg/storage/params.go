@@ -70,9 +70,9 @@ type ClaimParams struct {
 	// SweepInterval is how often a claim also looks behind the relay's
 	// claim position, at a cost that grows with the dead row versions a
 	// held-back vacuum leaves there. Where the driver's position can let
-	// a row commit behind it (MySQL's cursor, PostgreSQL's ordered
-	// claims) it bounds how long that row waits; PostgreSQL's unordered
-	// claims need it for nothing but defence in depth. 0 means
+	// a row commit behind it (MySQL's cursor) it bounds how long that row
+	// waits; PostgreSQL's claims need it for nothing but defence in
+	// depth. 0 means
 	// SweepIntervalDefault.
 	SweepInterval time.Duration
 	// FreshTo limits which fresh events — written and never handed back:

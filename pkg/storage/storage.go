@@ -59,13 +59,12 @@ type Queue interface {
 	// forward from where the relay's previous claims ended (a position
 	// they keep per RelayID) and find rows handed back or retried where
 	// those land. A position must never pass a row that may still become
-	// claimable behind it: PostgreSQL's unordered claims keep that by
-	// what snapshots say of the writers' transaction ids (see "The claim
-	// frontier" in docs/architecture.md), so that a due row is claimed by
-	// the first claim after it is visible. Positions that cannot keep it
-	// (MySQL's cursor, PostgreSQL's ordered claims) also look behind
-	// themselves at least every p.SweepInterval; elsewhere that sweep is
-	// only a defence in depth.
+	// claimable behind it: PostgreSQL's claims keep that by what snapshots
+	// say of the writers' transaction ids (see "The claim frontier" in
+	// docs/architecture.md), so that a due row is claimed by the first
+	// claim after it is visible. Positions that cannot keep it (MySQL's
+	// cursor) also look behind themselves at least every p.SweepInterval;
+	// elsewhere that sweep is only a defence in depth.
 	//
 	// With p.Ordering partition, an event is claimed only when every
 	// event written before it with its key (by seq) is DELIVERED, or DEAD
@@ -75,7 +74,7 @@ type Queue interface {
 	// and at the batch's limits; a key with an event DELIVERING gives
 	// none. Keys (NULL and "" are no key) are walked bytewise from just
 	// after p.After to the end, then from the start up to p.After itself;
-	// events without a key alternate with keyed ones. Claims on one table
+	// neither events without a key nor keyed ones crowd out the other. Claims on one table
 	// take turns (a lock), so that two can never both see a key free. The
 	// batch's After is the last key the walk took (p.After when none), for
 	// the caller to pass back.

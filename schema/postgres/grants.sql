@@ -7,8 +7,8 @@
 --                  deletes finished ones (DELIVERED_RETENTION,
 --                  DEAD_RETENTION) and LISTENs for inserts (LISTEN and the
 --                  retention lock, an advisory lock, need no grant); reads
---                  the seq sequence's last value (not nextval), so that a
---                  relay whose claims find nothing moves its claim position.
+--                  the seq sequence's last value (not nextval) for the
+--                  backfill beside CAPTURE=wal.
 -- outbox_producer  applications: insert events (and take seq values and,
 --                  for an INSERT that names no event_id, run the id
 --                  function, which a hardened database grants no one).

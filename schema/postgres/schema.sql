@@ -123,16 +123,14 @@ $$;
 
 -- The indexes, all partial but two, so each holds only the rows one query
 -- needs:
---   pending_seq_idx   claims go forward through it from where the relay's
---                     last claim ended, so that the dead row versions that
---                     earlier claims leave behind (which vacuum cannot
---                     remove while any snapshot is older) are never walked
---                     again; write order is the order of seq;
---   frontier_idx      unordered claims go forward through it in the order
---                     of the rows' writers (writer_xid, then seq), from
---                     the relay's claim frontier, and look up the rows of
+--   pending_seq_idx   the PENDING rows in write order: the log's backfill
+--                     check (CAPTURE=wal); claims read frontier_idx;
+--   frontier_idx      claims go forward through it in the order of the
+--                     rows' writers (writer_xid, then seq), from the
+--                     relay's claim frontier, and look up the rows of
 --                     writers that were running when the frontier passed
---                     their ids; NULL (rows from before the column) reads
+--                     their ids; ordered claims meet their keys there the
+--                     same way; NULL (rows from before the column) reads
 --                     as 0, the first;
 --   due_at_idx        rows that became PENDING again (released, retried,
 --                     reaped, retried from DEAD: each gets available_at =
@@ -148,12 +146,10 @@ $$;
 --                     agree on the order of keys;
 --   key_dead_seq_idx  ORDERING_ON_DEAD=block finds a DEAD event ahead of a
 --                     key's first unfinished one;
---   unkeyed_seq_idx   events without a key, which ORDERING=partition claims
---                     in write order;
---   keyed_pending_idx the PENDING events with a key, in write order, where
---                     ORDERING=partition meets the keys it walks (an entry
---                     per keyed event written, none for events without a
---                     key);
+--   unkeyed_seq_idx   and
+--   keyed_pending_idx no query reads them since claims go by the claim
+--                     frontier (docs/architecture.md); kept until migrate
+--                     can drop indexes without stopping writers;
 --   delivering_idx    the reaper finds expired leases;
 --   dead_idx          pruning DEAD rows;
 --   created_idx       the console and `relay-cli list`: every status, newest

@@ -27,8 +27,7 @@ type querier interface {
 // Backlog counts PENDING rows (new and retrying), dates the oldest one and
 // counts DEAD rows in one statement that reads only rows the PENDING and
 // DEAD partial indexes select, so it is cheap to call every few seconds on
-// a table with a long delivered history; in a relay's process the fresh
-// PENDING rows only from its claim position on (admin_backlog.sql).
+// a table with a long delivered history (admin_backlog.sql).
 func (s *Store) Backlog(ctx context.Context) (storage.Backlog, error) {
 	b, err := s.backlog(ctx, s.pool)
 	if err != nil {
@@ -43,8 +42,7 @@ func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error)
 		oldest *time.Time
 		ageUS  int64
 	)
-	due := s.positions.lowestDueSafe()
-	err := q.QueryRow(ctx, s.queries["admin_backlog"], s.positions.lowestSafe(), dueAt(due), due.seq).
+	err := q.QueryRow(ctx, s.queries["admin_backlog"]).
 		Scan(&b.PendingNew, &b.PendingRetrying, &oldest, &ageUS, &b.Dead)
 	if oldest != nil {
 		b.OldestPendingAt = *oldest

@@ -52,7 +52,7 @@ func TestAdminQueriesCanUseThePartialIndexes(t *testing.T) {
 		args  []any
 		index []string // each must appear in the plan
 	}{
-		{"admin_backlog.sql", []any{int64(0), "-infinity", int64(0)}, []string{"_due_at_idx", "_dead_idx"}},
+		{"admin_backlog.sql", nil, []string{"_dead_idx"}},
 		// The exact count of DELIVERED rows ($1 true) reads them all, in the
 		// table or an index: the console asks for an estimate.
 		{"admin_stats_counts.sql", []any{false}, []string{"_delivering_idx", "_late_idx", "_created_idx"}},

@@ -116,7 +116,7 @@ type heldTx struct {
 	lease storage.Lease
 	// rows are where the claim found each of its rows.
 	rows map[uuid.UUID]pgtype.TID
-	// unhold tells the claim position that the transaction has ended.
+	// unhold tells the claim frontier that the transaction has ended.
 	unhold func()
 }
 

@@ -43,6 +43,31 @@ import (
 // SEED=…` sets both. The seed is printed first.
 func TestClaimsUnderRandomInterleavings(t *testing.T) {
 	t.Parallel()
+	runInterleavings(t, interleaving{})
+}
+
+// TestOrderedClaimsUnderRandomInterleavings is the same under
+// ORDERING=partition (docs/architecture.md, "Ordered claims"): producers
+// write most transactions' events under one partition key each, relays
+// claim ordered and leased, with ORDERING_ON_DEAD skip or block as the
+// seed draws. It also checks that no event was claimed while an event
+// its transaction wrote before it under the same key was not yet
+// delivered (or, under skip, dead): with the relay's claim and the
+// settle timed from outside, only a claim that ended before any such
+// settle began counts. The time bound applies to events without a key
+// alone: a keyed one waits, rightly, behind its key's earlier events.
+func TestOrderedClaimsUnderRandomInterleavings(t *testing.T) {
+	t.Parallel()
+	runInterleavings(t, interleaving{ordered: true})
+}
+
+// interleaving is what a randomized run claims with.
+type interleaving struct {
+	ordered bool
+	onDead  storage.DeadPolicy
+}
+
+func runInterleavings(t *testing.T, how interleaving) {
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("INTERLEAVE_SEED"); v != "" {
 		var err error
@@ -58,12 +83,17 @@ func TestClaimsUnderRandomInterleavings(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d: INTERLEAVE_SEED=%d reproduces the choices", seed, seed)
+	if how.ordered {
+		how.onDead = []storage.DeadPolicy{storage.DeadSkip, storage.DeadBlock}[rand.New(rand.NewPCG(seed, 1)).IntN(2)]
+		t.Logf("ORDERING=partition, ORDERING_ON_DEAD=%s", how.onDead)
+	}
 
 	c := pgcluster.Start(t, pgcluster.Options{})
 	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
 	slowCommits(t, tb, "INSERT", 0.3)
 
 	m := newModel()
+	m.how = how
 	stop := make(chan struct{})
 	var producers, relays sync.WaitGroup
 	// One relay sometimes: others' claims and restarts, which read from
@@ -127,6 +157,26 @@ type model struct {
 	delivered  map[uuid.UUID]int
 	killed     map[uuid.UUID]bool
 	producers  map[string]int
+	how        interleaving
+	// Ordered runs: each keyed event's transaction and place in it, when
+	// each claim of it ended, and when each settle that finished it
+	// (DELIVERED; DEAD under skip) began.
+	txns, batches int
+	place         map[uuid.UUID]txnPlace
+	claims        map[uuid.UUID][]keyedClaim
+	finished      map[uuid.UUID][]time.Time
+}
+
+// keyedClaim is a claim of a keyed event: when it ended, and its batch.
+type keyedClaim struct {
+	end   time.Time
+	batch int
+}
+
+// txnPlace is a keyed event's place among its transaction's events.
+type txnPlace struct {
+	txn, nth int
+	key      string
 }
 
 type written struct {
@@ -144,6 +194,7 @@ func newModel() *model {
 		committed: map[uuid.UUID]written{}, rolledBack: map[uuid.UUID]bool{},
 		first: map[uuid.UUID]claimed{}, delivered: map[uuid.UUID]int{}, killed: map[uuid.UUID]bool{},
 		producers: map[string]int{},
+		place:     map[uuid.UUID]txnPlace{}, claims: map[uuid.UUID][]keyedClaim{}, finished: map[uuid.UUID][]time.Time{},
 	}
 }
 
@@ -237,10 +288,16 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 	m.mu.Lock()
 	m.producers[kind]++
 	m.mu.Unlock()
-	row := func(i int) string {
-		return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s)", ids[i], typ, created, available)
+	// Under ORDERING=partition most transactions write under one key, of
+	// a few: their events must go out in the order written.
+	key := ""
+	if m.how.ordered && r.IntN(4) != 0 {
+		key = fmt.Sprintf("k%d", r.IntN(6))
 	}
-	cols := "(event_id, event_type, payload, created_at, available_at)"
+	row := func(i int) string {
+		return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s, '%s')", ids[i], typ, created, available, key)
+	}
+	cols := "(event_id, event_type, payload, created_at, available_at, partition_key)"
 	// $1 is the client's clock before BEGIN, as an ORM stamps created_at.
 	args := []any{clientClock}
 	switch kind {
@@ -263,7 +320,7 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 		}
 	case "select":
 		if _, err := tx.Exec(ctx, "INSERT INTO "+tb.Name+" "+cols+
-			" SELECT id, '"+typ+"', 'x', "+created+", "+available+" FROM unnest($2::uuid[]) AS id RETURNING $1::timestamptz",
+			" SELECT id, '"+typ+"', 'x', "+created+", "+available+", '"+key+"' FROM unnest($2::uuid[]) WITH ORDINALITY AS u(id, n) ORDER BY n RETURNING $1::timestamptz",
 			clientClock, ids); err != nil {
 			return err
 		}
@@ -277,7 +334,7 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 		copied := make(chan error, 1)
 		go func() {
 			_, err := conn.Conn().PgConn().CopyFrom(ctx, pr,
-				"COPY "+tb.Name+" (event_id, event_type, payload, created_at, available_at) FROM STDIN")
+				"COPY "+tb.Name+" (event_id, event_type, payload, created_at, available_at, partition_key) FROM STDIN")
 			pr.CloseWithError(err)
 			copied <- err
 		}()
@@ -285,8 +342,8 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 			if i > 0 && hold > 0 {
 				time.Sleep(hold / time.Duration(n))
 			}
-			line := fmt.Sprintf("%s\t%s\t\\\\x78\t%s\t%s\n", id, typ,
-				createdAt.Format(time.RFC3339Nano), availableAt.Format(time.RFC3339Nano))
+			line := fmt.Sprintf("%s\t%s\t\\\\x78\t%s\t%s\t%s\n", id, typ,
+				createdAt.Format(time.RFC3339Nano), availableAt.Format(time.RFC3339Nano), key)
 			if _, err := io.WriteString(pw, line); err != nil {
 				break
 			}
@@ -331,9 +388,13 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 	}
 	now := time.Now()
 	m.mu.Lock()
-	for _, id := range ids {
+	for i, id := range ids {
 		m.committed[id] = written{committedAt: now, due: due[id]}
+		if key != "" {
+			m.place[id] = txnPlace{txn: m.txns, nth: i, key: key}
+		}
 	}
+	m.txns++
 	m.mu.Unlock()
 	return nil
 }
@@ -348,7 +409,8 @@ func runRelays(t *testing.T, tb *pgtest.Table, m *model, slot int, r *rand.Rand,
 			t.Errorf("relay %d: %v", slot, err)
 			return
 		}
-		held := slot == 1 || slot == 2 && incarnation%2 == 1
+		// Ordered claims are never held.
+		held := !m.how.ordered && (slot == 1 || slot == 2 && incarnation%2 == 1)
 		relayID := fmt.Sprintf("r%d.%d", slot, incarnation)
 		killed := runRelay(t, store, m, relayID, held, r, stop)
 		store.Close()
@@ -362,6 +424,9 @@ func runRelays(t *testing.T, tb *pgtest.Table, m *model, slot int, r *rand.Rand,
 func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bool, r *rand.Rand, stop <-chan struct{}) bool {
 	ctx := context.Background()
 	p := storage.ClaimParams{RelayID: relayID, Limit: 5 + r.IntN(16), SweepInterval: 24 * time.Hour}
+	if m.how.ordered {
+		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.how.onDead, 1+r.IntN(4)
+	}
 	for {
 		select {
 		case <-stop:
@@ -388,10 +453,15 @@ func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bo
 		}
 		now := time.Now()
 		ids := eventIDs(b.Events)
+		p.After = b.After
 		m.mu.Lock()
+		m.batches++
 		for _, id := range ids {
 			if _, ok := m.first[id]; !ok {
 				m.first[id] = claimed{at: now, stamp: b.Lease.LockedAt, relay: relayID}
+			}
+			if _, ok := m.place[id]; ok {
+				m.claims[id] = append(m.claims[id], keyedClaim{end: now, batch: m.batches})
 			}
 		}
 		m.mu.Unlock()
@@ -432,10 +502,26 @@ func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bo
 			}
 			return true
 		}
+		settling := time.Now()
 		if err := settleBatch(ctx, s, b, tx, st); err != nil {
 			t.Errorf("relay %s: settle: %v", relayID, err)
 			return false
 		}
+		m.mu.Lock()
+		finishing := st.Delivered
+		if m.how.onDead == storage.DeadSkip {
+			for _, f := range st.Failed {
+				if f.Dead {
+					finishing = append(finishing, f.ID)
+				}
+			}
+		}
+		for _, id := range finishing {
+			if _, ok := m.place[id]; ok {
+				m.finished[id] = append(m.finished[id], settling)
+			}
+		}
+		m.mu.Unlock()
 		m.mu.Lock()
 		for _, id := range st.Delivered {
 			m.delivered[id]++
@@ -526,6 +612,9 @@ func (m *model) check(t *testing.T, tb *pgtest.Table) {
 		if w.due.After(visible) {
 			visible = w.due
 		}
+		if _, keyed := m.place[id]; keyed {
+			continue
+		}
 		if late := c.at.Sub(visible); late > slowest {
 			slowest = late
 		}
@@ -533,12 +622,13 @@ func (m *model) check(t *testing.T, tb *pgtest.Table) {
 			problems = append(problems, fmt.Sprintf("event %s first claimed %s after it was committed and due", id, late))
 		}
 	}
+	problems = append(problems, m.orderProblems()...)
 	for id, n := range m.delivered {
 		if n > 1 && !m.killed[id] {
 			problems = append(problems, fmt.Sprintf("event %s delivered %d times with no relay killed holding it", id, n))
 		}
 	}
-	t.Logf("slowest first claim after commit and due: %s", slowest)
+	t.Logf("slowest first claim after commit and due (events without a key under ORDERING=partition): %s", slowest)
 	slices.Sort(problems)
 	if len(problems) > 10 {
 		problems = append(problems[:10], fmt.Sprintf("… and %d more", len(problems)-10))
@@ -546,4 +636,33 @@ func (m *model) check(t *testing.T, tb *pgtest.Table) {
 	for _, p := range problems {
 		t.Error(p)
 	}
+}
+
+// orderProblems lists the keyed events claimed while an event their
+// transaction wrote before them under the same key was certainly not
+// finished: the claim ended before any settle that finished it began, and
+// did not take it too (a run goes out in order). The caller holds m.mu.
+func (m *model) orderProblems() []string {
+	byTxn := map[int][]uuid.UUID{}
+	for id, pl := range m.place {
+		byTxn[pl.txn] = append(byTxn[pl.txn], id)
+	}
+	var problems []string
+	for _, ids := range byTxn {
+		for _, b := range ids {
+			for _, a := range ids {
+				if m.place[a].nth >= m.place[b].nth {
+					continue
+				}
+				for _, c := range m.claims[b] {
+					if !slices.ContainsFunc(m.finished[a], func(at time.Time) bool { return at.Before(c.end) }) &&
+						!slices.ContainsFunc(m.claims[a], func(ac keyedClaim) bool { return ac.batch == c.batch }) {
+						problems = append(problems, fmt.Sprintf("event %s (key %s, #%d of its transaction) claimed before #%d, %s, was finished",
+							b, m.place[b].key, m.place[b].nth, m.place[a].nth, a))
+					}
+				}
+			}
+		}
+	}
+	return problems
 }

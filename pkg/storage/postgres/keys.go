@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,38 +22,27 @@ import (
 // over more of them, and the drain slows down round after round.
 //
 // So a relay remembers the keys it has seen (keyWalk), each with a floor:
-// a seq below which the key has no unfinished event. A claim passes the
-// keys that may have a head due, with their floors, and the walk
-// (walk_floors.sql) starts each key there. What the walk finds moves the
-// floor up to just below the head; a key with nothing unfinished left
-// rests until it has events again.
-//
-// A floor is only a lower bound while no event below it becomes
-// unfinished. Two kinds can: a row whose transaction took its seq early
-// and committed after the key's later rows were claimed, and a row
-// handed back to PENDING (released, failed, reaped, retried from DEAD).
-// Before each claim the relay reads the keyed PENDING rows after its key
-// position and the keyed rows due again after its key due position
-// (claim_keys.sql); either lowers its key's floor below it. Both
-// positions move by the marks and sweeps of position.go, which see rows
-// that become visible behind a position. Events handed back with a
-// back-off lie behind the floor only when their key's floor passed them
-// while they were leased, which it cannot: a leased event is an
-// unfinished head that stops the floor.
+// a seq below which the key has no event that is not DELIVERED. A claim
+// passes the keys that may have a head due, with their floors, and the
+// walk (walk_floors.sql) starts each key there. What the walk finds moves
+// the floor up to just below the key's first event that is not
+// DELIVERED; a key with nothing unfinished left rests until it has events
+// again. The argument, for every way a row is written or becomes due, is
+// in docs/architecture.md ("Ordered claims"): in short,
+//   - order: a floor never passes a visible row that is not DELIVERED, DEAD
+//     ones included, so every row handed back (a lease's, or a DEAD one
+//     retried) lies above its key's floor, where the walk, in the claim's
+//     own snapshot, finds it before the key's later events;
+//   - no key forgotten: every keyed PENDING row is read once by the key
+//     frontier (claim_keys.sql, keyFrontier) after its writer ended, which
+//     makes its key wait and lowers its floor below it.
+// No step needs a clock; sweeps only read again.
 
 // keyWalk is one relay's knowledge of the keys, for its ordered claims.
-// The relay's position's mutex guards it.
+// The relay's claim state's mutex guards it.
 type keyWalk struct {
-	// find is the position of the keyed rows claim_keys.sql reads: seq
-	// for those written, the due position for those due again.
-	find position
-	// A sweep of find reads its range (from sweepStart) over several
-	// claims, as far as sweepAt so far, beside the reads after the
-	// position: a backlog read through at once would cost a long
-	// statement every sweep interval. sweepSafe is find's safe seq when
-	// it began: every row up to it was visible to all its parts.
-	sweeping                       bool
-	sweepStart, sweepAt, sweepSafe int64
+	// find is where the reads of keyed rows (claim_keys.sql) go on from.
+	find keyFrontier
 	// floors holds every key seen (up to maxKnownKeys), waiting ones
 	// those that may have a head due: seen with an event since, or with
 	// a head at the last visit.
@@ -72,17 +62,16 @@ const (
 	// forgotten beyond it (a key met again then starts from its first
 	// event).
 	maxKnownKeys = 100_000
-	// keyReadLeast is the least number of new rows claim_keys.sql reads,
-	// and of keys a claim is passed, for claims of few events: the keys of
-	// a backlog are met as the reads get to their events.
+	// keyReadLeast is the least number of rows claim_keys.sql reads of
+	// each kind, and of keys a claim is passed, for claims of few events:
+	// the keys of a backlog are met as the reads get to their events.
 	keyReadLeast = 256
 )
 
-// keyReadMost is how many new rows claim_keys.sql reads past those it read
-// before, of each kind, and how many keys a claim is passed, for a claim
-// of limit events: as many as it may take, so that the reads keep ahead of
-// the claims without reading far ahead of them (a read from a position
-// that has not moved yet reads the rows after it again).
+// keyReadMost is how many rows claim_keys.sql reads of each kind (fresh
+// ones, and each watched writer's), and how many keys a claim is passed,
+// for a claim of limit events: as many as it may take, so that the reads
+// keep ahead of the claims without reading far ahead of them.
 func keyReadMost(limit int) int64 { return max(int64(limit), keyReadLeast) }
 
 // indexWalkFor is how long a relay with too many waiting keys walks the
@@ -92,7 +81,7 @@ func indexWalkFor(sweepInterval time.Duration) time.Duration {
 }
 
 func newKeyWalk() *keyWalk {
-	return &keyWalk{find: position{sweptAt: time.Now()}, floors: map[string]int64{}, waiting: map[string]struct{}{}}
+	return &keyWalk{floors: map[string]int64{}, waiting: map[string]struct{}{}}
 }
 
 // usable says whether a claim at now may walk from floors.
@@ -108,21 +97,114 @@ func (w *keyWalk) usable(now time.Time) bool {
 	return true
 }
 
-// keyRead is what claim_keys.sql read, for one claim, with the stamp
-// before it (claim_stamp.sql) and the read's own transaction id after it
-// (claim_xid.sql: the bound of its mark; 0 when it has none).
+// keyFrontier is the frontier of the keyed rows' reads (claim_keys.sql):
+// the claim frontier of frontier.go without its locks or due rows, so
+// that a read passes nothing it did not return. Every keyed PENDING row
+// is read by it once its writer has ended: after at in writer order, or
+// among the rows of a watched writer.
+type keyFrontier struct {
+	at writePlace
+	// watch are the writers passed while they were running, each with
+	// the highest seq of its rows read since a read saw it ended: a
+	// writer is dropped once a read returned the last of its rows.
+	watch map[uint64]int64
+	// A sweep, every SweepInterval, moves at back to sweepFrom, where it
+	// was at the sweep before, and every fullSweepEvery-th to the
+	// beginning: the reads go over those rows again, as defence in depth.
+	sweptAt   time.Time
+	sweepFrom writePlace
+	sweeps    int
+}
+
+// keyFindPlan is one claim_keys.sql read: the fresh rows after start, the
+// watched writers' rows each after its seq in after, most of each.
+type keyFindPlan struct {
+	start writePlace
+	watch []uint64
+	after []int64
+	most  int64
+}
+
+// plan plans the next read.
+func (f *keyFrontier) plan(sweepInterval time.Duration, now time.Time, most int64) keyFindPlan {
+	if f.sweptAt.IsZero() {
+		f.sweptAt = now
+	}
+	if now.Sub(f.sweptAt) >= sweepInterval {
+		from := f.sweepFrom
+		if f.sweeps%fullSweepEvery == fullSweepEvery-1 {
+			from = writePlace{}
+		}
+		f.sweptAt, f.sweepFrom, f.sweeps = now, f.at, f.sweeps+1
+		f.at = from
+	}
+	pl := keyFindPlan{start: f.at, watch: []uint64{}, after: []int64{}, most: most}
+	for x := range f.watch {
+		pl.watch = append(pl.watch, x)
+	}
+	slices.Sort(pl.watch)
+	for _, x := range pl.watch {
+		pl.after = append(pl.after, f.watch[x])
+	}
+	return pl
+}
+
+// args are claim_keys.sql's arguments.
+func (pl keyFindPlan) args() []any {
+	watch := make([]string, len(pl.watch))
+	for i, x := range pl.watch {
+		watch[i] = strconv.FormatUint(x, 10)
+	}
+	return []any{strconv.FormatUint(pl.start.xid, 10), pl.start.seq, watch, pl.after, pl.most}
+}
+
+// keyRead is what one claim_keys.sql read says of how far it read.
 type keyRead struct {
-	stamp       time.Time
-	xmin, bound uint64
-	issued      pgtype.Int8
-	// rows read after the key position, and the highest seq among them.
-	written int64
-	highest int64
-	// due rows read, and the last one in due_at_idx's order.
-	due     int64
-	dueLast dueKey
-	// rows a sweep's part read, and the highest seq among them.
-	sweptRows, sweptHighest int64
+	snap snapshot
+	// fresh is how many fresh rows it read, last the last of them.
+	fresh int64
+	last  writePlace
+	// watched are, per watched writer it read rows of, how many and the
+	// highest seq.
+	watched map[uint64]writePlace
+}
+
+// done moves the key frontier by a read planned as pl.
+func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
+	if f.watch == nil {
+		f.watch = map[uint64]int64{}
+	}
+	// A watched writer's rows are all visible once it has ended: a read
+	// that returned fewer than it could read the last of them.
+	for _, x := range pl.watch {
+		if !r.snap.ended(x) {
+			continue
+		}
+		got := r.watched[x] // xid: how many; seq: the highest
+		if int64(got.xid) < pl.most {
+			delete(f.watch, x)
+		} else {
+			f.watch[x] = got.seq
+		}
+	}
+	// A short read saw every row of every writer below xmax that had
+	// ended; a full one, those up to the last it returned. The running
+	// writers passed are watched.
+	to := r.last
+	if r.fresh < pl.most {
+		to = writePlace{xid: r.snap.xmax}
+	}
+	if !f.at.before(to) {
+		return
+	}
+	for _, x := range r.snap.running {
+		if x >= f.at.xid && x < to.xid {
+			if _, ok := f.watch[x]; !ok {
+				f.watch[x] = 0
+			}
+		}
+	}
+	f.at = to
 }
 
 // saw records a keyed PENDING row at seq: its key waits, and its floor
@@ -137,15 +219,18 @@ func (w *keyWalk) saw(key string, seq int64) {
 	w.waiting[key] = struct{}{}
 }
 
-// visited records what a claim's walk found for key: its head's seq, or
-// none (valid false) when nothing of it is unfinished after its floor.
-func (w *keyWalk) visited(key string, head int64, valid bool) {
-	if !valid {
+// visited records what a claim's walk found for key: the seq of its first
+// event after its floor that is not DELIVERED (first; valid false: none),
+// and whether the key has a head, an unfinished event, after its floor.
+func (w *keyWalk) visited(key string, first int64, valid, head bool) {
+	if valid {
+		// Every event of the key before first is DELIVERED.
+		w.floors[key] = max(w.floors[key], first-1)
+	}
+	if !head {
 		delete(w.waiting, key)
 		return
 	}
-	// Every event of the key before its head is finished.
-	w.floors[key] = head - 1
 	w.waiting[key] = struct{}{}
 }
 
@@ -190,116 +275,34 @@ func (w *keyWalk) candidates(after string, most int) (keys []string, floors []in
 
 // findKeys reads what the relay may not know of its keys (claim_keys.sql)
 // before an ordered claim, and returns the keys and floors to pass to the
-// claim: nil when it is to walk the index instead. The caller holds
-// pos.mu.
-func (s *Store) findKeys(ctx context.Context, pos *position, p storage.ClaimParams) (*floorsClaim, error) {
+// claim: nil when it is to walk the index instead. The caller holds the
+// claim state's mutex.
+func (s *Store) findKeys(ctx context.Context, w *keyWalk, p storage.ClaimParams) (*floorsClaim, error) {
 	now := time.Now()
-	if pos.keys == nil {
-		pos.keys = newKeyWalk()
-	}
-	w := pos.keys
 	if !w.usable(now) {
 		return nil, nil
 	}
-	pl := w.find.next(p.Limit, p.SweepInterval, now)
-	r := w.readPlan(pl, p.Limit)
+	most := keyReadMost(p.Limit)
+	pl := w.find.plan(p.SweepInterval, now, most)
 	b := &pgx.Batch{}
 	b.Queue(s.queries["claim_plan"])
-	b.Queue(s.queries["claim_stamp"], true)
-	b.Queue(s.queries["claim_keys"], r.args()...)
-	b.Queue(s.queries["claim_xid"], w.find.needsBound(pl))
+	b.Queue(s.queries["claim_keys"], pl.args()...)
 	read, err := readKeys(s.pool.SendBatch(ctx, b), w)
 	if err != nil {
 		s.recycle(err)
 		return nil, fmt.Errorf("claim batch: find keys: %w", err)
 	}
-	due := read.dueLast
-	if !r.due.Valid || read.due < r.due.Int64 {
-		due = dueKey{at: read.stamp.Add(-dueSettle)}
-	}
-	if read.issued.Valid && read.issued.Int64 < w.find.frontier {
-		// The sequence went back (see claim): every floor is void.
-		*w = *newKeyWalk()
-		return nil, nil
-	}
-	lowest := w.swept(r, read)
-	w.find.done(pl, read.xmin, read.bound, lowest, read.highest, due, now)
-	if pl.sweep && lowest == 0 {
-		// The sweep read its whole range (and every due row): done
-		// found it complete.
-		w.endSweep()
-	}
-	if read.issued.Valid && read.written < r.written.Int64 {
-		w.find.issued(read.issued.Int64, now)
-	}
+	w.find.done(pl, read)
 	if w.overflowing() {
 		w.walkUntil = now.Add(indexWalkFor(p.SweepInterval))
 		return nil, nil
 	}
-	keys, floors, all := w.candidates(p.After, int(keyReadMost(p.Limit)))
-	return &floorsClaim{walk: w, keys: keys, floors: floors, all: all, dueFrom: pl.dueFrom}, nil
+	keys, floors, all := w.candidates(p.After, int(most))
+	return &floorsClaim{walk: w, keys: keys, floors: floors, all: all}, nil
 }
 
-// keyReadPlan is one claim_keys.sql read: after the key position from on,
-// at most written rows (those read before, which a read from a position
-// that has not moved yet reads again, and most new ones); the due rows
-// from pl.dueFrom on, at most due of them (a sweep reads them all: NULL);
-// and a sweep's part, the rows after sweepFrom up to sweepTo, at most most.
-type keyReadPlan struct {
-	pl                 plan
-	from               int64
-	written, due       pgtype.Int8
-	sweepFrom, sweepTo int64
-	most               int64
-}
-
-// readPlan plans the read before a claim of limit events, the key
-// position's plan being pl.
-func (w *keyWalk) readPlan(pl plan, limit int) keyReadPlan {
-	r := keyReadPlan{pl: pl, from: w.find.forward(limit), most: keyReadMost(limit)}
-	r.written = pgtype.Int8{Int64: max(w.find.claimed-r.from, 0) + r.most, Valid: true}
-	r.due = pgtype.Int8{Int64: r.most, Valid: true}
-	if pl.sweep {
-		r.due = pgtype.Int8{}
-		r.sweepFrom, r.sweepTo = pl.floor, r.from
-		if w.sweeping && w.sweepStart == pl.floor {
-			r.sweepFrom = max(r.sweepFrom, w.sweepAt)
-		}
-	}
-	return r
-}
-
-// args are claim_keys.sql's arguments.
-func (r keyReadPlan) args() []any {
-	return []any{r.from, r.written, dueAt(r.pl.dueFrom), r.pl.dueFrom.seq, r.due, r.sweepFrom, r.sweepTo, r.most}
-}
-
-// swept records the sweep part of read r, and returns what the key
-// position's done takes for lowest: 0 when the sweep has read its whole
-// range, else 1 (it goes on at the next claim).
-func (w *keyWalk) swept(r keyReadPlan, read keyRead) (lowest int64) {
-	if !r.pl.sweep {
-		return 0
-	}
-	if !w.sweeping || w.sweepStart != r.pl.floor {
-		w.sweeping, w.sweepStart, w.sweepSafe = true, r.pl.floor, w.find.safe
-	}
-	if read.sweptRows < r.most || read.sweptHighest >= r.sweepTo {
-		return 0
-	}
-	w.sweepAt = read.sweptHighest
-	return 1
-}
-
-// endSweep ends a sweep that has read its whole range: the next one
-// starts no later than the first part's safe seq, below which every part
-// saw every row.
-func (w *keyWalk) endSweep() {
-	w.find.sweepFrom = min(w.find.sweepFrom, w.sweepSafe)
-	w.sweeping, w.sweepAt = false, 0
-}
-
-// readKeys reads claim_keys.sql's rows into w, after the stamp before it.
+// readKeys reads claim_keys.sql's rows into w, after the planner settings
+// before it.
 func readKeys(results pgx.BatchResults, w *keyWalk) (read keyRead, err error) {
 	defer func() {
 		if cerr := results.Close(); err == nil {
@@ -309,48 +312,40 @@ func readKeys(results pgx.BatchResults, w *keyWalk) (read keyRead, err error) {
 	if _, err := results.Exec(); err != nil {
 		return read, err
 	}
-	if err := results.QueryRow().Scan(&read.stamp, &read.xmin, &read.issued); err != nil {
-		return read, err
-	}
 	rows, err := results.Query()
 	if err != nil {
 		return read, err
 	}
 	defer rows.Close()
 	var (
-		kind int16
-		key  pgtype.Text
-		seq  pgtype.Int8
-		at   pgtype.Timestamptz
-		n    pgtype.Int8
+		fact   string
+		key    pgtype.Text
+		writer pgtype.Int8
+		seq    pgtype.Int8
+		n      pgtype.Int8
 	)
+	read.watched = map[uint64]writePlace{}
 	for rows.Next() {
-		if err := rows.Scan(&kind, &key, &seq, &at, &n); err != nil {
+		if err := rows.Scan(&fact, &key, &writer, &seq, &n); err != nil {
 			return read, err
 		}
-		switch kind {
-		case 0, 3:
+		switch fact {
+		case "key":
 			w.saw(key.String, seq.Int64)
-		case 1:
-			w.saw(key.String, seq.Int64)
-			read.due++
-			read.dueLast = laterDue(read.dueLast, dueKey{at: at.Time, seq: seq.Int64})
-		case 2:
-			read.highest, read.written = seq.Int64, n.Int64
-		case 4:
-			read.sweptHighest, read.sweptRows = seq.Int64, n.Int64
+		case "fresh":
+			read.fresh, read.last = n.Int64, writePlace{xid: uint64(writer.Int64), seq: seq.Int64}
+		case "watched":
+			read.watched[uint64(writer.Int64)] = writePlace{xid: uint64(n.Int64), seq: seq.Int64}
+		case "snapshot":
+			if read.snap, err = parseSnapshot(key.String); err != nil {
+				return read, err
+			}
+		default:
+			return read, fmt.Errorf("claim_keys: unknown row %q", fact)
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return read, err
-	}
-	var bound pgtype.Int8
-	if err := results.QueryRow().Scan(&bound); err != nil {
-		return read, err
-	}
-	read.bound = uint64(max(bound.Int64, 0))
-	return read, nil
+	return read, rows.Err()
 }
 
 // floorsClaim is a claim that walks the keys from their floors.
@@ -358,9 +353,6 @@ type floorsClaim struct {
 	walk   *keyWalk
 	keys   []string
 	floors []int64
-	// dueFrom is where the read before the claim read the keyed rows due
-	// again from: the claim reads them again in its own snapshot.
-	dueFrom dueKey
 	// all says whether keys are every waiting key; visits counts the
 	// keys the walk visited.
 	all    bool
@@ -368,19 +360,17 @@ type floorsClaim struct {
 }
 
 // claimArgs are the arguments of the claim statement (claim_ordered.sql
-// with walk_floors.sql) for p, with the relay's unkeyed position as pl
-// plans it.
-func (c *floorsClaim) claimArgs(p storage.ClaimParams, pl plan) []any {
+// with walk_floors.sql) for p.
+func (c *floorsClaim) claimArgs(p storage.ClaimParams) []any {
 	return []any{p.RelayID, p.Limit, pgtype.FlatArray[string](c.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo),
-		pl.floor, dueAt(pl.dueFrom), pl.dueFrom.seq, pgtype.FlatArray[int64](c.floors), dueAt(c.dueFrom), c.dueFrom.seq,
-		keyReadMost(p.Limit)}
+		pgtype.FlatArray[int64](c.floors)}
 }
 
 // visit records what the claim's walk found for a key (claim_ordered.sql's
 // walk_info rows).
-func (c *floorsClaim) visit(key []byte, head pgtype.Int8) {
+func (c *floorsClaim) visit(key []byte, first pgtype.Int8, head bool) {
 	c.visits++
-	c.walk.visited(string(key), head.Int64, head.Valid)
+	c.walk.visited(string(key), first.Int64, first.Valid, head)
 }
 
 // end is where the next claim's walk starts: after took, the last key this

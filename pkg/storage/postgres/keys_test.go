@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -37,16 +36,15 @@ func TestOrderedClaimsStartEachKeyAtItsFloor(t *testing.T) {
 	}
 	insertKeyed(20) // one more for each key
 
-	readArgs, keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
+	readArgs := s.KeyReadArgs("r", p.Limit)
+	keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
 	if err != nil || len(keys) != 20 {
 		t.Fatalf("FloorsClaimArgs = %v keys, %v; want the 20 keys, each with a new event", keys, err)
 	}
-	unkeyed := s.ClaimFloor("r", p.Limit)
-	at, seq := s.DueFloor("r", false)
 	fromFloors := planBlocks(t, s, s.Query("claim_keys"), readArgs...) +
 		planBlocks(t, s, s.Query("claim_ordered_keys_skip"), claimArgs...)
 	throughIndex := planBlocks(t, s, s.Query("claim_ordered_skip"),
-		"r", p.Limit, "", int64(0), int64(p.RunLimit), int64(math.MaxInt64), unkeyed, at, seq)
+		"r", p.Limit, "", int64(0), int64(p.RunLimit), int64(math.MaxInt64))
 	t.Logf("blocks read: %d from the keys' floors, %d through the index", fromFloors, throughIndex)
 	if fromFloors*3 > throughIndex {
 		t.Errorf("the claim from the keys' floors read %d blocks, the walk through the index %d: it stepped over the delivered events", fromFloors, throughIndex)
@@ -94,9 +92,10 @@ func TestOrderedClaimsFindARowCommittedBehindItsKeysFloor(t *testing.T) {
 	}
 }
 
-// A DEAD event retried (relay-cli retry-dead) is PENDING again behind its
-// key's floor and behind the relay's key position, on a key at rest (not
-// passed to the claims): the read before the next claim wakes the key.
+// A DEAD event retried (relay-cli retry-dead) is PENDING again on a key
+// at rest (not passed to the claims): the key frontier's read before the
+// next claim finds it, as it finds every row written or handed back, and
+// wakes the key. Its floor never passed the DEAD event.
 func TestOrderedClaimsTakeARetriedEventOfAKeyAtRest(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -108,17 +107,9 @@ func TestOrderedClaimsTakeARetriedEventOfAKeyAtRest(t *testing.T) {
 	if n := claimAndDeliver(t, s, p); n != 1 {
 		t.Fatalf("claimed %d events, want the key's second (ORDERING_ON_DEAD=skip)", n)
 	}
-	// The relay's key position passes both, once the transactions running
-	// at its reads (other tests') have ended, and the key comes to rest:
-	// the retried event is then found among the rows due again alone.
-	var second int64
-	if err := s.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[1]).Scan(&second); err != nil {
-		t.Fatal(err)
+	if n := claimAndDeliver(t, s, p); n != 0 || s.KeyWaits("r", "k") {
+		t.Fatalf("claimed %d events, key waiting %v; want none, and the key at rest", n, s.KeyWaits("r", "k"))
 	}
-	eventually.True(t, 30*time.Second, func() bool { claimAndDeliver(t, s, p); return s.KeyPosition("r", p.Limit) >= second },
-		func() string {
-			return fmt.Sprintf("the key position is %d, want %d", s.KeyPosition("r", p.Limit), second)
-		})
 	if n, err := s.RetryDead(ctx, storage.RetryDeadParams{}); err != nil || n != 1 {
 		t.Fatalf("RetryDead = %d, %v", n, err)
 	}
@@ -193,9 +184,10 @@ func TestOrderedClaimsWithTooManyKeysWalkTheIndex(t *testing.T) {
 }
 
 // An event retried from DEAD between the relay's read before a claim and
-// the claim itself lies below its key's floor, unseen by that read: under
-// ORDERING_ON_DEAD=block it held its key's later events, and the claim
-// must not let them go first.
+// the claim itself, unseen by that read: under ORDERING_ON_DEAD=block it
+// held its key's later events, and the claim must not let them go first.
+// The key's floor stays below a DEAD event, so the claim's walk, in its
+// own snapshot, meets it first.
 func TestAnOrderedClaimSeesAnEventRetriedAfterItsRead(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -209,7 +201,7 @@ func TestAnOrderedClaimSeesAnEventRetriedAfterItsRead(t *testing.T) {
 		t.Fatalf("claimed %d events behind a DEAD one", n)
 	}
 
-	_, keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
+	keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
 	if err != nil || !slices.Equal(keys, []string{"k"}) {
 		t.Fatalf("FloorsClaimArgs: keys %q, %v; want the held key", keys, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"strings"
@@ -89,8 +90,8 @@ type Store struct {
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
 
-	// positions are the relays' claim positions (position.go).
-	positions positions
+	// states are the relays' claim states (state.go).
+	states claimStates
 
 	// partitionLockTimeout and partitionMoveLimit replace
 	// PartitionLockTimeout and PartitionMoveLimit in tests.
@@ -167,12 +168,21 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		return nil, err
 	}
 	// The unordered claims share their arms (claim_arms.sql); a held claim
-	// also reads each row's address.
+	// also reads each row's address, and the unkeyed part of an ordered
+	// claim only rows without a key.
 	arms := queries["claim_arms"]
 	delete(queries, "claim_arms")
-	for name, columns := range map[string]string{"claim": armColumns, "claim_held": "ctid AS row_id, " + armColumns} {
-		queries[name] = strings.ReplaceAll(queries[name], "{{claim_arms}}", strings.ReplaceAll(arms, "{{arm_columns}}", columns))
+	claims := []struct{ name, from, columns, rows string }{
+		{"claim", "claim", armColumns, ""},
+		{"claim_held", "claim_held", "ctid AS row_id, " + armColumns, ""},
+		{"claim_unkeyed", "claim", armColumns, "AND coalesce(partition_key, '') = ''"},
 	}
+	armsOf := map[string]string{}
+	for _, c := range claims {
+		a := strings.NewReplacer("{{arm_columns}}", c.columns, "{{arm_rows}}", c.rows).Replace(arms)
+		armsOf[c.name] = strings.ReplaceAll(queries[c.from], "{{claim_arms}}", a)
+	}
+	maps.Copy(queries, armsOf)
 	// Ordered claims walk the keys one of two ways (sql/ordered/). Block
 	// mode stops a key at a DEAD event ahead of (or within) its run; the
 	// conditions are part of the text, not parameters, so each mode gets a
@@ -225,23 +235,24 @@ const armColumns = `event_id, event_type, partition_key, payload, headers, attem
            octet_length(payload) + pg_column_size(headers) AS size`
 
 // walkInfo are the rows the floors' walk adds to the claimed ones
-// (claim_ordered.sql), one per key it visited: no event id, the key, and
-// the seq of its first unfinished event (NULL: none), where the claimed
-// rows have theirs (keys.go reads them); the columns read into plain Go
-// values as the claimed rows have them.
+// (claim_ordered.sql), one per key it visited: no event id, the key, the
+// seq of its first event after its floor that is not DELIVERED (NULL:
+// none) where the claimed rows have theirs, and whether it has a head
+// (keys.go reads them); the columns read into plain Go values as the
+// claimed rows have them.
 const walkInfo = `UNION ALL
-SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, w.head, NULL, NULL, (SELECT count(*) FROM unkeyed_due), 0
+SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, least(w.head, w.dead), w.head IS NOT NULL, 0
 FROM walk w
 WHERE w.i > 0`
 
 // dueAgainRules writes, once for every statement that hands rows back to the
 // claims, when they are due again and what a failed attempt changes.
 //
-// A row handed back (released, failed, reaped, retried from DEAD) lies
-// behind the relay's claim position, where the claims find it only in
-// due_at_idx, whose rows are PENDING with an available_at after their
-// created_at. So it is never due before its created_at, which a producer
-// may set ahead of the database's clock. {{due_now}} is due at once.
+// A row handed back (released, failed, reaped, retried from DEAD) with a
+// back-off lies in due_at_idx, whose rows are PENDING with an
+// available_at after their created_at, where the claims find it once due
+// (docs/architecture.md, "The claim frontier"). So it is never due before
+// its created_at, which a producer may set ahead of the database's clock. {{due_now}} is due at once.
 // {{failed_attempt}} is the failure rule of every settle: count the
 // attempt, keep the error (f.error), and either bury the event (f.dead;
 // available_at stays) or make it due after the back-off (f.delay_us,

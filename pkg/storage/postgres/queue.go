@@ -22,8 +22,9 @@ import (
 
 // Claim moves up to p.Limit due rows to DELIVERING and returns them in
 // write order (seq), so that events sharing a partition key are published
-// in the order they were written. Unordered claims go forward from the
-// relay's claim position (position.go).
+// in the order they were written. Claims go forward from the relay's claim
+// frontier (frontier.go), and ordered ones walk keys from their floors
+// (keys.go).
 //
 // The claim goes out as one pipeline, which PostgreSQL runs as one implicit
 // transaction in one round trip: for ordered claims first a per-table
@@ -52,83 +53,74 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	held := idle > 0
 	b := &pgx.Batch{}
 	claim := s.queries["claim"]
-	var (
-		pos *position
-		pl  plan
-		// fpl is an unordered claim's plan, by the relay's frontier
-		// unless the log delivers fresh rows.
-		fpl   frontierPlan
-		fread *frontierRead
-	)
+	// st is the relay's claim state: nil when the log delivers the fresh
+	// rows (p.FreshTo), which a claim then reads from the beginning,
+	// moving nothing (everything).
+	var st *claimState
+	if p.FreshTo == 0 {
+		// One relay's claims come one after another; its state is held
+		// for the claim's round trip.
+		st = s.states.of(p.RelayID)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+	}
+	// The claim of rows whose order no key keeps: every row of an
+	// unordered claim, those without a key of an ordered one.
+	fpl, fread := everything(), &frontierRead{}
+	if st != nil {
+		fpl = st.fresh.plan(p.SweepInterval, time.Now())
+	}
+	limit := p.Limit
 	if held {
 		b.Queue("BEGIN")
 		b.Queue(s.queries["held_begin"], idle.Milliseconds())
 		claim = s.queries["claim_held"]
+		if st != nil {
+			limit = st.heldLimit.rows(limit)
+		}
 	}
-	var fromFloors *floorsClaim
+	var (
+		fromFloors *floorsClaim
+		keyed      string
+		keyedArgs  []any
+	)
 	if p.Ordering == storage.OrderingPartition {
-		// Ordered claims take turns: the claim statement's snapshot is
-		// taken after the lock is held, so it sees every run another
-		// relay claimed and cannot take a later part of it. Events
-		// without a key are taken in seq order from a position, as the
-		// unordered claims take theirs (unless the log delivers them),
-		// and keys from their floors (keys.go) where the relay knows them.
-		var unkeyedFloor int64
-		if p.FreshTo == 0 {
-			pos = s.positions.of(p.RelayID)
-			pos.mu.Lock()
-			defer pos.mu.Unlock()
-			pos.ordered = true
-			pl = pos.next(p.Limit, p.SweepInterval, time.Now())
-			unkeyedFloor = pl.floor
+		// Ordered claims take turns: the claim statements' snapshots are
+		// taken after the lock is held, so they see every run another
+		// relay claimed and cannot take a later part of it. The rows
+		// without a key go by the frontier as unordered ones do, the keys
+		// from their floors (keys.go) where the relay knows them.
+		if st != nil {
+			if st.keys == nil {
+				st.keys = newKeyWalk()
+			}
 			var err error
-			if fromFloors, err = s.findKeys(ctx, pos, p); err != nil {
+			if fromFloors, err = s.findKeys(ctx, st.keys, p); err != nil {
 				return storage.Batch{}, nil, nil, err
 			}
+			limit = st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0)
+		} else {
+			limit = p.Limit / 2
 		}
+		claim = s.queries["claim_unkeyed"]
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
-		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], true)
-		name := "claim_ordered"
+		keyed = "claim_ordered"
+		keyedArgs = []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo)}
 		if fromFloors != nil {
-			name = "claim_ordered_keys"
+			keyed = "claim_ordered_keys"
+			keyedArgs = fromFloors.claimArgs(p)
 		}
 		if p.OnDead == storage.DeadBlock {
-			name += "_block"
+			keyed += "_block"
 		} else {
-			name += "_skip"
+			keyed += "_skip"
 		}
-		if fromFloors != nil {
-			b.Queue(s.queries[name], fromFloors.claimArgs(p, pl)...)
-		} else {
-			b.Queue(s.queries[name], p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo), unkeyedFloor, dueAt(pl.dueFrom), pl.dueFrom.seq)
-		}
-	} else if p.FreshTo != 0 {
-		// The log delivers fresh rows: a backfill's walk is bounded and
-		// done once, and a claim of rows due again alone reads the due
-		// index; neither moves the relay's claim position.
-		fpl, fread = everything(), &frontierRead{}
-		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], false)
-		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
-	} else {
-		// One relay's claims come one after another; the frontier is
-		// held for the claim's round trip.
-		pos = s.positions.of(p.RelayID)
-		pos.mu.Lock()
-		defer pos.mu.Unlock()
-		if held {
-			p.Limit = pos.heldLimit.rows(p.Limit)
-		}
-		fpl, fread = pos.fresh.plan(p.SweepInterval, time.Now()), &frontierRead{}
-		b.Queue(s.queries["claim_plan"])
-		b.Queue(s.queries["claim_stamp"], false)
-		b.Queue(claim, append([]any{p.RelayID, p.Limit, p.MaxBytes}, fpl.args(math.MaxInt64)...)...)
 	}
-	// An ordered claim's transaction id: the bound of the claim's mark.
-	ownID := p.Ordering == storage.OrderingPartition && pos != nil
-	if ownID {
-		b.Queue(s.queries["claim_xid"], pos != nil && pos.needsBound(pl))
+	b.Queue(s.queries["claim_plan"])
+	b.Queue(s.queries["claim_stamp"])
+	b.Queue(claim, append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
+	if keyed != "" {
+		b.Queue(s.queries[keyed], keyedArgs...)
 	}
 
 	results := on.SendBatch(ctx, b)
@@ -163,25 +155,24 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: plan: %w", err)
 	}
 	lease := storage.Lease{RelayID: p.RelayID}
-	var (
-		xmin   uint64
-		issued pgtype.Int8
-	)
-	if err := results.QueryRow().Scan(&lease.LockedAt, &xmin, &issued); err != nil {
+	if err := results.QueryRow().Scan(&lease.LockedAt); err != nil {
 		s.recycle(err)
 		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
-	// An ordered claim's position is its events without a key's: keyed
-	// runs may fill a batch past unkeyed rows it leaves for the next.
-	ordered := p.Ordering == storage.OrderingPartition
-	var visited func(key []byte, head pgtype.Int8)
-	if fromFloors != nil {
-		visited = fromFloors.visit
-	}
-	events, rows, read, err := readEvents(results, p.Limit, held, ordered, visited, fread)
-	var xid pgtype.Int8
-	if err == nil && ownID {
-		err = results.QueryRow().Scan(&xid)
+	events, seqs, rows, read, err := readEvents(results, limit, held, fread)
+	if err == nil && keyed != "" {
+		// The keyed part of an ordered claim (never held).
+		var visited func(key []byte, first pgtype.Int8, head bool)
+		if fromFloors != nil {
+			visited = fromFloors.visit
+		}
+		var (
+			more     []outbox.Event
+			moreSeqs []int64
+			cut      int
+		)
+		more, moreSeqs, cut, err = readKeyedEvents(results, p.Limit, visited)
+		events, read.cut = mergeBySeq(events, seqs, more, moreSeqs), read.cut+cut
 	}
 	if err == nil {
 		err = closeResults()
@@ -208,61 +199,53 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 		return storage.Batch{}, nil, nil, s.handBack(ctx, lease, claimErr)
 	}
+	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
 	batch := storage.Batch{Lease: lease, Events: events}
-	// Rows the claim locked: those it took and those past its byte limit.
-	locked := len(events) + read.cut
-	if held && pos != nil {
-		pos.heldLimit.claimed(p.Limit, len(events), read.cut)
-	}
 	// A claim that stopped at its own limits left events it could have
-	// taken: the relay claims again at once.
-	batch.Full = locked >= p.Limit || read.cut > 0
-	if fread != nil {
-		lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-		batch.Lease = lease
-		if pos == nil {
-			return batch, rows, func() {}, nil
-		}
-		// The rows a held claim leaves stay locked until its transaction
-		// ends: their writers stay watched until then.
-		release := pos.fresh.done(fpl, p.Limit, lease.LockedAt, *fread, held)
-		return batch, rows, func() {
-			pos.mu.Lock()
-			defer pos.mu.Unlock()
-			release()
-		}, nil
-	}
-	// Ordered claims from here on: they are never held.
-	if pos != nil {
-		wentBack := issued.Valid && issued.Int64 < pos.frontier
-		now := time.Now()
-		pos.done(pl, xmin, uint64(max(xid.Int64, 0)), read.lowest, read.highest, read.dueReached(lease.LockedAt, p.Limit), now)
-		if issued.Valid && locked < p.Limit && read.cut == 0 {
-			// Nothing more is due after the position: whatever seq was
-			// handed out is claimed by others or not yet committed. (An
-			// ordered claim's position is its unkeyed rows', which no key
-			// holds back: a short ordered batch took every one it saw. A
-			// batch its byte limit cut says nothing of the kind: it left
-			// rows below the value read PENDING, and counting them as
-			// others' would start the next claims past them.)
-			pos.issued(issued.Int64, now)
-		}
-		if wentBack {
-			// The sequence went back (TRUNCATE … RESTART IDENTITY, ALTER
-			// SEQUENCE … RESTART): every new row would lie behind the
-			// position. Start again from the beginning.
-			pos.reset()
-		}
-	}
-	if ordered {
+	// taken: the relay claims again at once. Rows locked past the byte
+	// limit count towards the limit they were read under.
+	unkeyed := fread.arms[0].n + fread.arms[1].n + fread.arms[2].n
+	batch.Full = len(events)+read.cut >= p.Limit || limit > 0 && unkeyed >= limit || read.cut > 0
+	if p.Ordering == storage.OrderingPartition {
 		batch.After = walkEnd(p.After, events)
 		if fromFloors != nil {
 			batch.After = fromFloors.end(batch.After, len(events) < p.Limit)
 		}
 	}
-	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-	batch.Lease = lease
-	return batch, rows, nil, nil
+	if st == nil {
+		return batch, rows, func() {}, nil
+	}
+	if held {
+		st.heldLimit.claimed(limit, len(events), read.cut)
+	}
+	// The rows a held claim leaves stay locked until its transaction
+	// ends: their writers stay watched until then.
+	release := st.fresh.done(fpl, limit, lease.LockedAt, *fread, held)
+	return batch, rows, func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		release()
+	}, nil
+}
+
+// mergeBySeq merges two batches, each in write order with its seqs, into
+// one in write order.
+func mergeBySeq(a []outbox.Event, as []int64, b []outbox.Event, bs []int64) []outbox.Event {
+	if len(b) == 0 {
+		return a
+	}
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]outbox.Event, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if bs[0] < as[0] {
+			out, b, bs = append(out, b[0]), b[1:], bs[1:]
+		} else {
+			out, a, as = append(out, a[0]), a[1:], as[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // freshTo is the highest seq of a fresh row a claim may take
@@ -358,30 +341,10 @@ const handBackTimeout = 5 * time.Second
 // the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
 
-// claimRead is what a claim's rows tell of how far it read: the lowest seq
-// among those that were not PENDING again (0 for none: rows a sweep found
-// behind the claim position) and the highest seq; the last row it took from
-// the due index and how many (dueTaken), and how many that read locked.
+// claimRead is what a claim's rows tell besides its events: how many rows
+// it locked (or, ordered, picked) but did not take, past its byte limit.
 type claimRead struct {
-	lowest, highest int64
-	dueLast         dueKey
-	dueTaken        int64
-	dueLocked       int64
-	// cut is how many rows the claim locked (or, ordered, picked) but did
-	// not take, past its byte limit.
 	cut int
-}
-
-// dueReached is how far the claim's read of the due index got, for a
-// claim made at stamp (its transaction's now()) with limit: past every due
-// row when its read stopped short of the limit and it took every row it
-// locked (then up to its own moment, less dueSettle), else up to the last
-// row it took: those it took are the first after where it began.
-func (r claimRead) dueReached(stamp time.Time, limit int) dueKey {
-	if r.dueLocked < int64(limit) && r.dueTaken == r.dueLocked {
-		return dueKey{at: stamp.Add(-dueSettle)}
-	}
-	return r.dueLast
 }
 
 // dueAt passes a due position's time to the claim: '-infinity' for the
@@ -393,115 +356,135 @@ func dueAt(k dueKey) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: k.at, Valid: true}
 }
 
-// readEvents reads the claimed rows, which the claim returns in write
-// order, with a held claim's row addresses, and how far the claim read,
-// the seqs with unkeyedOnly among the rows without a key alone. An
-// unordered claim (fr not nil) returns every row it locked, each with its
-// arm, writer and whether it is taken, and a last row with its snapshot
-// (claim_arms.sql), which go to fr; an ordered one says on every row how
-// many rows its byte limit cut (claim_ordered.sql).
+// readEvents reads the rows of a claim by the frontier's arms
+// (claim_arms.sql), which it returns in write order, with their seqs and
+// a held claim's row addresses. Every row it locked comes back, each with
+// its arm, writer and whether it is taken, and rows without an event id
+// carry its snapshot and what other transactions' locks kept from it: all
+// of that goes to fr.
 //
 // It is on the hot path, and written to allocate per batch rather than per
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-//
-// The floors' walk adds a row for each key it visited (no event id), which
-// goes to visited.
-func readEvents(results pgx.BatchResults, limit int, held, unkeyedOnly bool, visited func(key []byte, head pgtype.Int8), fr *frontierRead) (events []outbox.Event, addrs []pgtype.TID, read claimRead, err error) {
+func readEvents(results pgx.BatchResults, limit int, held bool, fr *frontierRead) (events []outbox.Event, seqs []int64, addrs []pgtype.TID, read claimRead, err error) {
 	rows, err := results.Query()
 	if err != nil {
-		return nil, nil, read, err
+		return nil, nil, nil, read, err
 	}
 	defer rows.Close()
-	events = make([]outbox.Event, 0, limit)
-	// Scanned into the same variables row after row: the addresses Scan
-	// takes would otherwise move each row's Event to the heap.
 	var (
-		id                         pgtype.UUID
-		typ, key, payload, headers pgtype.DriverBytes
-		attempts                   int
-		createdAt                  pgtype.Timestamptz
-		seq                        pgtype.Int8
-		again                      pgtype.Bool
-		dueFrom                    pgtype.Timestamptz // available_at of a row read from the due index
-		addr                       pgtype.TID
-		arena                      byteArena
-		strs                       = map[string]string{}
-		arm                        pgtype.Int4
-		writer                     pgtype.Int8
-		taken                      = true
-		cut                        int64
+		r      eventReader
+		arm    pgtype.Int4
+		dueAt  pgtype.Timestamptz // available_at of a row read from the due index
+		writer pgtype.Int8
+		taken  bool
+		addr   pgtype.TID
 	)
-	dest := []any{&id, &typ, &key, &payload, &headers, &attempts, &createdAt, &seq}
-	if fr != nil {
-		dest = append(dest, &arm, &dueFrom, &writer, &taken)
-		if held {
-			dest = append(dest, &addr)
-			addrs = make([]pgtype.TID, 0, limit)
-		}
-	} else {
-		dest = append(dest, &again, &dueFrom, &read.dueLocked, &cut)
+	dest := append(r.dest(), &arm, &dueAt, &writer, &taken)
+	if held {
+		dest = append(dest, &addr)
+		addrs = make([]pgtype.TID, 0, limit)
 	}
+	r.init(limit)
 	for rows.Next() {
-		// The id as pgtype.UUID, its 16 bytes: scanned as a uuid.UUID,
-		// pgx would go through database/sql's Scanner and the id's text
-		// form.
 		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, read, fmt.Errorf("read row: %w", err)
+			return nil, nil, nil, read, fmt.Errorf("read row: %w", err)
 		}
-		if fr == nil {
-			// 0 on the floors' walk's rows.
-			read.cut = max(read.cut, int(cut))
-		}
-		if !id.Valid {
-			switch {
-			case fr != nil:
-				if err := fr.fact(string(typ), uint64(writer.Int64), seq.Int64, dueFrom.Time); err != nil {
-					return nil, nil, read, err
-				}
-			case visited != nil:
-				visited(key, seq)
+		if !r.id.Valid {
+			if err := fr.fact(string(r.typ), uint64(writer.Int64), r.seq.Int64, dueAt.Time); err != nil {
+				return nil, nil, nil, read, err
 			}
 			continue
 		}
-		if fr != nil {
-			fr.row(int(arm.Int32), uint64(writer.Int64), seq.Int64, dueFrom.Time, taken)
-			if !taken {
-				read.cut++
-				continue
-			}
-			if held {
-				addrs = append(addrs, addr)
-			}
+		fr.row(int(arm.Int32), uint64(writer.Int64), r.seq.Int64, dueAt.Time, taken)
+		if !taken {
+			read.cut++
+			continue
 		}
-		if fr == nil {
-			// How far an ordered claim read, for its positions.
-			if !unkeyedOnly || len(key) == 0 {
-				if seq.Valid && !again.Bool && (read.lowest == 0 || seq.Int64 < read.lowest) {
-					read.lowest = seq.Int64
-				}
-				read.highest = max(read.highest, seq.Int64)
-			}
-			if dueFrom.Valid {
-				read.dueTaken++
-				read.dueLast = laterDue(read.dueLast, dueKey{at: dueFrom.Time, seq: seq.Int64})
-			}
+		if held {
+			addrs = append(addrs, addr)
 		}
-		e := outbox.Event{
-			ID:           id.Bytes,
-			Type:         intern(strs, typ),
-			PartitionKey: intern(strs, key),
-			Payload:      arena.copy(payload),
-			Headers:      arena.copy(headers),
-			Attempts:     attempts,
-		}
-		if createdAt.Valid {
-			e.CreatedAt = createdAt.Time
-		}
-		events = append(events, e)
+		r.add()
 	}
-	return events, addrs, read, rows.Err()
+	return r.events, r.seqs, addrs, read, rows.Err()
+}
+
+// readKeyedEvents reads the rows of the keyed part of an ordered claim
+// (claim_ordered.sql) in write order, with their seqs, and how many rows
+// its byte limit cut. The floors' walk adds a row for each key it visited
+// (no event id), which goes to visited.
+func readKeyedEvents(results pgx.BatchResults, limit int, visited func(key []byte, first pgtype.Int8, head bool)) (events []outbox.Event, seqs []int64, cut int, err error) {
+	rows, err := results.Query()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		r    eventReader
+		head pgtype.Bool
+		n    int64
+	)
+	dest := append(r.dest(), &head, &n)
+	r.init(limit)
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, 0, fmt.Errorf("read row: %w", err)
+		}
+		if !r.id.Valid {
+			if visited != nil {
+				visited(r.key, r.seq, head.Bool)
+			}
+			continue
+		}
+		cut = int(n)
+		r.add()
+	}
+	return r.events, r.seqs, cut, rows.Err()
+}
+
+// eventReader scans a claim's event columns, row after row into the same
+// variables (the addresses Scan takes would otherwise move each row's
+// Event to the heap), and collects the events.
+type eventReader struct {
+	// The id as pgtype.UUID, its 16 bytes: scanned as a uuid.UUID, pgx
+	// would go through database/sql's Scanner and the id's text form.
+	id                         pgtype.UUID
+	typ, key, payload, headers pgtype.DriverBytes
+	attempts                   int
+	createdAt                  pgtype.Timestamptz
+	seq                        pgtype.Int8
+	arena                      byteArena
+	strs                       map[string]string
+	events                     []outbox.Event
+	seqs                       []int64
+}
+
+func (r *eventReader) dest() []any {
+	return []any{&r.id, &r.typ, &r.key, &r.payload, &r.headers, &r.attempts, &r.createdAt, &r.seq}
+}
+
+func (r *eventReader) init(limit int) {
+	r.strs = map[string]string{}
+	r.events = make([]outbox.Event, 0, limit)
+	r.seqs = make([]int64, 0, limit)
+}
+
+// add appends the row just scanned.
+func (r *eventReader) add() {
+	e := outbox.Event{
+		ID:           r.id.Bytes,
+		Type:         intern(r.strs, r.typ),
+		PartitionKey: intern(r.strs, r.key),
+		Payload:      r.arena.copy(r.payload),
+		Headers:      r.arena.copy(r.headers),
+		Attempts:     r.attempts,
+	}
+	if r.createdAt.Valid {
+		e.CreatedAt = r.createdAt.Time
+	}
+	r.events = append(r.events, e)
+	r.seqs = append(r.seqs, r.seq.Int64)
 }
 
 // intern returns b as a string, the same string for the same bytes.

@@ -1,7 +1,8 @@
 -- The rows an unordered claim may take, read in three arms that never
--- overlap (docs/architecture.md, "The claim frontier"). Every claim that
--- does not keep keys in order reads them: claim.sql leases what it takes,
--- claim_held.sql holds it. A row's writer is the transaction that last made
+-- overlap (docs/architecture.md, "The claim frontier"). Every claim of rows
+-- whose order no key keeps reads them: claim.sql leases what it takes,
+-- claim_held.sql holds it, and an ordered claim leases the rows without a
+-- key with claim.sql's statement (claim_unkeyed). A row's writer is the transaction that last made
 -- it claimable (writer_xid; NULL, a row from before the column, reads as 0).
 --   again    rows of the due index (available_at after created_at) that are
 --            due, after the due position ($7, $8) in its order, whose writer
@@ -15,10 +16,12 @@
 --            only those up to seq $6.
 -- Each arm takes what the arms before it left of the batch ($2), and locks
 -- only rows it may take. $3 is the byte limit (payload + headers; 0: none).
+-- {{arm_rows}} narrows every read: to the rows without a key for the
+-- unkeyed part of an ordered claim (claim_unkeyed), to none else.
 WITH again AS (
     SELECT {{arm_columns}}, 0 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+    WHERE status = 'PENDING' {{arm_rows}} AND available_at > created_at AND available_at <= now()
       AND (available_at, seq) > ($7::timestamptz, $8::bigint)
       AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
@@ -29,7 +32,7 @@ WITH again AS (
     SELECT {{arm_columns}}, 1 AS arm
     FROM {{table}}
     WHERE cardinality($9::text[]) > 0
-      AND status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+      AND status = 'PENDING' {{arm_rows}} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
       AND available_at <= now()
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
@@ -37,7 +40,7 @@ WITH again AS (
 ), fresh AS (
     SELECT {{arm_columns}}, 2 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+    WHERE status = 'PENDING' {{arm_rows}} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
       AND seq <= $6::bigint AND available_at <= now()
       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
       AND event_id NOT IN (SELECT event_id FROM again)
@@ -68,7 +71,7 @@ WITH again AS (
     (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
      FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
            FROM {{table}}
-           WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+           WHERE status = 'PENDING' {{arm_rows}} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
              AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
              AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
            ORDER BY COALESCE(writer_xid, '0'::xid8), seq
@@ -83,7 +86,7 @@ WITH again AS (
     (SELECT 'skip again', writer, seq, available_at
      FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq, available_at
            FROM {{table}}
-           WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
+           WHERE status = 'PENDING' {{arm_rows}} AND available_at > created_at AND available_at <= now()
              AND (available_at, seq) > ($7::timestamptz, $8::bigint)
              AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
              AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
@@ -102,7 +105,7 @@ WITH again AS (
      -- not read again at every claim.
      WHERE cardinality($9::text[]) > 0
        AND (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0)
-       AND status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+       AND status = 'PENDING' {{arm_rows}} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
        AND (available_at <= now() OR available_at <= created_at)
        AND event_id NOT IN (SELECT event_id FROM watched))
 ), locked AS (

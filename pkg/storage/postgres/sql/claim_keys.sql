@@ -1,48 +1,47 @@
 -- What an ordered claim that walks the keys from their floors
--- (sql/ordered/walk_floors.sql, keys.go) reads first: the keyed rows it
--- may not know of. The first column tells the kinds of row apart:
---   0: a key among the keyed PENDING rows written after the relay's key
---      position ($1), read in seq order from keyed_pending_idx, at most $2
---      of them, with its first seq there: a new key, a new event of a key
---      seen before, or a row whose transaction committed late, behind its
---      key's floor;
---   2: how far that read got: the highest seq and the number of rows;
---   1: a keyed PENDING row due again (released, failed, reaped, retried
---      from DEAD: its available_at is after its created_at), read from
---      the relay's due position for keys ($3, $4) on, in due_at_idx's
---      order, at most $5 of them (NULL: all, for a sweep): such a row lies
---      behind its key's floor;
---   3 and 4: as 0 and 2 for a sweep's part, the PENDING rows after $6 up
---      to $7, at most $8 (none when $6 is not below $7): rows that became
---      visible behind the key position. A sweep over a long backlog takes
---      several claims, one part each.
--- The key positions move by the same marks and sweeps as the claims'
--- (position.go), so that a row that becomes visible behind them is found.
-WITH written AS (
-    SELECT partition_key, seq
+-- (sql/ordered/walk_floors.sql, keys.go) reads first: the keys of the
+-- keyed PENDING rows it may not know of, found by the relay's key
+-- frontier in writer order, as the unordered claims find their fresh rows
+-- (docs/architecture.md, "The claim frontier" and "Ordered claims"). It
+-- locks nothing and reads rows whether due or not: a key with any
+-- unfinished event waits, and the walk finds what of it is due.
+--   fresh    keyed PENDING rows after the key frontier ($1, $2) in writer
+--            order, those of watched writers aside, at most $5;
+--   watched  the keyed PENDING rows of each writer in $3 after the seq
+--            $4 holds for it, at most $5 a writer: writers that were
+--            running when the key frontier passed their ids.
+-- The rows: 'key' (a key and its lowest seq read), 'fresh' (how many
+-- fresh rows were read, and the last in writer order), 'watched' (per
+-- watched writer read: how many, and the highest seq) and 'snapshot'.
+WITH fresh AS (
+    SELECT partition_key, COALESCE(writer_xid, '0'::xid8) AS writer, seq
     FROM {{table}}
-    WHERE status = 'PENDING' AND partition_key <> '' AND seq > $1::bigint
-    ORDER BY seq
-    LIMIT $2::bigint
-), swept AS (
-    SELECT partition_key, seq
-    FROM {{table}}
-    WHERE status = 'PENDING' AND partition_key <> '' AND seq > $6::bigint AND seq <= $7::bigint
-    ORDER BY seq
-    LIMIT $8::bigint
+    WHERE status = 'PENDING' AND (COALESCE(writer_xid, '0'::xid8), seq) > ($1::text::xid8, $2::bigint)
+      AND COALESCE(writer_xid, '0'::xid8) <> ALL($3::text[]::xid8[])
+      AND partition_key <> ''
+    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+    LIMIT $5::bigint
+), watched AS (
+    SELECT w.writer, r.partition_key, r.seq
+    FROM unnest($3::text[]::xid8[], $4::bigint[]) AS w(writer, after)
+    CROSS JOIN LATERAL (
+        SELECT partition_key, seq
+        FROM {{table}}
+        WHERE status = 'PENDING' AND COALESCE(writer_xid, '0'::xid8) = w.writer AND seq > w.after
+          AND partition_key <> ''
+        ORDER BY seq
+        LIMIT $5::bigint
+    ) r
 )
-SELECT 0, partition_key, min(seq), NULL::timestamptz, NULL::bigint FROM written GROUP BY partition_key
+SELECT 'key' AS fact, partition_key AS k, NULL::bigint AS writer, min(seq) AS seq, NULL::bigint AS n
+FROM (SELECT partition_key, seq FROM fresh UNION ALL SELECT partition_key, seq FROM watched) AS found
+GROUP BY partition_key
 UNION ALL
-SELECT 2, NULL, max(seq), NULL, count(*) FROM written
+SELECT 'fresh', NULL, (SELECT writer::text::bigint FROM fresh ORDER BY writer DESC, seq DESC LIMIT 1),
+       (SELECT seq FROM fresh ORDER BY writer DESC, seq DESC LIMIT 1), (SELECT count(*) FROM fresh)
 UNION ALL
-SELECT 3, partition_key, min(seq), NULL, NULL FROM swept GROUP BY partition_key
+SELECT 'watched', NULL, writer::text::bigint, max(seq), count(*)
+FROM watched
+GROUP BY writer
 UNION ALL
-SELECT 4, NULL, max(seq), NULL, count(*) FROM swept
-UNION ALL
-(SELECT 1, partition_key, seq, available_at, NULL
- FROM {{table}}
- WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
-   AND partition_key <> ''
-   AND (available_at, seq) >= ($3::timestamptz, $4::bigint)
- ORDER BY available_at, seq
- LIMIT $5::bigint)
+SELECT 'snapshot', pg_current_snapshot()::text, NULL, NULL, NULL

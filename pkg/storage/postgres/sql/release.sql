@@ -1,7 +1,6 @@
 -- Hand events of one lease back untouched: the broker, not the event, failed.
--- Due at once (dueAgainRules in postgres.go), in the due index, where the
--- claims look for rows that became PENDING again: they lie behind the
--- relay's claim position.
+-- Due at once (dueAgainRules in postgres.go), and written by this
+-- transaction, so that the claim frontier meets the rows again.
 UPDATE {{table}} AS t
 SET status = 'PENDING', available_at = {{due_now}}, {{handed_back}}, locked_by = NULL, locked_at = NULL,
     updated_at = statement_timestamp()

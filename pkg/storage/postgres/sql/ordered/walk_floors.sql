@@ -1,51 +1,31 @@
 -- The walk over keys of claim_ordered.sql that starts each key where the
--- relay knows its unfinished events begin (keys.go). Every delivered event
--- leaves two dead entries in key_seq_idx (its PENDING and DELIVERING
--- versions), which vacuum may not remove while an older snapshot lives;
--- the index walk (walk_index.sql) passes over all of them at every step
--- from one key to the next. This walk is given the keys instead: $3 the
--- keys the relay knows to have unfinished events, in walk order (after
--- the cursor, then around), and $10 each one's floor, a seq below which
--- the key has no unfinished event (the relay lowers it when an event below
--- it turns up PENDING: committed late, or handed back; and so does
--- due_below, for what was handed back since). Each key's first unfinished
--- event after its floor is its head, as the index walk finds it.
+-- relay knows its events that are not DELIVERED begin (keys.go). Every
+-- delivered event leaves two dead entries in key_seq_idx (its PENDING and
+-- DELIVERING versions), which vacuum may not remove while an older
+-- snapshot lives; the index walk (walk_index.sql) passes over all of them
+-- at every step from one key to the next. This walk is given the keys
+-- instead: $3 the keys the relay knows to have unfinished events, in walk
+-- order (after the cursor, then around), and $7 each one's floor, a seq
+-- below which the key has no event that is not DELIVERED (DEAD ones
+-- included: one retried lies above its key's floor, where this walk finds
+-- it before the key's later events). Each key's first unfinished event
+-- after its floor is its head, as the index walk finds it.
 --
 -- The walk is a recursive query so that it stops, key by key, once the
--- batch is full ($2), and can be read twice: for the runs it claims, and
--- for what the relay learns of each key it visited (walk_info: the head's
--- seq, or none when the key has nothing unfinished left). $6 is FreshTo as
--- in walk_index.sql (every seq: the relay uses this walk only when it
--- claims every fresh row).
-due_below AS (
-    -- The keyed rows due again from where the relay's read before this
-    -- claim read them ($11, $12), in this claim's snapshot: an event
-    -- retried from DEAD after that read lies below its key's floor, and
-    -- its key's later events must not go first. At most $13 of them, read
-    -- in due_at_idx's order (the plan the ORDER BY and LIMIT make the
-    -- cheapest: unbounded, the planner read every pending keyed row).
-    SELECT k, min(seq) AS s
-    FROM (
-        SELECT partition_key AS k, seq
-        FROM {{table}}
-        WHERE status = 'PENDING' AND available_at > created_at AND available_at <= now()
-          AND partition_key <> ''
-          AND (available_at, seq) >= ($11::timestamptz, $12::bigint)
-        ORDER BY available_at, seq
-        LIMIT $13::bigint
-    ) due
-    GROUP BY k
-), candidates AS MATERIALIZED (
+-- batch is full, and can be read twice: for the runs it claims, and for
+-- what the relay learns of each key it visited (walk_info: the seq of the
+-- first event after the floor that is not DELIVERED, the head's or a
+-- DEAD one's before it, and whether there is a head). $6 is FreshTo as in
+-- walk_index.sql (every seq: the relay uses this walk only when it claims
+-- every fresh row).
+candidates AS MATERIALIZED (
     -- The keys and their floors as arrays, which the walk indexes step by
     -- step: computed once (not inlined into every step).
-    SELECT array_agg(c.k ORDER BY c.ord) AS ks,
-           array_agg(least(c.floor, d.s - 1) ORDER BY c.ord) AS floors
-    FROM unnest($3::text[], $10::bigint[]) WITH ORDINALITY AS c(k, floor, ord)
-    LEFT JOIN due_below d ON d.k = c.k
+    SELECT $3::text[] AS ks, $7::bigint[] AS floors
 ), walk AS (
-    SELECT 0 AS i, NULL::text AS k, NULL::bigint AS head, 0::bigint AS n, 0::bigint AS taken
+    SELECT 0 AS i, NULL::text AS k, NULL::bigint AS head, NULL::bigint AS dead, 0::bigint AS n, 0::bigint AS taken
     UNION ALL
-    SELECT w.i + 1, c.ks[w.i + 1], h.seq, coalesce(r.n, 0), w.taken + coalesce(r.n, 0)
+    SELECT w.i + 1, c.ks[w.i + 1], h.seq, d.seq, coalesce(r.n, 0), w.taken + coalesce(r.n, 0)
     FROM walk w
     CROSS JOIN candidates c
     LEFT JOIN LATERAL (
@@ -56,6 +36,16 @@ due_below AS (
         ORDER BY seq
         LIMIT 1
     ) h ON true
+    LEFT JOIN LATERAL (
+        -- A DEAD event before the head (key_dead_seq_idx): the floor
+        -- stays below it.
+        SELECT seq
+        FROM {{table}}
+        WHERE partition_key COLLATE "C" = c.ks[w.i + 1] AND seq > c.floors[w.i + 1]
+          AND status = 'DEAD' AND (h.seq IS NULL OR seq < h.seq)
+        ORDER BY seq
+        LIMIT 1
+    ) d ON true
     LEFT JOIN LATERAL (
         -- How many of the key's events from its head on are due, in a
         -- row: at most $5 and what the batch has left.
@@ -69,19 +59,18 @@ due_below AS (
                 WHERE partition_key COLLATE "C" = h.k AND seq >= h.seq
                   AND status IN ('PENDING', 'DELIVERING')
                 ORDER BY seq
-                LIMIT least($5, $2 - w.taken)
+                LIMIT least($5, (SELECT n FROM room) - w.taken)
             ) run
         ) x
         WHERE h.status = 'PENDING' AND h.available_at <= now()
           AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
           {{dead_holds_head}}
     ) r ON true
-    WHERE w.i < cardinality(c.ks) AND w.taken < $2
+    WHERE w.i < cardinality(c.ks) AND w.taken < (SELECT n FROM room)
 ), keyed AS (
     -- The runs the walk counted, read again in the same snapshot. pos is
     -- an event's place in its key's run.
-    SELECT r.event_id, w.k, r.pos, row_number() OVER (ORDER BY w.i, r.pos) AS rank,
-           NULL::timestamptz AS due_at
+    SELECT r.event_id, w.k, r.pos, row_number() OVER (ORDER BY w.i, r.pos) AS rank
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT event_id, row_number() OVER (ORDER BY seq) AS pos

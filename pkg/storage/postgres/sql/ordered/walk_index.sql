@@ -64,7 +64,7 @@ after_cursor AS (
     -- other keys for the next claim while this batch is at the broker, and
     -- many keys when each has few events. The walk stops as soon as the
     -- batch is full. pos is an event's place in its key's run.
-    SELECT event_id, k, pos, row_number() OVER () AS rank, NULL::timestamptz AS due_at
+    SELECT event_id, k, pos, row_number() OVER () AS rank
     FROM (
         SELECT r.event_id, h.k, r.pos
         FROM due_heads h
@@ -87,6 +87,6 @@ after_cursor AS (
             ) x
             WHERE x.due
         ) r
-        LIMIT $2
+        LIMIT (SELECT n FROM room)
     ) walked
 )

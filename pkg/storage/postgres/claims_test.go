@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -22,9 +20,9 @@ import (
 )
 
 // A sequence restarted under running relays (TRUNCATE … RESTART IDENTITY)
-// gives new rows seq values behind every relay's position: the relay must
-// notice and start over, not leave them to the sweeps.
-func TestARestartedSequenceResetsThePosition(t *testing.T) {
+// gives new rows seq values behind every seq the relay claimed: the
+// frontier goes by writers, whose ids never go back, and takes them.
+func TestARestartedSequenceLosesNoEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tb := pgtest.New(t)
@@ -45,7 +43,7 @@ func TestARestartedSequenceResetsThePosition(t *testing.T) {
 	tb.Exec(t, "TRUNCATE {{table}} RESTART IDENTITY")
 	ids := tb.InsertN(t, 3, "after")
 	var got []uuid.UUID
-	for range 2 { // the first claim sees the sequence went back
+	for range 2 {
 		b, err := tb.Store.Claim(ctx, p)
 		if err != nil {
 			t.Fatal(err)
@@ -191,21 +189,6 @@ func claimDelivered(t *testing.T, s *postgres.Store, p storage.ClaimParams) []uu
 	return eventIDs(b.Events)
 }
 
-// drainUnderASnapshot claims and delivers n rows with p while a snapshot is
-// held, then claims on until the claim position has passed nearly all of
-// them: it moves once the claims' marks are confirmed, when the
-// transactions running at each claim (other tests') have ended.
-func drainUnderASnapshot(t *testing.T, tb *pgtest.Table, p storage.ClaimParams, n int, floor func() int64) {
-	t.Helper()
-	tb.InsertN(t, n, "claimed")
-	holdSnapshot(t)
-	for claimAndDeliver(t, tb.Store, p) > 0 {
-	}
-	want := int64(n - p.Limit)
-	eventually.True(t, 30*time.Second, func() bool { claimAndDeliver(t, tb.Store, p); return floor() >= want },
-		func() string { return fmt.Sprintf("the claim position is seq %d, want at least %d", floor(), want) })
-}
-
 // planBlocks runs query under EXPLAIN (ANALYZE, BUFFERS) in a transaction it
 // rolls back, without sequential scans, and returns the blocks it read.
 func planBlocks(t *testing.T, s *postgres.Store, query string, args ...any) int {
@@ -264,134 +247,78 @@ func (n *planNode) find(name string) *planNode {
 	return nil
 }
 
-// Ordered claims take events without a key from the relay's position too,
-// and the events due again among them through due_at_idx: with a snapshot
-// held open, neither steps over the dead entries that the delivered ones
-// left in unkeyed_seq_idx.
-func TestOrderedClaimsOfUnkeyedEventsStartAtThePosition(t *testing.T) {
+// Claims go forward from the relay's frontier (frontier.go), unordered
+// ones and the part of ordered ones that takes the rows without a key
+// (claim_unkeyed): with a snapshot held open, neither steps over the dead
+// entries every claimed row left in frontier_idx, as a read from the
+// beginning would.
+func TestClaimsGoForwardFromTheFrontier(t *testing.T) {
 	t.Parallel()
-	tb := pgtest.New(t)
-	s := tb.Store
-	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
-	drainUnderASnapshot(t, tb, p, 6000, func() int64 { return s.ClaimFloor("r", p.Limit) })
-	tb.InsertN(t, 10, "waiting")
-
-	// What the claim statement reads from the position and from the start.
-	blocks := func(floor int64) int {
-		at, seq := s.DueFloor("r", floor == 0)
-		return planBlocks(t, s, s.Query("claim_ordered_skip"),
-			"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), floor, at, seq)
-	}
-	if from, all := blocks(s.ClaimFloor("r", p.Limit)), blocks(0); from*2 > all {
-		t.Errorf("the ordered claim read %d blocks from the claim position, %d from the start: it stepped over the claimed rows", from, all)
-	}
-	if n := claimAndDeliver(t, s, p); n != 10 {
-		t.Errorf("the next ordered claim took %d events, want the 10 waiting", n)
-	}
-}
-
-// The same for ordered claims' events without a key.
-func TestOrderedClaimsReadTheDueIndexFromTheDuePosition(t *testing.T) {
-	t.Parallel()
-	claimsReadTheDueIndexFromTheDuePosition(t, storage.OrderingPartition)
-}
-
-func claimsReadTheDueIndexFromTheDuePosition(t *testing.T, ordering storage.Ordering) {
-	tb := pgtest.New(t)
-	s := tb.Store
-	insertApp := func(n int) {
-		tb.Exec(t, "INSERT INTO {{table}} (event_type, payload, created_at) "+
-			"SELECT 'app', '\\x00', now() - interval '1 second' FROM generate_series(1, $1)", n)
-	}
-	insertApp(6000)
-	p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: ordering, SweepInterval: time.Hour}
-	holdSnapshot(t)
-	for claimAndDeliver(t, s, p) > 0 {
-	}
-	// The due position moves once the transactions running at each claim
-	// (other tests') have ended.
-	var inserted time.Time
-	if err := s.Pool().QueryRow(context.Background(), "SELECT max(available_at) FROM "+tb.Name).Scan(&inserted); err != nil {
-		t.Fatal(err)
-	}
-	eventually.True(t, 30*time.Second, func() bool {
-		claimAndDeliver(t, s, p)
-		at, _ := s.DueFloor("r", false)
-		ts, ok := at.(pgtype.Timestamptz)
-		return ok && ts.InfinityModifier == pgtype.Finite && ts.Time.After(inserted) && s.ClaimFloor("r", p.Limit) >= 6000-int64(p.Limit)
-	}, func() string {
-		at, seq := s.DueFloor("r", false)
-		return fmt.Sprintf("the due position is %v, %d, the claim position %d", at, seq, s.ClaimFloor("r", p.Limit))
-	})
-	insertApp(10)
-
-	// The blocks of the claim's read of the due index (a CTE of its own):
-	// the update of the rows it takes costs the same either way.
-	blocks := func(fromStart bool) int {
-		at, seq := s.DueFloor("r", fromStart)
-		if ordering == storage.OrderingPartition {
-			return planNodeBlocks(t, s, "CTE unkeyed_due", s.Query("claim_ordered_skip"),
-				"r", p.Limit, "", int64(0), int64(p.Limit), int64(math.MaxInt64), s.ClaimFloor("r", p.Limit), at, seq)
-		}
-		return planNodeBlocks(t, s, "CTE again", s.Query("claim"), "r", p.Limit, int64(0), s.ClaimFloor("r", p.Limit), int64(math.MaxInt64), at, seq)
-	}
-	if from, all := blocks(false), blocks(true); from*3 > all {
-		t.Errorf("the claim's due read took %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
-	}
-	if ordering == storage.OrderingNone {
-		// An ordered relay's positions say nothing of its keyed events:
-		// the backlog counts from the start beside it.
-		query := s.Query("admin_backlog")
-		if from, all := planBlocks(t, s, query, s.BacklogArgs(false)...), planBlocks(t, s, query, s.BacklogArgs(true)...); from*3 > all {
-			t.Errorf("the backlog read %d blocks from the due position, %d from the start: it stepped over the claimed rows", from, all)
-		}
-	}
-	if n := claimAndDeliver(t, s, p); n != 10 {
-		t.Errorf("the next claim took %d events, want the 10 waiting", n)
-	}
-}
-
-// An ordered relay's positions are those of its events without a key: a
-// keyed event waits behind its key wherever it lies, so the backlog of its
-// process counts from the start.
-func TestTheBacklogCountsKeyedEventsBehindAnOrderedRelaysPosition(t *testing.T) {
-	t.Parallel()
-	tb := pgtest.New(t)
-	s := tb.Store
-	ctx := context.Background()
-	tb.Insert(t, pgtest.Event{Type: "keyed", PartitionKey: "k"}, pgtest.Event{Type: "keyed", PartitionKey: "k"})
-	tb.InsertN(t, 5, "unkeyed")
-	p := storage.ClaimParams{RelayID: "r", Limit: 10, RunLimit: 1, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
-	b, err := s.Claim(ctx, p)
-	if err != nil || len(b.Events) != 6 {
-		t.Fatalf("Claim = %d events, %v; want the key's first and the 5 without a key", len(b.Events), err)
-	}
-	// The key's first event stays at the broker; the others are delivered,
-	// and the relay's position passes the key's second.
-	var unkeyed []uuid.UUID
-	var highest int64
-	for _, e := range b.Events {
-		if e.PartitionKey == "" {
-			unkeyed = append(unkeyed, e.ID)
-		}
-	}
-	if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: unkeyed}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Pool().QueryRow(ctx, "SELECT max(seq) FROM "+tb.Name).Scan(&highest); err != nil {
-		t.Fatal(err)
-	}
-	eventually.True(t, 30*time.Second, func() bool { claimAndDeliver(t, s, p); return s.ClaimFloor("r", p.Limit) >= highest },
-		func() string {
-			return fmt.Sprintf("the claim position is %d, want %d", s.ClaimFloor("r", p.Limit), highest)
+	for _, ordering := range []storage.Ordering{storage.OrderingNone, storage.OrderingPartition} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			tb := pgtest.New(t)
+			s := tb.Store
+			p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: ordering, SweepInterval: time.Hour}
+			tb.InsertN(t, 6000, "claimed")
+			holdSnapshot(t)
+			for claimAndDeliver(t, s, p) > 0 {
+			}
+			tb.InsertN(t, 10, "waiting")
+			query := s.Query("claim")
+			if ordering == storage.OrderingPartition {
+				query = s.Query("claim_unkeyed")
+			}
+			from := planNodeBlocks(t, s, "CTE fresh", query, s.FrontierArgs("r", p.Limit, false)...)
+			all := planNodeBlocks(t, s, "CTE fresh", query, s.FrontierArgs("r", p.Limit, true)...)
+			t.Logf("the fresh read took %d blocks from the frontier, %d from the beginning", from, all)
+			if from*3 > all {
+				t.Errorf("the claim's fresh read took %d blocks from the frontier, %d from the beginning: it stepped over the claimed rows", from, all)
+			}
+			if n := claimAndDeliver(t, s, p); n != 10 {
+				t.Errorf("the next claim took %d events, want the 10 waiting", n)
+			}
 		})
-
-	backlog, err := s.Backlog(ctx)
-	if err != nil {
-		t.Fatal(err)
 	}
-	if backlog.PendingNew != 1 {
-		t.Errorf("Backlog = %+v, want the key's second event, behind the position", backlog)
+}
+
+// The same for the rows due again, which claims read from the frontier's
+// due place: rows whose created_at the producer set behind the clock are
+// all there.
+func TestClaimsReadTheDueIndexFromTheFrontier(t *testing.T) {
+	t.Parallel()
+	for _, ordering := range []storage.Ordering{storage.OrderingNone, storage.OrderingPartition} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			tb := pgtest.New(t)
+			s := tb.Store
+			insertApp := func(n int) {
+				tb.Exec(t, "INSERT INTO {{table}} (event_type, payload, created_at) "+
+					"SELECT 'app', '\\x00', now() - interval '1 second' FROM generate_series(1, $1)", n)
+			}
+			insertApp(6000)
+			p := storage.ClaimParams{RelayID: "r", Limit: 500, Ordering: ordering, SweepInterval: time.Hour}
+			holdSnapshot(t)
+			for claimAndDeliver(t, s, p) > 0 {
+			}
+			insertApp(10)
+			query := s.Query("claim")
+			if ordering == storage.OrderingPartition {
+				query = s.Query("claim_unkeyed")
+			}
+			// The blocks of the claim's read of the due index (a CTE of
+			// its own): the update of the rows it takes costs the same
+			// either way.
+			from := planNodeBlocks(t, s, "CTE again", query, s.FrontierArgs("r", p.Limit, false)...)
+			all := planNodeBlocks(t, s, "CTE again", query, s.FrontierArgs("r", p.Limit, true)...)
+			t.Logf("the due read took %d blocks from the frontier, %d from the beginning", from, all)
+			if from*3 > all {
+				t.Errorf("the claim's due read took %d blocks from the due place, %d from the beginning: it stepped over the claimed rows", from, all)
+			}
+			if n := claimAndDeliver(t, s, p); n != 10 {
+				t.Errorf("the next claim took %d events, want the 10 waiting", n)
+			}
+		})
 	}
 }
 
