@@ -53,11 +53,11 @@ compose-check:
 		$(COMPOSE_BIN) $$k $$a $$r $$m $$t config -q; \
 	done; done; done; done; done
 
-# The randomized interleaving test of the claim frontier alone, for longer
-# than make test runs it: producers write for DURATION on a private
-# PostgreSQL cluster while relays claim with sweeps off; SEED repeats a run's
-# choices (the test prints the seed it drew). See docs/architecture.md,
-# "The claim frontier".
+# The randomized interleaving tests of PostgreSQL's claims alone (unordered,
+# and ORDERING=partition), for longer than make test runs them: producers
+# write for DURATION on private PostgreSQL clusters while relays claim with
+# sweeps off; SEED repeats a run's choices (each test prints the seed it
+# drew). See docs/architecture.md, "The claim frontier".
 DURATION ?= 1m
 SEED ?=
 fuzz:

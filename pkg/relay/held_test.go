@@ -187,8 +187,8 @@ func TestAHeldBatchWhoseConnectionDiesIsDeliveredAnyway(t *testing.T) {
 	other := newGated(t)
 	close(other.open)
 	start(t, relay.Config{RelayID: "other", SweepInterval: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond}, tb.Store, other)
-	// Either relay may take them again: the holder's sweep finds them
-	// behind its claim position, the other's claims ahead of its own.
+	// Either relay may take them again: the other's claims, or the
+	// holder's once its settle fails and it watches their writers again.
 	waitCounts(t, tb, 30*time.Second, map[outbox.Status]int{outbox.StatusDelivered: n})
 	close(gated.open)
 	eventually.True(t, 10*time.Second, func() bool { return gated.waiting.Load() == 0 },

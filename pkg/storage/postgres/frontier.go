@@ -155,8 +155,10 @@ type frontierRead struct {
 	snap snapshot
 	// arms by arm number: 0 again, 1 watched, 2 fresh.
 	arms [3]armRead
-	// left are the writers of rows the claim locked but did not take.
-	left map[uint64]bool
+	// left are the writers of rows the claim locked but did not take;
+	// writers those of every row it locked.
+	left    map[uint64]bool
+	writers []uint64
 	// skipFresh and skipDue are the first rows within what the fresh and
 	// again arms read that another transaction's lock kept from them;
 	// skipWatched the watched writers with such rows (claim_arms.sql).
@@ -192,6 +194,7 @@ func (r *frontierRead) fact(fact string, writer uint64, seq int64, dueAt time.Ti
 func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, taken bool) {
 	a := &r.arms[arm]
 	a.n++
+	r.writers = append(r.writers, writer)
 	switch arm {
 	case 0:
 		a.lastDue = laterDue(a.lastDue, dueKey{at: dueAt, seq: seq})
@@ -211,26 +214,38 @@ func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, t
 // done moves the frontier by a claim planned as pl with limit rows, made
 // at stamp (its transaction's now()), that read r. held says the claim
 // keeps its locks: the writers of rows it left stay watched until the
-// returned function is called.
-func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierRead, held bool) (release func()) {
+// returned function is called, when its transaction has ended. If it
+// ended without a commit (abandoned), every row it locked is PENDING as
+// it was, behind the frontier: their writers are watched again, and the
+// next claim takes them.
+func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierRead, held bool) (release func(abandoned bool)) {
 	if f.watch == nil {
 		f.watch = map[uint64]int{}
 	}
-	release = func() {}
-	pins := 0
+	release = func(bool) {}
 	if held {
-		pins = 1
-	}
-	for x := range r.left {
-		f.watch[x] += pins
-	}
-	if held && len(r.left) > 0 {
-		left := r.left
-		release = func() {
+		for x := range r.left {
+			f.watch[x]++
+		}
+		left, writers := r.left, r.writers
+		release = func(abandoned bool) {
 			for x := range left {
 				if f.watch[x] > 0 {
 					f.watch[x]--
 				}
+			}
+			if abandoned {
+				for _, x := range writers {
+					if _, ok := f.watch[x]; !ok {
+						f.watch[x] = 0
+					}
+				}
+			}
+		}
+	} else {
+		for x := range r.left {
+			if _, ok := f.watch[x]; !ok {
+				f.watch[x] = 0
 			}
 		}
 	}

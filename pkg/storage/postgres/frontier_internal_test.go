@@ -94,7 +94,7 @@ func TestAWatchedWriterIsDroppedOnlyWhenEndedReadAndNotHeld(t *testing.T) {
 	if _, ok := f.watch[50]; !ok {
 		t.Fatal("a writer whose row a held claim still holds was dropped")
 	}
-	release()
+	release(false)
 	// Ended, but a lock kept one of its rows from the read: kept.
 	f.done(f.plan(time.Hour, stamp), 10, stamp, frontierRead{snap: snapshot{xmin: 70, xmax: 70}, skipWatched: map[uint64]bool{50: true}}, false)
 	if _, ok := f.watch[50]; !ok {
@@ -104,6 +104,27 @@ func TestAWatchedWriterIsDroppedOnlyWhenEndedReadAndNotHeld(t *testing.T) {
 	f.done(f.plan(time.Hour, stamp), 10, stamp, frontierRead{snap: snapshot{xmin: 70, xmax: 70}}, false)
 	if _, ok := f.watch[50]; ok {
 		t.Error("an ended writer whose rows were all read is still watched")
+	}
+}
+
+func TestAHeldClaimThatEndsWithoutACommitWatchesItsWritersAgain(t *testing.T) {
+	var f frontier
+	r := claimed(snapshot{xmin: 100, xmax: 120}, writePlace{101, 1}, writePlace{105, 2})
+	release := f.done(f.plan(time.Hour, stamp), 10, stamp, r, true)
+	if len(f.watch) != 0 {
+		t.Fatalf("watched %v after a held claim took its rows, want none", f.watch)
+	}
+	release(true)
+	for _, x := range []uint64{101, 105} {
+		if _, ok := f.watch[x]; !ok {
+			t.Errorf("writer %d of a rolled-back held claim's rows is not watched", x)
+		}
+	}
+	r = claimed(snapshot{xmin: 130, xmax: 130}, writePlace{140, 1})
+	release = f.done(f.plan(time.Hour, stamp), 10, stamp, r, true)
+	release(false)
+	if _, ok := f.watch[140]; ok {
+		t.Error("a committed held claim's writer is watched")
 	}
 }
 

@@ -296,3 +296,25 @@ func TestAHeldBatchReleasedWithASlowCommitIsClaimedOnceItCommits(t *testing.T) {
 	d.requireTaken("the released event", slow)
 	d.requireTaken("the others", others...)
 }
+
+// A held claim whose transaction ends without a commit — the relay rolls
+// it back, or the database ends it (a failover, pg_terminate_backend, an
+// idle timeout) — leaves its rows PENDING as they were, behind the
+// relay's own frontier, which had passed them as taken. The relay watches
+// their writers again, so its next claim takes them; before, only its
+// sweep (or another relay) found them.
+func TestAHeldBatchRolledBackIsClaimedAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	ctx := context.Background()
+	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
+	ids := tb.InsertN(t, 3, "held")
+	d := newDrainer(t, tb, true, 10)
+	b, err := tb.Store.ClaimHeld(ctx, d.p, time.Minute)
+	if err != nil || len(b.Events) != 3 {
+		t.Fatalf("held claim: %d events, %v; want the 3", len(b.Events), err)
+	}
+	b.Tx.Abort()
+	d.drain()
+	d.requireTaken("the rolled-back batch's events", ids...)
+}

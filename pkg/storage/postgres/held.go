@@ -36,7 +36,7 @@ func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.
 	if err != nil {
 		return storage.HeldBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	tx := &heldTx{s: s, conn: conn, unhold: func() {}}
+	tx := &heldTx{s: s, conn: conn, unhold: func(bool) {}}
 	b, addrs, unhold, err := s.claim(ctx, conn, p, idle)
 	if unhold != nil {
 		tx.unhold = unhold
@@ -116,8 +116,9 @@ type heldTx struct {
 	lease storage.Lease
 	// rows are where the claim found each of its rows.
 	rows map[uuid.UUID]pgtype.TID
-	// unhold tells the claim frontier that the transaction has ended.
-	unhold func()
+	// unhold tells the claim frontier that the transaction has ended,
+	// and whether without a commit.
+	unhold func(abandoned bool)
 }
 
 // Lease moves the rows to DELIVERING under a lease of relayID and commits,
@@ -218,7 +219,7 @@ func (t *heldTx) commit(ctx context.Context, b *pgx.Batch, read func(pgx.BatchRe
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.unhold()
+	t.unhold(false)
 	return nil
 }
 
@@ -240,5 +241,5 @@ func (t *heldTx) Abort() {
 	}
 	t.conn.Release()
 	t.conn = nil
-	t.unhold()
+	t.unhold(true)
 }

@@ -75,7 +75,7 @@ func runInterleavings(t *testing.T, how interleaving) {
 			t.Fatalf("INTERLEAVE_SEED=%q: %v", v, err)
 		}
 	}
-	duration := 6 * time.Second
+	duration := 4 * time.Second
 	if v := os.Getenv("INTERLEAVE_DURATION"); v != "" {
 		var err error
 		if duration, err = time.ParseDuration(v); err != nil {

@@ -47,8 +47,8 @@ type batchSender interface {
 // pipeline begins a transaction, which it leaves open on on's connection,
 // and takes the rows without leasing them. A held claim returns where each
 // of its rows lies (rows), and unhold, to be called when its transaction
-// ends.
-func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []pgtype.TID, unhold func(), _ error) {
+// ends, saying whether it ended without a commit.
+func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []pgtype.TID, unhold func(abandoned bool), _ error) {
 	p = p.WithDefaults()
 	held := idle > 0
 	b := &pgx.Batch{}
@@ -213,7 +213,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 	}
 	if st == nil {
-		return batch, rows, func() {}, nil
+		return batch, rows, func(bool) {}, nil
 	}
 	if held {
 		st.heldLimit.claimed(limit, len(events), read.cut)
@@ -221,10 +221,10 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	// The rows a held claim leaves stay locked until its transaction
 	// ends: their writers stay watched until then.
 	release := st.fresh.done(fpl, limit, lease.LockedAt, *fread, held)
-	return batch, rows, func() {
+	return batch, rows, func(abandoned bool) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		release()
+		release(abandoned)
 	}, nil
 }
 

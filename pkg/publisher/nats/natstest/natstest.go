@@ -34,7 +34,18 @@ func Start(t testing.TB, configure ...func(*server.Options)) *Server {
 			c(o)
 		}
 	}
-	s.start()
+	// The port was free when freePort closed its listener; another test's
+	// server may take it before this one listens: then try another.
+	for attempt := 1; ; attempt++ {
+		err := s.tryStart()
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatal(err)
+		}
+		s.port = freePort(t)
+	}
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -50,6 +61,13 @@ func freePort(t testing.TB) int {
 
 func (s *Server) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// tryStart starts the server on s.port.
+func (s *Server) tryStart() error {
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      s.port,
@@ -61,13 +79,15 @@ func (s *Server) start() {
 	s.opts(opts)
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		s.t.Fatalf("natstest: new server: %v", err)
+		return fmt.Errorf("natstest: new server: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
-		s.t.Fatalf("natstest: server not ready on port %d", s.port)
+		srv.Shutdown()
+		return fmt.Errorf("natstest: server not ready on port %d", s.port)
 	}
 	s.srv = srv
+	return nil
 }
 
 // URL is the server's nats:// URL.
