@@ -115,6 +115,10 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		} else {
 			keyed += "_skip"
 		}
+		if fromFloors != nil && len(fromFloors.keys) == 0 {
+			// No key waits: the rows without a key are the whole claim.
+			keyed = ""
+		}
 	}
 	b.Queue(s.queries["claim_plan"])
 	b.Queue(s.queries["claim_stamp"])
