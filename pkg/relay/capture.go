@@ -513,7 +513,7 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 	var handOver []outbox.Event
 	if c.e.cfg.Ordering == storage.OrderingPartition {
 		var ok bool
-		events, handOver, ok = c.holdBack(ctx, events, seqs)
+		events, handOver, ok = c.holdBack(ctx, b, events, seqs)
 		if !ok {
 			return
 		}
@@ -652,7 +652,13 @@ func (c *Capture) publishUntilTaken(ctx context.Context, events []outbox.Event) 
 // ORDERING_ON_DEAD=block) from the publish: they are handed to the ordered
 // claims, which deliver a key's events in order. ok is false when shutdown
 // came first.
-func (c *Capture) holdBack(ctx context.Context, events []outbox.Event, seqs []int64) (send, hand []outbox.Event, ok bool) {
+//
+// It asks only once b's transactions are visible to other sessions: the
+// stream may deliver a commit before they are, and a read of held keys
+// then misses the batch's own events that are the claims' (an event
+// stamped behind the clock is due again, not the log's), and publishes the
+// key's later events before them.
+func (c *Capture) holdBack(ctx context.Context, b logBatch, events []outbox.Event, seqs []int64) (send, hand []outbox.Event, ok bool) {
 	seen := map[string]bool{}
 	var keys []string
 	for i := range events {
@@ -667,9 +673,11 @@ func (c *Capture) holdBack(ctx context.Context, events []outbox.Event, seqs []in
 	var held map[string]int64
 	wait := storageBackoffMin
 	for {
-		var err error
-		held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{
-			Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: max(c.e.freshTo.Load(), 0)})
+		err := c.waitVisible(ctx, b)
+		if err == nil {
+			held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{
+				Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: max(c.e.freshTo.Load(), 0)})
+		}
 		if err == nil {
 			break
 		}

@@ -665,3 +665,50 @@ func TestWALSplitsATransactionLargerThanABatch(t *testing.T) {
 		return c != "" && w.lsnAtLeast(t, c, end)
 	})
 }
+
+// Case 6 of the issue "Every event claimed by rule, not by timing": one
+// transaction writes three events of a key, the middle one stamped behind
+// the clock (an ORM's created_at), so that it is due again and not the
+// log's to publish: the claims deliver it. The stream may deliver the
+// commit before other sessions see the transaction, and the log's check of
+// held keys, run then, missed the middle event and published the third
+// before it. The check now waits until the batch's transactions are
+// visible.
+func TestWALKeepsAKeysOrderWhenItsMiddleEventIsTheClaims(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{Ordering: "partition", PollInterval: 20 * time.Millisecond}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	const txns = 150
+	want := map[string][]uuid.UUID{}
+	for i := range txns {
+		key := fmt.Sprintf("k%d", i)
+		ids := []uuid.UUID{uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())}
+		want[key] = ids
+		w.exec(t, "INSERT INTO "+w.Name+" (event_id, event_type, payload, partition_key, created_at) VALUES "+
+			"($1, 'first', 'x', $4, DEFAULT), ($2, 'second', 'x', $4, now() - interval '1 second'), ($3, 'third', 'x', $4, DEFAULT)",
+			ids[0], ids[1], ids[2], key)
+	}
+	waitFor(t, "every event delivered", 60*time.Second, func() bool {
+		return w.Counts(t)[outbox.StatusDelivered] == 3*txns
+	})
+	got := map[string][]uuid.UUID{}
+	for _, ev := range pub.events() {
+		if !slices.Contains(got[ev.PartitionKey], ev.ID) {
+			got[ev.PartitionKey] = append(got[ev.PartitionKey], ev.ID)
+		}
+	}
+	wrong := 0
+	for key, ids := range want {
+		if !slices.Equal(got[key], ids) {
+			wrong++
+			if wrong <= 3 {
+				t.Errorf("key %s reached the broker as %v, want %v", key, got[key], ids)
+			}
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d keys out of order", wrong, txns)
+	}
+}
