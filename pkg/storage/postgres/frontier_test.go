@@ -134,6 +134,7 @@ func TestAnEventStampedBehindTheClockByALongTransactionIsClaimedAtOnce(t *testin
 			{"available_at 300 ms after BEGIN, written later", "now()", "now() + interval '300 milliseconds'"},
 		} {
 			t.Run(mode.name+"/"+stamp.name, func(t *testing.T) {
+				t.Parallel()
 				ctx := context.Background()
 				tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
 				d := newDrainer(t, tb, mode.held, 10)
