@@ -103,6 +103,9 @@ type Capture struct {
 	err    error
 	opened bool   // a stream was open before: a new slot now is a gap filled from the table
 	server string // the database server of the last stream (capture.Start.Server)
+	// backfillTo is the highest seq of the stream's backfill while it
+	// lasts, for the held keys (holdBack); 0 otherwise.
+	backfillTo atomic.Int64
 }
 
 // NewCapture returns a Capture that publishes through e and leaves to e's
@@ -113,10 +116,11 @@ func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, cfg Capt
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	// Until a stream opens the claims take every event: opening can wait
-	// (a new slot waits for the transactions running then to end), and a
-	// stream's backfill claims again whatever it might have missed.
-	e.freshTo.Store(0)
+	// Until a stream opens the claims leave fresh events to it: an event
+	// they took the stream would send again. Its backfill claims what is
+	// not in the stream; a log that cannot open, or takes to open, for
+	// captureFallbackAfter hands every event to the claims.
+	e.freshTo.Store(storage.FreshNone)
 	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), cfg: cfg, obs: cfg.Observer,
 		state: CaptureStarting}, nil
 }
@@ -150,7 +154,23 @@ func (c *Capture) Run(ctx context.Context) error {
 	var failingSince time.Time
 	backoff := storageBackoffMin
 	for ctx.Err() == nil {
+		// Opening can wait (a new slot waits for the transactions running
+		// then to end): the claims take every event if it waits too long.
+		var opening sync.Mutex
+		waiting := true
+		waited := time.AfterFunc(captureFallbackAfter, func() {
+			opening.Lock()
+			defer opening.Unlock()
+			if waiting && c.e.freshTo.CompareAndSwap(storage.FreshNone, 0) {
+				c.log.Warn("opening the log takes over " + captureFallbackAfter.String() + "; claiming every event from the table meanwhile")
+				c.e.Wake()
+			}
+		})
 		stream, start, err := c.src.Open(ctx)
+		waited.Stop()
+		opening.Lock()
+		waiting = false
+		opening.Unlock()
 		var setup *capture.SetupError
 		switch {
 		case err == nil:
@@ -161,9 +181,10 @@ func (c *Capture) Run(ctx context.Context) error {
 			return err
 		case errors.Is(err, capture.ErrBusy):
 			failingSince = time.Time{}
-			if c.e.freshTo.Swap(storage.FreshNone) != storage.FreshNone {
+			if st, _ := c.Status(); st != CaptureStandby {
 				c.log.Info("another relay reads the log; claiming only events due again")
 			}
+			c.e.freshTo.Store(storage.FreshNone)
 			c.setState(CaptureStandby, nil)
 			sleep(ctx, retry)
 			continue
@@ -244,21 +265,33 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	ctx, endStream := context.WithCancel(parent)
 	defer endStream()
 	// Everything written before the stream's position that is not
-	// delivered yet — events of transactions the previous reader had not
-	// settled, and all of them when the slot is new — is claimed from the
-	// table up to the highest seq handed out now. The stream sends again
-	// what it had not acknowledged, so those may go twice.
+	// delivered yet — all of it when the slot is new, what a previous
+	// backfill left otherwise — is claimed from the table up to the
+	// highest seq handed out now, once the stream has settled every
+	// transaction that committed before it opened: the stream sends again
+	// what it had not acknowledged, and those events are delivered by
+	// then, so none goes twice. Meanwhile the claims leave fresh events
+	// alone.
 	upTo, err := c.lastSeq(ctx)
 	if err != nil {
 		return err
 	}
+	c.e.freshTo.Store(storage.FreshNone)
 	if upTo > 0 {
-		c.e.freshTo.Store(upTo)
-		c.e.Wake()
+		c.backfillTo.Store(upTo)
 		c.setState(CaptureBackfilling, nil)
-		go c.watchBackfill(ctx, upTo)
+		go func() {
+			select {
+			case <-s.CaughtUp():
+			case <-ctx.Done():
+				return
+			}
+			c.e.freshTo.Store(upTo)
+			c.e.Wake()
+			c.watchBackfill(ctx, upTo)
+		}()
 	} else {
-		c.e.freshTo.Store(storage.FreshNone)
+		c.backfillTo.Store(0)
 		c.setState(CaptureStreaming, nil)
 	}
 
@@ -444,6 +477,7 @@ func (c *Capture) watchBackfill(ctx context.Context, upTo int64) {
 			continue
 		}
 		if c.e.freshTo.CompareAndSwap(upTo, storage.FreshNone) {
+			c.backfillTo.Store(0)
 			c.log.Info("backfill done: every event written before the stream's position is claimed or settled", "up_to_seq", upTo)
 			c.setState(CaptureStreaming, nil)
 		}
@@ -676,7 +710,7 @@ func (c *Capture) holdBack(ctx context.Context, b logBatch, events []outbox.Even
 		err := c.waitVisible(ctx, b)
 		if err == nil {
 			held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{
-				Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: max(c.e.freshTo.Load(), 0)})
+				Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: c.backfillTo.Load()})
 		}
 		if err == nil {
 			break

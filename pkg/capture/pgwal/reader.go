@@ -191,6 +191,7 @@ func Open(ctx context.Context, cfg Config) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), conn: conn, out: make(chan capture.Txn, 64)}
+	r.acks.caughtUp = make(chan struct{})
 	if err := r.prepare(ctx); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -421,6 +422,15 @@ func (r *Reader) prepare(ctx context.Context) error {
 		return ErrSlotInUse
 	default:
 		r.slot.Start, _ = pglogrepl.ParseLSN(slot[0][3])
+		// The stream has caught up once it settled everything up to
+		// where the server's WAL is now.
+		now, err := r.query(ctx, "SELECT pg_current_wal_lsn()::text")
+		if err != nil {
+			return r.setupError(err, "read the server's WAL position")
+		}
+		if r.acks.target, err = pglogrepl.ParseLSN(now[0][0]); err != nil {
+			return fmt.Errorf("read the server's WAL position %q: %w", now[0][0], err)
+		}
 	}
 	err = pglogrepl.StartReplication(ctx, r.conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{
@@ -435,6 +445,7 @@ func (r *Reader) prepare(ctx context.Context) error {
 	}
 	r.acks.confirmed = r.slot.Start
 	r.acks.received = r.slot.Start
+	r.acks.checkCaughtUp()
 	return nil
 }
 
@@ -510,6 +521,10 @@ func (r *Reader) query(ctx context.Context, sql string) ([][]string, error) {
 // each once its events are settled.
 func (r *Reader) Txns() <-chan capture.Txn { return r.out }
 
+// CaughtUp is closed once the reader has settled every transaction that
+// committed before it opened (capture.Stream).
+func (r *Reader) CaughtUp() <-chan struct{} { return r.acks.caughtUp }
+
 // Err is why the stream ended: the connection failed, the slot was dropped
 // or invalidated. Read it after Txns is closed.
 func (r *Reader) Err() error { return r.err }
@@ -543,7 +558,10 @@ func (r *Reader) stream(ctx context.Context) {
 	var deadline time.Time
 	for {
 		if time.Now().After(nextStatus) {
-			if err := r.sendStatus(ctx, false); err != nil {
+			// Until it has caught up the reader asks for the server's
+			// position at every status (a keepalive in reply), so that an
+			// idle stream learns it has reached it.
+			if err := r.sendStatus(ctx, !r.acks.caughtUpYet()); err != nil {
 				r.fail(ctx, err)
 				return
 			}
@@ -710,6 +728,28 @@ type acks struct {
 	// unsettled one precedes; received is the furthest position the
 	// stream has reached.
 	confirmed, received pglogrepl.LSN
+	// target is the server's WAL position when an existing slot was
+	// opened (0 for a new one); caughtUp is closed once confirmed reaches
+	// it, which sets isCaughtUp.
+	target     pglogrepl.LSN
+	caughtUp   chan struct{}
+	isCaughtUp bool
+}
+
+// checkCaughtUp closes caughtUp once confirmed has reached target. The
+// caller holds a.mu, or is the only goroutine.
+func (a *acks) checkCaughtUp() {
+	if !a.isCaughtUp && a.confirmed >= a.target {
+		a.isCaughtUp = true
+		close(a.caughtUp)
+	}
+}
+
+// caughtUpYet says whether caughtUp is closed.
+func (a *acks) caughtUpYet() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.isCaughtUp
 }
 
 func (a *acks) begin() {
@@ -761,6 +801,7 @@ func (a *acks) safe() pglogrepl.LSN {
 	if len(a.open) == 0 && !a.receiving {
 		a.confirmed = max(a.confirmed, a.received)
 	}
+	a.checkCaughtUp()
 	return a.confirmed
 }
 
