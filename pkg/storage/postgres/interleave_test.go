@@ -657,12 +657,29 @@ func (m *model) orderProblems() []string {
 				for _, c := range m.claims[b] {
 					if !slices.ContainsFunc(m.finished[a], func(at time.Time) bool { return at.Before(c.end) }) &&
 						!slices.ContainsFunc(m.claims[a], func(ac keyedClaim) bool { return ac.batch == c.batch }) {
-						problems = append(problems, fmt.Sprintf("event %s (key %s, #%d of its transaction) claimed before #%d, %s, was finished",
-							b, m.place[b].key, m.place[b].nth, m.place[a].nth, a))
+						problems = append(problems, fmt.Sprintf("event %s (key %s, #%d of its transaction) claimed in batch %d at %s before #%d, %s, was finished: its claims %s, its finishing settles began %s",
+							b, m.place[b].key, m.place[b].nth, c.batch, c.end.Format(time.StampMicro), m.place[a].nth, a,
+							describeClaims(m.claims[a]), describeTimes(m.finished[a])))
 					}
 				}
 			}
 		}
 	}
 	return problems
+}
+
+func describeClaims(cs []keyedClaim) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("batch %d at %s", c.batch, c.end.Format(time.StampMicro)))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func describeTimes(ts []time.Time) string {
+	var parts []string
+	for _, t := range ts {
+		parts = append(parts, t.Format(time.StampMicro))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
