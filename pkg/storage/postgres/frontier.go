@@ -34,16 +34,39 @@ type frontier struct {
 	// claims still hold such rows: a watched writer is dropped only once a
 	// claim saw it ended, read all its due rows and no claim holds any.
 	watch map[uint64]int
-	// sweptAt is when the last sweep ran: every SweepInterval a claim
-	// reads the fresh rows again from sweepFrom, where the frontier was at
-	// the sweep before, and every fullSweepEvery-th from the beginning,
-	// as defence in depth. Nothing in the argument needs it; reading from
-	// the beginning every time cost the latency of the claims beside it
-	// (their p99), as it steps over every dead entry a held-back vacuum
-	// left.
-	sweptAt   time.Time
-	sweepFrom writePlace
-	sweeps    int
+	// sweeps: every SweepInterval a claim reads the fresh rows again from
+	// where the frontier was at the sweep before, and every
+	// fullSweepEvery-th from the beginning, as defence in depth. Nothing
+	// in the argument needs it; reading from the beginning every time
+	// cost the latency of the claims beside it (their p99), as it steps
+	// over every dead entry a held-back vacuum left.
+	sweeps sweepSchedule
+}
+
+// sweepSchedule says when a frontier sweeps and from where: every
+// interval, from where the frontier was at the sweep before, and every
+// fullSweepEvery-th time from the beginning.
+type sweepSchedule struct {
+	sweptAt time.Time
+	from    writePlace
+	n       int
+}
+
+// due says whether a read planned at now, with the frontier at at, is a
+// sweep, and from where it reads.
+func (s *sweepSchedule) due(interval time.Duration, now time.Time, at writePlace) (from writePlace, sweep bool) {
+	if s.sweptAt.IsZero() {
+		s.sweptAt = now
+	}
+	if now.Sub(s.sweptAt) < interval {
+		return writePlace{}, false
+	}
+	from = s.from
+	if s.n%fullSweepEvery == fullSweepEvery-1 {
+		from = writePlace{}
+	}
+	s.sweptAt, s.from, s.n = now, at, s.n+1
+	return from, true
 }
 
 // writePlace is a place in the fresh rows' order: writer, then seq.
@@ -68,15 +91,7 @@ type frontierPlan struct {
 // plan decides the next claim. A sweep reads the fresh rows, the due
 // index's included, from an earlier place, and moves nothing.
 func (f *frontier) plan(sweepInterval time.Duration, now time.Time) frontierPlan {
-	if f.sweptAt.IsZero() {
-		f.sweptAt = now
-	}
-	if now.Sub(f.sweptAt) >= sweepInterval {
-		from := f.sweepFrom
-		if f.sweeps%fullSweepEvery == fullSweepEvery-1 {
-			from = writePlace{}
-		}
-		f.sweptAt, f.sweepFrom, f.sweeps = now, f.at, f.sweeps+1
+	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep {
 		return frontierPlan{start: from, sweep: true}
 	}
 	w := make([]uint64, 0, len(f.watch))

@@ -108,12 +108,10 @@ type keyFrontier struct {
 	// the highest seq of its rows read since a read saw it ended: a
 	// writer is dropped once a read returned the last of its rows.
 	watch map[uint64]int64
-	// A sweep, every SweepInterval, moves at back to sweepFrom, where it
-	// was at the sweep before, and every fullSweepEvery-th to the
-	// beginning: the reads go over those rows again, as defence in depth.
-	sweptAt   time.Time
-	sweepFrom writePlace
-	sweeps    int
+	// A sweep, every SweepInterval, moves at back to where it was at the
+	// sweep before, and every fullSweepEvery-th to the beginning: the
+	// reads go over those rows again, as defence in depth.
+	sweeps sweepSchedule
 }
 
 // keyFindPlan is one claim_keys.sql read: the fresh rows after start, the
@@ -127,15 +125,7 @@ type keyFindPlan struct {
 
 // plan plans the next read.
 func (f *keyFrontier) plan(sweepInterval time.Duration, now time.Time, most int64) keyFindPlan {
-	if f.sweptAt.IsZero() {
-		f.sweptAt = now
-	}
-	if now.Sub(f.sweptAt) >= sweepInterval {
-		from := f.sweepFrom
-		if f.sweeps%fullSweepEvery == fullSweepEvery-1 {
-			from = writePlace{}
-		}
-		f.sweptAt, f.sweepFrom, f.sweeps = now, f.at, f.sweeps+1
+	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep {
 		f.at = from
 	}
 	pl := keyFindPlan{start: f.at, watch: []uint64{}, after: []int64{}, most: most}

@@ -177,8 +177,8 @@ func TestAKeySweepReadsAgainFromTheSweepBefore(t *testing.T) {
 	f.plan(time.Second, start, 10)
 	f.at = writePlace{200, 1}
 	f.plan(time.Second, start.Add(2*time.Second), 10) // sweep: from the beginning of what it has not swept
-	if f.at != (writePlace{}) || f.sweepFrom != (writePlace{200, 1}) {
-		t.Fatalf("after the first sweep at %+v, sweepFrom %+v; want (0, 0) and (200, 1)", f.at, f.sweepFrom)
+	if f.at != (writePlace{}) || f.sweeps.from != (writePlace{200, 1}) {
+		t.Fatalf("after the first sweep at %+v, sweepFrom %+v; want (0, 0) and (200, 1)", f.at, f.sweeps.from)
 	}
 	f.at = writePlace{300, 1}
 	f.plan(time.Second, start.Add(4*time.Second), 10)
