@@ -35,7 +35,11 @@ import (
 //     own snapshot, finds it before the key's later events;
 //   - no key forgotten: every keyed PENDING row is read once by the key
 //     frontier (claim_keys.sql, keyFrontier) after its writer ended, which
-//     makes its key wait and lowers its floor below it.
+//     makes its key wait and lowers its floor below it;
+//   - a walk takes only rows the key frontier has read: by then the read
+//     has lowered the floor below every PENDING row their writers wrote
+//     earlier under the key, even one that committed after a walk raised
+//     the floor past it.
 // No step needs a clock; sweeps only read again.
 
 // keyWalk is one relay's knowledge of the keys, for its ordered claims.
@@ -104,6 +108,10 @@ func (w *keyWalk) usable(now time.Time) bool {
 // among the rows of a watched writer.
 type keyFrontier struct {
 	at writePlace
+	// reached is the furthest place at has reached; sweeps do not move
+	// it back. With watch it says which rows the reads have returned: a
+	// claim's walk takes no other (walk_floors.sql).
+	reached writePlace
 	// watch are the writers passed while they were running, each with
 	// the highest seq of its rows read since a read saw it ended: a
 	// writer is dropped once a read returned the last of its rows.
@@ -195,6 +203,23 @@ func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
 		}
 	}
 	f.at = to
+	if f.reached.before(to) {
+		f.reached = to
+	}
+}
+
+// readArgs are walk_floors.sql's arguments that say which rows the reads
+// have returned: those at or before reached in writer order, save a
+// watched writer's after the highest seq read of it.
+func (f *keyFrontier) readArgs() []any {
+	watched := make([]string, 0, len(f.watch))
+	seqs := make([]int64, 0, len(f.watch))
+	for x, seq := range f.watch {
+		watched = append(watched, strconv.FormatUint(x, 10))
+		seqs = append(seqs, seq)
+	}
+	return []any{strconv.FormatUint(f.reached.xid, 10), f.reached.seq,
+		pgtype.FlatArray[string](watched), pgtype.FlatArray[int64](seqs)}
 }
 
 // saw records a keyed PENDING row at seq: its key waits, and its floor
@@ -352,8 +377,8 @@ type floorsClaim struct {
 // claimArgs are the arguments of the claim statement (claim_ordered.sql
 // with walk_floors.sql) for p.
 func (c *floorsClaim) claimArgs(p storage.ClaimParams) []any {
-	return []any{p.RelayID, p.Limit, pgtype.FlatArray[string](c.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo),
-		pgtype.FlatArray[int64](c.floors)}
+	return append([]any{p.RelayID, p.Limit, pgtype.FlatArray[string](c.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo),
+		pgtype.FlatArray[int64](c.floors)}, c.walk.find.readArgs()...)
 }
 
 // visit records what the claim's walk found for a key (claim_ordered.sql's

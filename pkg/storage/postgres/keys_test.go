@@ -187,7 +187,8 @@ func TestOrderedClaimsWithTooManyKeysWalkTheIndex(t *testing.T) {
 // the claim itself, unseen by that read: under ORDERING_ON_DEAD=block it
 // held its key's later events, and the claim must not let them go first.
 // The key's floor stays below a DEAD event, so the claim's walk, in its
-// own snapshot, meets it first.
+// own snapshot, meets it first (the claim leaves it, and so the held
+// one, to the next claim: its read has not returned the retried row).
 func TestAnOrderedClaimSeesAnEventRetriedAfterItsRead(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
@@ -230,7 +231,96 @@ func TestAnOrderedClaimSeesAnEventRetriedAfterItsRead(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(claimed, []uuid.UUID{ids[0]}) {
-		t.Fatalf("the claim took %v, want the retried event %s (the held one is %s)", claimed, ids[0], ids[1])
+	if slices.Contains(claimed, uuid.UUID(ids[1])) {
+		t.Fatalf("the claim took %v: the held event %s before the retried one %s", claimed, ids[1], ids[0])
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var order []uuid.UUID
+	for range 4 {
+		order = append(order, claimDelivered(t, s, p)...)
+	}
+	if want := []uuid.UUID{ids[0], ids[1]}; !slices.Equal(order, want) {
+		t.Fatalf("delivered %v, want %v: the retried event, then the held one", order, want)
+	}
+}
+
+// A transaction that wrote a key's events on both sides of another
+// transaction's event, which was claimed and delivered first, and that
+// committed after the relay's read before a claim but before the claim
+// (the hole `make fuzz` found): the claim's walk sees the later of its
+// events above the key's floor, and the earlier one below. The walk takes
+// only rows the key frontier has read, so the claim waits for the read
+// that lowers the floor, and the transaction's events go in their order.
+func TestAnOrderedClaimKeepsTheOrderOfATransactionThatCommitsDuringIt(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
+	late, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = late.Rollback(ctx) }()
+	insertLate := func(typ string) uuid.UUID {
+		var id uuid.UUID
+		if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ($1, '\\x00', 'k') RETURNING event_id", typ).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := insertLate("late-1")
+	tb.Insert(t, pgtest.Event{Type: "between", PartitionKey: "k"})
+	if n := claimAndDeliver(t, s, p); n != 1 {
+		t.Fatalf("claimed %d events, want the one committed between the open transaction's", n)
+	}
+	if n := claimAndDeliver(t, s, p); n != 0 {
+		t.Fatalf("claimed %d events, want none", n)
+	}
+	second := insertLate("late-2")
+	after := tb.Insert(t, pgtest.Event{Type: "after", PartitionKey: "k"})[0]
+
+	keys, claimArgs, err := s.FloorsClaimArgs(ctx, p)
+	if err != nil || !slices.Equal(keys, []string{"k"}) {
+		t.Fatalf("FloorsClaimArgs: keys %q, %v; want the key of the event after", keys, err)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, s.Query("claim_ordered_keys_skip"), claimArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []uuid.UUID
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := vals[0].([16]byte); ok {
+			claimed = append(claimed, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(claimed, uuid.UUID(second)) {
+		t.Fatalf("the claim took %v: the transaction's second event (%s) before its first (%s)", claimed, second, first)
+	}
+	var order []uuid.UUID
+	for range 5 {
+		order = append(order, claimDelivered(t, s, p)...)
+	}
+	if want := []uuid.UUID{first, second, after}; !slices.Equal(order, want) {
+		t.Fatalf("delivered %v, want %v: the transaction's events in their order, then the one after", order, want)
 	}
 }

@@ -18,10 +18,20 @@
 -- DEAD one's before it, and whether there is a head). $6 is FreshTo as in
 -- walk_index.sql (every seq: the relay uses this walk only when it claims
 -- every fresh row).
+--
+-- A run takes only rows the relay's key frontier has read (keys.go): $8,
+-- $9 the furthest place in writer order its reads have reached, and $10,
+-- $11 the writers it watches, each with the highest seq of its rows read.
+-- A row it has not read may belong to a transaction that also wrote an
+-- earlier event of the key below its floor, one that committed after the
+-- read before this claim or that the reads have not reached; the read
+-- that meets it lowers the floor below that earlier event first.
 candidates AS MATERIALIZED (
     -- The keys and their floors as arrays, which the walk indexes step by
     -- step: computed once (not inlined into every step).
-    SELECT $3::text[] AS ks, $7::bigint[] AS floors
+    SELECT $3::text[] AS ks, $7::bigint[] AS floors,
+           $8::text::xid8 AS read_writer, $9::bigint AS read_seq,
+           $10::text[]::xid8[] AS watched, $11::bigint[] AS watched_seq
 ), walk AS (
     SELECT 0 AS i, NULL::text AS k, NULL::bigint AS head, NULL::bigint AS dead, 0::bigint AS n, 0::bigint AS taken
     UNION ALL
@@ -51,10 +61,12 @@ candidates AS MATERIALIZED (
         -- row: at most $5 and what the batch has left.
         SELECT count(*) FILTER (WHERE x.due) AS n
         FROM (
-            SELECT bool_and(status = 'PENDING' AND available_at <= now() AND clear)
+            SELECT bool_and(status = 'PENDING' AND available_at <= now() AND clear AND read)
                        OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS due
             FROM (
-                SELECT status, available_at, seq, {{no_dead_before_row}} AS clear
+                SELECT status, available_at, seq, {{no_dead_before_row}} AS clear,
+                       (COALESCE(writer_xid, '0'::xid8), seq) <= (c.read_writer, c.read_seq)
+                       AND COALESCE(seq <= c.watched_seq[array_position(c.watched, COALESCE(writer_xid, '0'::xid8))], true) AS read
                 FROM {{table}} run
                 WHERE partition_key COLLATE "C" = h.k AND seq >= h.seq
                   AND status IN ('PENDING', 'DELIVERING')
