@@ -5,6 +5,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GO      ?= go
 EVENTS  ?= 100000
 BENCHTIME ?= 3x
+ROWS    ?= 3000000
 
 .PHONY: all build run demo test services compose-check chaos fuzz up down lint bench clean
 
@@ -132,6 +133,10 @@ lint:
 # 8 producers for WAL_DURATION (produced/s, delivered/s, backlog), commit →
 # publish latency at 1,000 events/s, and three rounds of EVENTS with and
 # without a snapshot held; a table of it all at the end.
+# MODE=upgrade: a table of ROWS events made by an earlier release's schema
+# (PostgreSQL and MySQL), upgraded by migrate --cleanup while four
+# producers insert one event per transaction: the longest insert and how
+# long migrate took.
 # Every drain reports the database server's CPU per event (all its
 # processes, from /proc) beside the relay's.
 BROKER ?= nats
@@ -162,6 +167,9 @@ else ifeq ($(MODE),stats)
 	$(GO) test -run '^$$' -bench 'StaleStats$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else ifeq ($(MODE),wal)
 	$(GO) test -run '^$$' -bench 'WAL$$' -benchtime 1x -timeout 120m ./pkg/relay -events $(EVENTS) -wal.duration $(WAL_DURATION)
+else ifeq ($(MODE),upgrade)
+	$(GO) test -run '^$$' -bench 'Upgrade$$' -benchtime 1x -timeout 60m -v ./pkg/storage/postgres -upgrade.rows $(ROWS)
+	$(GO) test -run '^$$' -bench 'Upgrade$$' -benchtime 1x -timeout 60m -v ./pkg/storage/mysql -upgrade.rows $(ROWS)
 else ifeq ($(MODE),delete)
 	$(GO) test -run '^$$' -bench 'Drain(Null(Status)?|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/outbox-relay/relay/internal/bytesize"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -16,10 +18,16 @@ func migrateCommand() *cli.Command {
 		Name:  "migrate",
 		Usage: "create the outbox table and what the relay adds to it (idempotent)",
 		Description: "Applies the embedded schema for the database STORAGE_URL names (PostgreSQL: the\n" +
-			"table, its sequence, indexes and notify trigger, in one transaction; MySQL: the table\n" +
-			"and its indexes) and says what it created, what already existed and what it dropped.\n" +
-			"Running it again is safe: it drops only indexes of earlier versions that others now\n" +
-			"replace (PostgreSQL), never a table, a column or a row.\n\n" +
+			"table, its sequence, indexes and notify trigger; MySQL: the table and its indexes) and\n" +
+			"says what it created and what already existed. Running it again is safe.\n\n" +
+			"On a live table it never stops the application's writes for longer than --lock-timeout\n" +
+			"at a time: indexes are built CONCURRENTLY (PostgreSQL) or in place with LOCK=NONE (MySQL),\n" +
+			"and a statement whose lock is not free in time is tried again later. An index a build\n" +
+			"cut short left INVALID is built again. Indexes of earlier releases stay for relays of\n" +
+			"those releases still running: --cleanup drops them once none is left. On MySQL a change\n" +
+			"that rebuilds the table (a column) is refused unless --allow-blocking. --plan prints\n" +
+			"each statement it would run and whether it blocks writers, and changes nothing.\n" +
+			"Progress of long builds goes to stderr.\n\n" +
 			"--partition-by day|hour (PostgreSQL) creates the table partitioned by created_at, with a\n" +
 			"default partition and the partitions of the next few days or hours; the relay's retention\n" +
 			"then creates partitions ahead and drops finished ones instead of deleting rows. The primary\n" +
@@ -30,6 +38,11 @@ func migrateCommand() *cli.Command {
 			"--capture poll drops the publication and the slot again, once no relay streams from it.",
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
+			&cli.BoolFlag{Name: "plan", Usage: "print what it would run on this table, whether each statement blocks writers, and the table's size; change nothing"},
+			&cli.BoolFlag{Name: "cleanup", Usage: "also drop the indexes of earlier releases (once no relay of those releases runs)"},
+			&cli.DurationFlag{Name: "lock-timeout", Value: storage.DefaultLockTimeout,
+				Usage: "longest `WAIT` for a lock that writers would queue behind; the statement is tried again later"},
+			&cli.BoolFlag{Name: "allow-blocking", Usage: "run changes that block the table's writers throughout (MySQL: a column that rebuilds the table), in a maintenance window"},
 			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
 			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL)"},
 			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
@@ -45,12 +58,18 @@ func migrateCommand() *cli.Command {
 			if c.Bool("print") && c.Bool("json") {
 				return usagef("--print and --json cannot be combined: --print writes SQL")
 			}
+			if c.Bool("print") && c.Bool("plan") {
+				return usagef("--print and --plan cannot be combined: --print shows the whole schema, --plan what this table needs")
+			}
+			if c.IsSet("lock-timeout") && c.Duration("lock-timeout") <= 0 {
+				return usagef("--lock-timeout must be above 0, such as 500ms or 2s")
+			}
 			capture := c.String("capture")
 			if c.IsSet("capture") && capture != "wal" && capture != "poll" {
 				return usagef("--capture must be wal or poll, got %q", capture)
 			}
-			if capture != "" && c.Bool("print") {
-				return usagef("--capture cannot be combined with --print")
+			if capture != "" && (c.Bool("print") || c.Bool("plan")) {
+				return usagef("--capture cannot be combined with --print or --plan")
 			}
 			by := c.String("partition-by")
 			if c.IsSet("partition-by") && !slices.Contains(storage.PartitionBy, by) {
@@ -68,7 +87,7 @@ func migrateCommand() *cli.Command {
 			}
 			defer store.Close()
 			out := c.App.Writer
-			if !c.Bool("print") {
+			if !c.Bool("print") && !c.Bool("plan") {
 				// Where the table goes, before it goes there: the relay
 				// finds it only in the database its own STORAGE_URL names.
 				fmt.Fprintf(c.App.ErrWriter, "relay-cli: migrating %s\n", store.Describe())
@@ -83,9 +102,12 @@ func migrateCommand() *cli.Command {
 				_, err := fmt.Fprint(out, store.SchemaSQL())
 				return err
 			}
-			res, err := store.Migrate(c.Context)
+			res, err := store.Migrate(c.Context, migrateOptions(c))
 			if err != nil {
 				return err
+			}
+			if c.Bool("plan") {
+				return printPlan(c, store.Table(), res)
 			}
 			if err := printMigrated(c, "table", store.Table(), res); err != nil {
 				return err
@@ -105,15 +127,80 @@ func migratePartitioned(c *cli.Context, store storage.Storage, by string) error 
 		_, err := fmt.Fprint(c.App.Writer, pm.PartitionedSchemaSQL(by))
 		return err
 	}
-	res, err := pm.MigratePartitioned(c.Context, by)
+	res, err := pm.MigratePartitioned(c.Context, by, migrateOptions(c))
 	if err != nil {
 		return err
+	}
+	if c.Bool("plan") {
+		return printPlan(c, store.Table(), res)
 	}
 	if err := printMigrated(c, "table", store.Table(), res); err != nil || c.Bool("json") {
 		return err
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "partitioned by %s; `relay-cli partitions` lists the partitions\n", by)
 	return err
+}
+
+// migrateOptions are the migration's options from the flags; progress
+// goes to stderr.
+func migrateOptions(c *cli.Context) storage.MigrateOptions {
+	return storage.MigrateOptions{
+		Plan:          c.Bool("plan"),
+		Cleanup:       c.Bool("cleanup"),
+		LockTimeout:   c.Duration("lock-timeout"),
+		AllowBlocking: c.Bool("allow-blocking"),
+		Progress: func(msg string) {
+			fmt.Fprintf(c.App.ErrWriter, "relay-cli: %s\n", msg)
+		},
+	}
+}
+
+// printPlan prints what migrate --plan found: the table's size, then each
+// statement with what it is for and whether it blocks writers, as an SQL
+// script with comments, or --json.
+func printPlan(c *cli.Context, table string, res storage.MigrateResult) error {
+	out := c.App.Writer
+	if c.Bool("json") {
+		type step struct {
+			SQL    string `json:"sql"`
+			Blocks string `json:"blocks_writers"`
+			Why    string `json:"why"`
+		}
+		steps := []step{}
+		for _, st := range res.Plan {
+			steps = append(steps, step{st.SQL, st.Blocks, st.Why})
+		}
+		return writeJSON(out, struct {
+			Table string   `json:"table"`
+			Bytes int64    `json:"table_bytes"`
+			Rows  int64    `json:"table_rows_estimate"`
+			Steps []step   `json:"steps"`
+			Kept  []string `json:"kept"`
+		}{table, res.TableBytes, res.TableRows, steps, nonNil(res.Kept)})
+	}
+	if res.TableBytes < 0 {
+		fmt.Fprintf(out, "-- table %s does not exist: migrate creates it\n", table)
+	} else {
+		fmt.Fprintf(out, "-- table %s: %s, about %d rows\n", table, bytesize.Format(res.TableBytes), res.TableRows)
+	}
+	if len(res.Plan) == 0 {
+		fmt.Fprintln(out, "-- nothing to do")
+	}
+	lockTimeout := c.Duration("lock-timeout")
+	for _, st := range res.Plan {
+		blocks := st.Blocks
+		switch st.Blocks {
+		case "briefly":
+			blocks = fmt.Sprintf("briefly (waits at most %s for its lock, then tries again later)", lockTimeout)
+		case "yes":
+			blocks = "YES, until it is done"
+		}
+		fmt.Fprintf(out, "\n-- %s\n-- blocks writers: %s\n%s;\n", st.Why, blocks, strings.TrimSpace(st.SQL))
+	}
+	for _, obj := range res.Kept {
+		fmt.Fprintf(out, "\n-- kept: %s, an earlier release's (migrate --cleanup drops it)\n", obj)
+	}
+	return nil
 }
 
 // printMigrated reports what a migration created, found and dropped, as
@@ -126,7 +213,12 @@ func printMigrated(c *cli.Context, what, table string, res storage.MigrateResult
 			Created []string `json:"created"`
 			Existed []string `json:"existed"`
 			Dropped []string `json:"dropped"`
-		}{table, nonNil(res.Created), nonNil(res.Existed), nonNil(res.Dropped)})
+			Kept    []string `json:"kept"`
+			Rebuilt []string `json:"rebuilt"`
+		}{table, nonNil(res.Created), nonNil(res.Existed), nonNil(res.Dropped), nonNil(res.Kept), nonNil(res.Rebuilt)})
+	}
+	for _, obj := range res.Rebuilt {
+		fmt.Fprintf(out, "rebuilt  %s (a build cut short had left it INVALID)\n", obj)
 	}
 	for _, obj := range res.Created {
 		fmt.Fprintf(out, "created  %s\n", obj)
@@ -136,6 +228,9 @@ func printMigrated(c *cli.Context, what, table string, res storage.MigrateResult
 	}
 	for _, obj := range res.Dropped {
 		fmt.Fprintf(out, "dropped  %s\n", obj)
+	}
+	for _, obj := range res.Kept {
+		fmt.Fprintf(out, "kept     %s (an earlier release's: once no relay of it runs, migrate --cleanup drops it)\n", obj)
 	}
 	dropped := ""
 	if len(res.Dropped) > 0 {

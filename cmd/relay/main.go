@@ -188,11 +188,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	sd.add("the publisher", pub.Close)
 
 	if cfg.AutoMigrate {
-		res, err := store.Migrate(ctx)
+		res, err := store.Migrate(ctx, storage.MigrateOptions{Progress: func(msg string) { log.Info("migrating", "step", msg) }})
 		if err != nil {
 			return sd.startError(ctx, err)
 		}
-		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed), "dropped", res.Dropped)
+		log.Info("schema migrated", "created", res.Created, "existed", len(res.Existed), "dropped", res.Dropped, "kept_for_cleanup", res.Kept)
 	}
 	if err := store.Check(ctx); err != nil {
 		return sd.startError(ctx, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
@@ -134,7 +135,7 @@ func TestPostgresRestartMidDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := store.Migrate(context.Background()); err != nil {
+	if _, err := store.Migrate(context.Background(), storage.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tb := &pgtest.Table{Store: store, URL: c.url, Name: "openoutbox_events"}

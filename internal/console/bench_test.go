@@ -68,7 +68,7 @@ func BenchmarkPages(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(store.Close)
-		if _, err := store.Migrate(ctx); err != nil {
+		if _, err := store.Migrate(ctx, storage.MigrateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	} else {

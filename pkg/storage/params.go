@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -292,11 +293,72 @@ type ReapResult struct {
 	Dead     int
 }
 
+// MigrateOptions says how a migration treats a live table. The zero value
+// is an upgrade that never stops the application's writes for longer than
+// DefaultLockTimeout at a time and drops nothing an earlier release uses.
+type MigrateOptions struct {
+	// Plan changes nothing: the result's Plan lists what would run.
+	Plan bool
+	// Cleanup also drops what earlier releases used and this one does not
+	// (their indexes): run it once no relay of an earlier release is left.
+	Cleanup bool
+	// LockTimeout bounds how long one statement that needs a lock writers
+	// would queue behind waits for it; the statement is tried again
+	// later. 0 means DefaultLockTimeout.
+	LockTimeout time.Duration
+	// AllowBlocking lets a change that blocks the table's writers for its
+	// whole run go ahead (MySQL: a column that rebuilds the table), for a
+	// maintenance window. Without it such a change is refused.
+	AllowBlocking bool
+	// Progress, when set, hears how long steps (index builds) go on.
+	Progress func(msg string)
+}
+
+// DefaultLockTimeout is MigrateOptions.LockTimeout's default: a producer
+// waits at most about this long behind a migration statement.
+const DefaultLockTimeout = 500 * time.Millisecond
+
+// LockTimeoutOrDefault is LockTimeout, or DefaultLockTimeout when unset.
+func (o MigrateOptions) LockTimeoutOrDefault() time.Duration {
+	if o.LockTimeout <= 0 {
+		return DefaultLockTimeout
+	}
+	return o.LockTimeout
+}
+
+// Report calls Progress when it is set.
+func (o MigrateOptions) Report(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
 // MigrateResult lists the schema objects a migration created, the ones
 // that were already there, and the ones it dropped (indexes of earlier
-// versions that others replace).
+// versions, with MigrateOptions.Cleanup); Kept the indexes of earlier
+// versions it left for a later cleanup, Rebuilt the indexes it found
+// INVALID (a build cut short) and built again. With MigrateOptions.Plan,
+// Plan lists the statements it would run, and nothing changed.
 type MigrateResult struct {
 	Created []string
 	Existed []string
 	Dropped []string
+	Kept    []string
+	Rebuilt []string
+	Plan    []MigrateStep
+	// TableBytes and TableRows (an estimate) size the table before the
+	// migration; -1 when it did not exist.
+	TableBytes int64
+	TableRows  int64
+}
+
+// MigrateStep is one statement a migration would run.
+type MigrateStep struct {
+	SQL string
+	// Blocks says whether and how the statement holds up the table's
+	// writers: "no", "briefly" (a lock bounded by LockTimeout, then
+	// retried), or "yes" (for the whole statement).
+	Blocks string
+	// Why says what it is for.
+	Why string
 }

@@ -82,7 +82,7 @@ type PartitionMigrator interface {
 	// default partition and the partitions of the next few periods. On a
 	// table that exists unpartitioned, or partitioned otherwise, it fails
 	// and changes nothing.
-	MigratePartitioned(ctx context.Context, by string) (MigrateResult, error)
+	MigratePartitioned(ctx context.Context, by string, opts MigrateOptions) (MigrateResult, error)
 	// PartitionedSchemaSQL is the DDL MigratePartitioned applies.
 	PartitionedSchemaSQL(by string) string
 }

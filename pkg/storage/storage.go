@@ -232,9 +232,11 @@ type SQLDatabase interface {
 // Schema is what creating and checking the table needs.
 type Schema interface {
 	// Migrate creates the table, its indexes and whatever else the driver
-	// needs, where missing; running it twice changes nothing. RunMigrate
-	// tells what was created from what existed.
-	Migrate(ctx context.Context) (MigrateResult, error)
+	// needs, where missing; running it twice changes nothing. On a live
+	// table no statement holds up the application's writes for longer
+	// than opts.LockTimeout at a time (docs/operations.md, "Upgrades").
+	// RunMigrate tells what was created from what existed.
+	Migrate(ctx context.Context, opts MigrateOptions) (MigrateResult, error)
 	// Check verifies that the database answers and the table is usable. A
 	// missing table is an error wrapping ErrTableMissing; a table without
 	// every column of ContractColumns, and of those the driver adds, is

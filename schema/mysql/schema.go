@@ -104,6 +104,23 @@ type Upgrade struct {
 	// SQL adds the object (or, for an expression, changes the column to
 	// it).
 	SQL string
+	// Blocks says whether it blocks the table's writers while it runs:
+	// a column's change rebuilds the table; an index is built in place.
+	Blocks bool
+}
+
+// Retired lists the bare names of the indexes of earlier releases that
+// `migrate --cleanup` drops: state_idx and key_order_idx, ordered by
+// created_at first, and key_idx, which listed a key's events by
+// created_at.
+func Retired(t Table) []string {
+	return []string{t.Name + "_state_idx", t.Name + "_key_order_idx", t.Name + "_key_idx"}
+}
+
+// DropIndexSQL drops the index name of t in place, without blocking
+// writers.
+func DropIndexSQL(t Table, name string) string {
+	return "ALTER TABLE " + t.Quoted() + " DROP INDEX `" + name + "`, ALGORITHM=INPLACE, LOCK=NONE"
 }
 
 // Upgrades returns the statements that complete an existing table, one per
@@ -118,7 +135,9 @@ func Upgrades(t Table) []Upgrade {
 				sql = append(sql, line)
 			}
 		}
-		out = append(out, Upgrade{Object: strings.TrimSpace(object), SQL: strings.TrimSuffix(strings.Join(sql, "\n"), ";")})
+		object = strings.TrimSpace(object)
+		out = append(out, Upgrade{Object: object, SQL: strings.TrimSuffix(strings.Join(sql, "\n"), ";"),
+			Blocks: !strings.HasPrefix(object, "index ")})
 	}
 	return out
 }

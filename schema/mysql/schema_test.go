@@ -98,6 +98,12 @@ func TestUpgradesMatchTheSchema(t *testing.T) {
 			t.Errorf("upgrade %s = %q", u.Object, u.SQL)
 		}
 		for _, part := range strings.Split(strings.TrimPrefix(u.SQL, "ALTER TABLE `outbox` "), ",\n") {
+			if strings.TrimSpace(part) == "ALGORITHM=INPLACE, LOCK=NONE" {
+				if u.Blocks {
+					t.Errorf("upgrade %s builds in place but says it blocks writers", u.Object)
+				}
+				continue
+			}
 			def := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(part), verb))
 			def = strings.Join(strings.Fields(strings.TrimPrefix(def, "COLUMN ")), " ")
 			if !strings.Contains(ddl, def) {

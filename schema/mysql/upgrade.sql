@@ -7,12 +7,15 @@
 -- Adding seq and state_at, or changing state_at's expression, rebuilds the
 -- table (seq numbers the existing rows in primary key order: for UUIDv7
 -- ids, the order they were made); MySQL blocks writes to the table
--- meanwhile. Adding an index does not block writes.
+-- meanwhile, so migrate refuses them unless told --allow-blocking (a
+-- maintenance window). Adding an index does not block writes: each says
+-- ALGORITHM=INPLACE, LOCK=NONE, so that a server that could not build it
+-- so refuses instead of locking the table.
 --
 -- Nothing here drops what an older relay uses: its state_idx and
--- key_order_idx stay until an operator drops them once no relay of that
--- release runs (docs/operations.md, "MySQL and MariaDB"), and so does its
--- key_idx, which listed a key's events by created_at.
+-- key_order_idx stay until `relay-cli migrate --cleanup` drops them once no
+-- relay of that release runs (docs/operations.md, "Upgrades"), and so does
+-- its key_idx, which listed a key's events by created_at.
 
 -- object: column seq
 ALTER TABLE {{table}} ADD COLUMN seq BIGINT NOT NULL AUTO_INCREMENT,
@@ -30,13 +33,17 @@ ALTER TABLE {{table}} MODIFY COLUMN state_at DATETIME(6) AS (CASE status WHEN 'P
                       WHEN 'DELIVERED' THEN delivered_at ELSE updated_at END) STORED;
 
 -- object: index {{name}}_state_seq_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_state_seq_idx` (status, state_at, seq, attempts, created_at);
+ALTER TABLE {{table}} ADD KEY `{{name}}_state_seq_idx` (status, state_at, seq, attempts, created_at),
+    ALGORITHM=INPLACE, LOCK=NONE;
 
 -- object: index {{name}}_key_order_seq_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_seq_idx` (status, partition_key, seq);
+ALTER TABLE {{table}} ADD KEY `{{name}}_key_order_seq_idx` (status, partition_key, seq),
+    ALGORITHM=INPLACE, LOCK=NONE;
 
 -- object: index {{name}}_created_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_created_idx` (created_at, seq);
+ALTER TABLE {{table}} ADD KEY `{{name}}_created_idx` (created_at, seq),
+    ALGORITHM=INPLACE, LOCK=NONE;
 
 -- object: index {{name}}_key_written_idx
-ALTER TABLE {{table}} ADD KEY `{{name}}_key_written_idx` (partition_key, seq);
+ALTER TABLE {{table}} ADD KEY `{{name}}_key_written_idx` (partition_key, seq),
+    ALGORITHM=INPLACE, LOCK=NONE;

@@ -81,6 +81,10 @@ func (t Table) Object(suffix string) string {
 	return t.schemaPrefix() + `"` + t.Name + "_" + suffix + `"`
 }
 
+// Sibling returns the quoted name of the object named name in the
+// table's schema, such as a partition or an index.
+func (t Table) Sibling(name string) string { return t.schemaPrefix() + `"` + name + `"` }
+
 func (t Table) schemaPrefix() string {
 	if t.Schema == "" {
 		return ""
@@ -88,8 +92,15 @@ func (t Table) schemaPrefix() string {
 	return `"` + t.Schema + `".`
 }
 
-// Render returns the schema DDL for t.
+// Render returns the schema DDL for t, as `relay-cli migrate --print`
+// shows it: RenderBase, then each index built CONCURRENTLY.
 func Render(t Table) string {
+	return RenderBase(t) + indexesForPrint(t)
+}
+
+// RenderBase returns the schema DDL for t but its indexes: what migrate
+// runs in one transaction before it builds the indexes one by one.
+func RenderBase(t Table) string {
 	return Expand(schemaSQL, t)
 }
 
@@ -122,16 +133,11 @@ func (p Partitioning) PartitionName(t Table, start time.Time) string {
 // Start is the start of the partition that holds created_at at.
 func (p Partitioning) Start(at time.Time) time.Time { return at.UTC().Truncate(p.Step) }
 
-// RenderPartitioned returns the schema DDL for t partitioned by by ("day"
-// or "hour"): the table is created with PARTITION BY RANGE (created_at) and
-// the primary key (event_id, created_at), followed by its default
-// partition and the partitions of the next few periods. Everything else
-// (sequence, indexes, trigger) is the same as Render's.
-func RenderPartitioned(t Table, by string) (string, error) {
-	p, ok := Partitionings[by]
-	if !ok {
-		return "", fmt.Errorf("cannot partition by %q: use day or hour", by)
-	}
+// partitionedTemplate is schema.sql for a table partitioned by created_at:
+// created with PARTITION BY RANGE (created_at) and the primary key
+// (event_id, created_at), followed by its default partition and the
+// partitions of the next few periods.
+func partitionedTemplate() string {
 	ddl := schemaSQL
 	for _, r := range [][2]string{
 		{"event_id      UUID PRIMARY KEY DEFAULT", "event_id      UUID NOT NULL DEFAULT"},
@@ -145,7 +151,35 @@ func RenderPartitioned(t Table, by string) (string, error) {
 		}
 		ddl = strings.Replace(ddl, r[0], r[1], 1)
 	}
-	ddl += partitionedTailSQL
+	return ddl + partitionedTailSQL
+}
+
+// RenderPartitioned returns the schema DDL for t partitioned by by ("day"
+// or "hour"), as `relay-cli migrate --partition-by --print` shows it:
+// RenderPartitionedBase, then the indexes. Everything but the table's
+// partitioning (sequence, indexes, trigger) is the same as Render's.
+func RenderPartitioned(t Table, by string) (string, error) {
+	ddl, err := RenderPartitionedBase(t, by)
+	if err != nil {
+		return "", err
+	}
+	ddl += "\n-- The indexes. CREATE INDEX on a partitioned table creates them on every\n" +
+		"-- partition; on a new table that takes no time. (`relay-cli migrate` builds\n" +
+		"-- one missing from an existing table partition by partition, CONCURRENTLY.)\n"
+	for _, ix := range Indexes(t) {
+		ddl += fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%s" ON %s %s;`, ix.Name, t.Quoted(), ix.Definition) + "\n"
+	}
+	return ddl, nil
+}
+
+// RenderPartitionedBase is RenderPartitioned without the indexes, which
+// migrate builds after it.
+func RenderPartitionedBase(t Table, by string) (string, error) {
+	p, ok := Partitionings[by]
+	if !ok {
+		return "", fmt.Errorf("cannot partition by %q: use day or hour", by)
+	}
+	ddl := partitionedTemplate()
 	ahead := fmt.Sprintf("%d hours", int(p.Ahead.Hours()))
 	return strings.NewReplacer(
 		"{{partition_by}}", p.By,
@@ -198,5 +232,142 @@ func Expand(sql string, t Table) string {
 		"{{migration_lock}}", strconv.Itoa(MigrationLockKey),
 		"{{late_after}}", LateAfter,
 		"{{delivered_late}}", deliveredLate,
+		"{{seq_reserved}}", strconv.FormatInt(SeqReserved, 10),
+		"{{seq_numbering}}", SeqNumbering,
 	).Replace(sql)
+}
+
+//go:embed number_rows.sql
+var numberRowsSQL string
+
+// SeqReserved is where a table's seq starts when migrate adds the column
+// to a table with rows: the rows that predate it are numbered below it
+// (NumberRows) after the column exists, without a lock on the table,
+// while new rows take numbers above.
+const SeqReserved = int64(1) << 40
+
+// SeqNumbering is the comment on the seq column while the rows that
+// predate it wait to be numbered; NumberRows removes it.
+const SeqNumbering = "outbox-relay: numbering the rows that predate seq"
+
+// NumberRows returns the statement that numbers the unfinished rows of t
+// that predate its seq column and then drops the comment that marked the
+// work as pending. It locks those rows, not the table.
+func NumberRows(t Table) string { return Expand(numberRowsSQL, t) }
+
+// Index is one index migrate keeps on the table: created CONCURRENTLY,
+// one at a time, after the rest of the schema.
+type Index struct {
+	// Name is the index's bare name, <table>_<suffix>.
+	Name string
+	// Definition follows ON <table>: columns and condition.
+	Definition string
+}
+
+// The indexes, all partial but two, so each holds only the rows one query
+// needs:
+//
+//	pending_seq_idx   the PENDING rows in write order: the log's backfill
+//	                  check (CAPTURE=wal); claims read frontier_idx;
+//	frontier_idx      claims go forward through it in the order of the
+//	                  rows' writers (writer_xid, then seq), from the
+//	                  relay's claim frontier, and look up the rows of
+//	                  writers that were running when the frontier passed
+//	                  their ids; ordered claims meet their keys there the
+//	                  same way; NULL (rows from before the column) reads
+//	                  as 0, the first;
+//	due_at_idx        rows that became PENDING again (released, retried,
+//	                  reaped, retried from DEAD: each gets available_at =
+//	                  now() or later) and scheduled events: everything
+//	                  whose available_at is after its created_at. Claims
+//	                  find them here wherever their seq lies, in the order
+//	                  (available_at, seq) and from where their last ones
+//	                  ended. An event whose producer set created_at before
+//	                  the insert's now() is here from the start;
+//	key_seq_idx       ORDERING=partition walks the keys with unfinished
+//	                  events and reads each key's events in write order;
+//	                  "C" collation so that the database and the relay
+//	                  agree on the order of keys;
+//	key_dead_seq_idx  ORDERING_ON_DEAD=block finds a DEAD event ahead of a
+//	                  key's first unfinished one;
+//	delivering_idx    the reaper finds expired leases;
+//	dead_idx          pruning DEAD rows;
+//	created_idx       the console and `relay-cli list`: every status, newest
+//	                  or oldest first, a page after a cursor one range of it
+//	                  (not partial: it costs an entry per insert and per
+//	                  change of status); also the rows delivered within
+//	                  LateAfter of their creation (nearly all), for
+//	                  pruning and the counts of recent deliveries: such a
+//	                  row's created_at is at most that much before its
+//	                  delivered_at;
+//	late_idx          the DELIVERED rows delivered later than that (or
+//	                  without a delivery time), by delivered_at: with
+//	                  created_idx, every DELIVERED row by when it was
+//	                  delivered, while a settle in time adds no entry here;
+//	key_written_idx   the same for the events of one partition key, in
+//	                  write order (seq; created_at for rows written before
+//	                  seq existed), the order the relay delivers them in.
+var indexes = []struct{ suffix, definition string }{
+	{"pending_seq_idx", `(seq) WHERE status = 'PENDING'`},
+	{"frontier_idx", `((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status = 'PENDING'`},
+	{"due_at_idx", `(available_at, seq) WHERE status = 'PENDING' AND available_at > created_at`},
+	{"key_seq_idx", `(partition_key COLLATE "C", seq) WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL`},
+	{"key_dead_seq_idx", `(partition_key COLLATE "C", seq) WHERE status = 'DEAD' AND partition_key IS NOT NULL`},
+	{"delivering_idx", `(locked_at) WHERE status = 'DELIVERING'`},
+	{"late_idx", `(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}`},
+	{"dead_idx", `(updated_at) WHERE status = 'DEAD'`},
+	{"created_idx", `(created_at, (COALESCE(seq, 0)), event_id)`},
+	{"key_written_idx", `(partition_key, (COALESCE(seq, 0)), created_at, event_id) WHERE partition_key IS NOT NULL`},
+}
+
+// retired are the suffixes of indexes earlier releases made and this one
+// no longer reads: those that ordered by created_at, which the ones above
+// replace; pending_age_idx, whose question (the oldest pending event) the
+// backlog answers; delivered_idx, which late_idx and created_idx replace;
+// key_idx, which listed a key's events by created_at; due_idx, which
+// due_at_idx replaces; and unkeyed_seq_idx and keyed_pending_idx, which
+// ordered claims read before they went by the claim frontier. A relay of
+// an earlier release may still read them during a rolling upgrade, so
+// migrate drops them only when asked (--cleanup).
+var retired = []string{"pending_idx", "key_order_idx", "key_dead_idx", "unkeyed_idx", "pending_age_idx",
+	"delivered_idx", "key_idx", "due_idx", "unkeyed_seq_idx", "keyed_pending_idx"}
+
+// Indexes lists the indexes migrate keeps on t, in the order it creates
+// them.
+func Indexes(t Table) []Index {
+	out := make([]Index, len(indexes))
+	for i, ix := range indexes {
+		out[i] = Index{Name: t.Name + "_" + ix.suffix, Definition: Expand(ix.definition, t)}
+	}
+	return out
+}
+
+// Retired lists the bare names of the indexes of earlier releases that
+// `migrate --cleanup` drops from t.
+func Retired(t Table) []string {
+	out := make([]string, len(retired))
+	for i, suffix := range retired {
+		out[i] = t.Name + "_" + suffix
+	}
+	return out
+}
+
+// CreateIndexSQL is the statement that builds ix on t without blocking
+// writers. It cannot run inside a transaction block.
+func CreateIndexSQL(t Table, ix Index) string {
+	return fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS "%s" ON %s %s`, ix.Name, t.Quoted(), ix.Definition)
+}
+
+// indexesForPrint is the end of `migrate --print`: the indexes, each its
+// own statement outside any transaction.
+func indexesForPrint(t Table) string {
+	var b strings.Builder
+	b.WriteString("\n-- The indexes, built without blocking writers: CREATE INDEX CONCURRENTLY\n" +
+		"-- cannot run in a transaction block, so run these one by one (psql does).\n" +
+		"-- A build cut short leaves an INVALID index that IF NOT EXISTS would keep:\n" +
+		"-- `relay-cli migrate` finds such an index and builds it again.\n")
+	for _, ix := range Indexes(t) {
+		b.WriteString(CreateIndexSQL(t, ix) + ";\n")
+	}
+	return b.String()
 }

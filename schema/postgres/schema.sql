@@ -3,8 +3,11 @@
 --
 -- The table follows the Open Outbox table contract column for column, so the
 -- relay can take over an existing Open Outbox table. Every statement is
--- idempotent, and nothing is dropped but indexes of earlier versions that
--- others replace: running this file again is safe.
+-- idempotent and drops nothing: running this file again is safe. Each
+-- change to an existing table takes a lock that is held only for a
+-- moment (no table is rewritten or read under it); `relay-cli migrate`
+-- runs this file under a short lock_timeout and tries again when a lock
+-- is not free in time.
 
 -- A new event's id when its INSERT names none: a UUIDv7 (RFC 9562), whose
 -- first 48 bits are the Unix time in milliseconds and the rest random. Ids
@@ -52,9 +55,9 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 -- without a default first so that an existing table is not rewritten; the
 -- unfinished rows that predate it are numbered once, the delivered ones keep
 -- NULL (which sorts first). Every change below is made only
--- if missing: ALTER TABLE and CREATE INDEX take locks that block writers
--- even when IF NOT EXISTS finds nothing to do, and a relay may run this at
--- every start (STORAGE_AUTO_MIGRATE).
+-- if missing: ALTER TABLE takes a lock that blocks writers even when IF
+-- NOT EXISTS finds nothing to do, and a relay may run this at every start
+-- (STORAGE_AUTO_MIGRATE).
 CREATE SEQUENCE IF NOT EXISTS {{schema}}"{{name}}_seq";
 DO $$
 BEGIN
@@ -69,20 +72,17 @@ BEGIN
         JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
         WHERE d.adrelid = '{{table}}'::regclass AND a.attname = 'seq'
     ) THEN
+        -- The unfinished rows that predate the column are numbered after
+        -- this transaction (number_rows.sql), so that no lock is held
+        -- while it reads the table: new rows start above the numbers they
+        -- will get, and the column's comment marks the work as pending.
+        IF EXISTS (SELECT 1 FROM {{table}} LIMIT 1) THEN
+            PERFORM setval('{{schema}}"{{name}}_seq"', greatest({{seq_reserved}},
+                (SELECT last_value FROM {{schema}}"{{name}}_seq")));
+            COMMENT ON COLUMN {{table}}.seq IS '{{seq_numbering}}';
+        END IF;
         ALTER TABLE {{table}} ALTER COLUMN seq SET DEFAULT nextval('{{schema}}"{{name}}_seq"');
         ALTER SEQUENCE {{schema}}"{{name}}_seq" OWNED BY {{table}}.seq;
-        -- Number the unfinished rows that predate the column, oldest first
-        -- (their order within a transaction is lost), so that ordered
-        -- claims can compare (created_at, seq) without NULLs. Delivered
-        -- history keeps NULL.
-        UPDATE {{table}} AS t SET seq = o.n
-        FROM (
-            SELECT event_id, nextval('{{schema}}"{{name}}_seq"') AS n
-            FROM (SELECT event_id FROM {{table}}
-                  WHERE seq IS NULL AND status <> 'DELIVERED'
-                  ORDER BY created_at, event_id) AS unfinished
-        ) AS o
-        WHERE t.event_id = o.event_id;
     END IF;
     -- writer_xid is the id of the transaction that last made the row
     -- claimable: the producer's INSERT (or COPY), or the statement that
@@ -121,100 +121,9 @@ BEGIN
 END
 $$;
 
--- The indexes, all partial but two, so each holds only the rows one query
--- needs:
---   pending_seq_idx   the PENDING rows in write order: the log's backfill
---                     check (CAPTURE=wal); claims read frontier_idx;
---   frontier_idx      claims go forward through it in the order of the
---                     rows' writers (writer_xid, then seq), from the
---                     relay's claim frontier, and look up the rows of
---                     writers that were running when the frontier passed
---                     their ids; ordered claims meet their keys there the
---                     same way; NULL (rows from before the column) reads
---                     as 0, the first;
---   due_at_idx        rows that became PENDING again (released, retried,
---                     reaped, retried from DEAD: each gets available_at =
---                     now() or later) and scheduled events: everything
---                     whose available_at is after its created_at. Claims
---                     find them here wherever their seq lies, in the order
---                     (available_at, seq) and from where their last ones
---                     ended. An event whose producer set created_at before
---                     the insert's now() is here from the start;
---   key_seq_idx       ORDERING=partition walks the keys with unfinished
---                     events and reads each key's events in write order;
---                     "C" collation so that the database and the relay
---                     agree on the order of keys;
---   key_dead_seq_idx  ORDERING_ON_DEAD=block finds a DEAD event ahead of a
---                     key's first unfinished one;
---   unkeyed_seq_idx   and
---   keyed_pending_idx no query reads them since claims go by the claim
---                     frontier (docs/architecture.md); kept until migrate
---                     can drop indexes without stopping writers;
---   delivering_idx    the reaper finds expired leases;
---   dead_idx          pruning DEAD rows;
---   created_idx       the console and `relay-cli list`: every status, newest
---                     or oldest first, a page after a cursor one range of it
---                     (not partial: it costs an entry per insert and per
---                     change of status); also the rows delivered within
---                     {{late_after}} of their creation (nearly all), for
---                     pruning and the counts of recent deliveries: such a
---                     row's created_at is at most that much before its
---                     delivered_at;
---   late_idx          the DELIVERED rows delivered later than that (or
---                     without a delivery time), by delivered_at: with
---                     created_idx, every DELIVERED row by when it was
---                     delivered, while a settle in time adds no entry here;
---   key_written_idx   the same for the events of one partition key, in
---                     write order (seq; created_at for rows written before
---                     seq existed), the order the relay delivers them in.
-DO $$
-DECLARE
-    ix record;
-    old text;
-BEGIN
-    FOR ix IN SELECT * FROM (VALUES
-        ('{{name}}_pending_seq_idx', $d$(seq) WHERE status = 'PENDING'$d$),
-        ('{{name}}_frontier_idx', $d$((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status = 'PENDING'$d$),
-        ('{{name}}_due_at_idx', $d$(available_at, seq) WHERE status = 'PENDING' AND available_at > created_at$d$),
-        ('{{name}}_key_seq_idx', $d$(partition_key COLLATE "C", seq)
-            WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL$d$),
-        ('{{name}}_key_dead_seq_idx', $d$(partition_key COLLATE "C", seq)
-            WHERE status = 'DEAD' AND partition_key IS NOT NULL$d$),
-        ('{{name}}_unkeyed_seq_idx', $d$(seq)
-            WHERE status = 'PENDING' AND (partition_key IS NULL OR partition_key = '')$d$),
-        ('{{name}}_keyed_pending_idx', $d$(seq) WHERE status = 'PENDING' AND partition_key <> ''$d$),
-        ('{{name}}_delivering_idx', $d$(locked_at) WHERE status = 'DELIVERING'$d$),
-        ('{{name}}_late_idx', $d$(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}$d$),
-        ('{{name}}_dead_idx', $d$(updated_at) WHERE status = 'DEAD'$d$),
-        ('{{name}}_created_idx', $d$(created_at, (COALESCE(seq, 0)), event_id)$d$),
-        ('{{name}}_key_written_idx', $d$(partition_key, (COALESCE(seq, 0)), created_at, event_id)
-            WHERE partition_key IS NOT NULL$d$)
-    ) AS v(name, definition)
-    LOOP
-        IF to_regclass(format('%s%I', '{{schema}}', ix.name)) IS NULL THEN
-            -- An index is always created in its table's schema.
-            EXECUTE format('CREATE INDEX %I ON {{table}} %s', ix.name, ix.definition);
-        END IF;
-    END LOOP;
-    -- Indexes of earlier versions: those that ordered by created_at, which
-    -- the ones above replace, pending_age_idx, whose question (the oldest
-    -- pending event) the backlog answers while it counts the pending rows
-    -- anyway, delivered_idx, which late_idx and created_idx replace,
-    -- key_idx, which listed a key's events by created_at, and due_idx,
-    -- which due_at_idx replaces (it ordered rows of one available_at by
-    -- their place in the table). All but due_idx cost an entry per
-    -- inserted or delivered row.
-    FOREACH old IN ARRAY ARRAY['{{name}}_pending_idx', '{{name}}_key_order_idx',
-                               '{{name}}_key_dead_idx', '{{name}}_unkeyed_idx',
-                               '{{name}}_pending_age_idx', '{{name}}_delivered_idx',
-                               '{{name}}_key_idx', '{{name}}_due_idx']
-    LOOP
-        IF to_regclass(format('%s%I', '{{schema}}', old)) IS NOT NULL THEN
-            EXECUTE format('DROP INDEX %s%I', '{{schema}}', old);
-        END IF;
-    END LOOP;
-END
-$$;
+-- The indexes are created after this file, one by one and CONCURRENTLY
+-- (see Indexes in schema.go and the end of `relay-cli migrate --print`),
+-- so that building them never stops the application's writes.
 
 -- Wake relays as soon as events are committed: one notification per
 -- inserting statement, delivered when its transaction commits. The channel

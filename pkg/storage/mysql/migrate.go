@@ -3,10 +3,14 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-relay/relay/internal/bytesize"
 	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )
@@ -22,20 +26,47 @@ func (s *Store) SchemaSQL() string { return schema.Render(s.table) }
 
 // Migrate creates the table when it is missing, then adds whatever an
 // existing table lacks (the seq column, state_at or its current
-// expression, each index), and reports which
-// objects it created and which already existed. MySQL commits each DDL
-// statement by itself, so a migration is not one transaction; a named lock
-// keeps two migrations from running at once, and every step checks first,
-// so a migration cut short is finished by the next.
-func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
-	withLock := func(fn func(*sql.Conn) error) error { return s.withMigrationLock(ctx, fn) }
+// expression, each index), and reports which objects it created and which
+// already existed. MySQL commits each DDL statement by itself, so a
+// migration is not one transaction; a named lock keeps two migrations from
+// running at once, and every step checks first, so a migration cut short
+// is finished by the next.
+//
+// On a live table: an index is built ALGORITHM=INPLACE, LOCK=NONE, which
+// lets writers go on (a server that cannot build it so refuses rather than
+// lock the table); the metadata lock each statement takes for a moment at
+// its start and end is waited for at most opts.LockTimeout (rounded up to
+// a second, MySQL's unit) and asked for again later, so writers never
+// queue behind a migration that waits for a long transaction. A column's
+// change rebuilds the table and blocks its writers throughout: refused
+// unless opts.AllowBlocking. Indexes of earlier releases stay until
+// opts.Cleanup.
+func (s *Store) Migrate(ctx context.Context, opts storage.MigrateOptions) (storage.MigrateResult, error) {
+	var size storage.MigrateResult
+	var plan []storage.MigrateStep
+	var kept []string
+	withLock := func(fn func(*sql.Conn) error) error { return s.withMigrationLock(ctx, opts, fn) }
 	objects := func(conn *sql.Conn) ([]string, error) { return s.schemaObjects(ctx, conn) }
 	res, err := storage.RunMigrate(withLock, objects, func(conn *sql.Conn, before []string) error {
+		var err error
+		if size.TableBytes, size.TableRows, err = s.tableSize(ctx, conn); err != nil {
+			return err
+		}
+		step := func(stmt string, blocks, why string) error {
+			if opts.Plan {
+				plan = append(plan, storage.MigrateStep{SQL: stmt, Blocks: blocks, Why: why})
+				return nil
+			}
+			return s.migrateStep(ctx, conn, opts, stmt, why)
+		}
 		if !slices.Contains(before, "table "+s.table.Name) {
 			for _, stmt := range schema.Statements(schema.Render(s.table)) {
-				if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				if err := step(stmt, "no", "create the table"); err != nil {
 					return err
 				}
+			}
+			if opts.Plan {
+				return nil
 			}
 		}
 		have, err := s.schemaObjects(ctx, conn)
@@ -46,21 +77,164 @@ func (s *Store) Migrate(ctx context.Context) (storage.MigrateResult, error) {
 			if slices.Contains(have, u.Object) {
 				continue
 			}
-			if _, err := conn.ExecContext(ctx, u.SQL); err != nil {
+			if u.Blocks && opts.Plan {
+				if err := step(u.SQL, "yes", "add "+u.Object+": rebuilds the table, blocking its writers throughout (needs --allow-blocking)"); err != nil {
+					return err
+				}
+				continue
+			}
+			if u.Blocks && !opts.AllowBlocking {
+				return &blockingChange{fmt.Sprintf("adding %s rebuilds table %s (%s, about %d rows) and blocks its writers until it is done, "+
+					"so migrate did not start it; stop the application's writes and run `relay-cli migrate --allow-blocking` in a maintenance window "+
+					"(`relay-cli migrate --plan` lists what it would run)",
+					u.Object, s.table, bytesize.Format(size.TableBytes), size.TableRows)}
+			}
+			blocks := "briefly"
+			if u.Blocks {
+				blocks = "yes"
+			}
+			if err := step(u.SQL, blocks, "add "+u.Object); err != nil {
 				return fmt.Errorf("add %s: %w", u.Object, err)
+			}
+		}
+		for _, name := range schema.Retired(s.table) {
+			if !slices.Contains(have, "index "+name) {
+				continue
+			}
+			if !opts.Cleanup {
+				kept = append(kept, "index "+name)
+				continue
+			}
+			if err := step(schema.DropIndexSQL(s.table, name), "briefly", "drop index "+name+" of an earlier release"); err != nil {
+				return fmt.Errorf("drop %s: %w", name, err)
 			}
 		}
 		return nil
 	})
+	res.Plan, res.Kept, res.TableBytes, res.TableRows = plan, kept, size.TableBytes, size.TableRows
+	if opts.Plan {
+		// Nothing ran: what exists is all there is.
+		res.Existed, res.Created, res.Dropped = append(res.Existed, res.Created...), nil, nil
+	}
+	if _, ok := errors.AsType[*blockingChange](err); ok {
+		return res, err
+	}
 	if err != nil {
 		return res, s.queryError("migrate table", err)
 	}
 	return res, nil
 }
 
+// blockingChange is a migration refused because a change would block the
+// table's writers throughout.
+type blockingChange struct{ msg string }
+
+func (e *blockingChange) Error() string { return e.msg }
+
+// tableSize reads the table's size and estimated rows; -1 when it does not
+// exist.
+func (s *Store) tableSize(ctx context.Context, conn *sql.Conn) (bytes, rows int64, err error) {
+	err = conn.QueryRowContext(ctx, `SELECT COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), COALESCE(TABLE_ROWS, 0)
+		FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, s.database, s.table.Name).Scan(&bytes, &rows)
+	if errors.Is(err, sql.ErrNoRows) {
+		return -1, -1, nil
+	}
+	return bytes, rows, err
+}
+
+// migrateStep runs one DDL statement, again while its metadata lock was
+// not free within the lock timeout, and reports how long it took.
+func (s *Store) migrateStep(ctx context.Context, conn *sql.Conn, opts storage.MigrateOptions, stmt, why string) error {
+	wait := 100 * time.Millisecond
+	start := time.Now()
+	opts.Report("%s", why)
+	for attempt := 1; ; attempt++ {
+		stop := s.watchAlter(ctx, conn, opts, why)
+		_, err := conn.ExecContext(ctx, stmt)
+		stop()
+		var myErr *mysql.MySQLError
+		if err == nil {
+			opts.Report("%s: done in %s", why, time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if !errors.As(err, &myErr) || myErr.Number != errLockWaitTimeout {
+			return err
+		}
+		if attempt == migrateLockRetries {
+			return fmt.Errorf("the table's metadata lock was not free within %s in %d tries (a long transaction holds it: see information_schema.innodb_trx), so nothing was changed; run migrate again later, or with a longer --lock-timeout: %w",
+				lockWaitTimeout(opts), attempt, err)
+		}
+		opts.Report("%s: the table's lock was not free within %s; trying again in %s (try %d of %d)", why, lockWaitTimeout(opts), wait, attempt, migrateLockRetries)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// migrateLockRetries bounds how often a DDL whose metadata lock was not
+// free in time is tried again.
+const migrateLockRetries = 60
+
+// lockWaitTimeout is opts' lock timeout in MySQL's unit, whole seconds,
+// rounded up.
+func lockWaitTimeout(opts storage.MigrateOptions) time.Duration {
+	secs := (opts.LockTimeoutOrDefault() + time.Second - 1) / time.Second
+	return max(secs, 1) * time.Second
+}
+
+// alterProgressEvery is how often a long DDL reports its progress.
+var alterProgressEvery = 5 * time.Second
+
+// watchAlter reports, every alterProgressEvery, how far the DDL running on
+// conn has got, from performance_schema's stage events where the server
+// records them (MySQL 8 does for InnoDB's ALTER TABLE by default); else
+// only that it still runs.
+func (s *Store) watchAlter(ctx context.Context, conn *sql.Conn, opts storage.MigrateOptions, why string) (stop func()) {
+	if opts.Progress == nil {
+		return func() {}
+	}
+	var id int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(alterProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var stage string
+			var worked, estimated sql.NullInt64
+			err := s.db.QueryRowContext(ctx, `SELECT e.EVENT_NAME, e.WORK_COMPLETED, e.WORK_ESTIMATED
+				FROM performance_schema.events_stages_current e JOIN performance_schema.threads t ON t.THREAD_ID = e.THREAD_ID
+				WHERE t.PROCESSLIST_ID = ?`, id).Scan(&stage, &worked, &estimated)
+			switch {
+			case err == nil && estimated.Int64 > 0:
+				opts.Report("%s: %s, %d%% (%s)", why, stage, worked.Int64*100/estimated.Int64, time.Since(start).Round(time.Second))
+			case err == nil:
+				opts.Report("%s: %s (%s)", why, stage, time.Since(start).Round(time.Second))
+			default:
+				opts.Report("%s: still running (%s)", why, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
 // withMigrationLock runs fn on a connection holding the server-wide
 // migration lock, with a bounded wait for metadata locks.
-func (s *Store) withMigrationLock(ctx context.Context, fn func(*sql.Conn) error) error {
+func (s *Store) withMigrationLock(ctx context.Context, opts storage.MigrateOptions, fn func(*sql.Conn) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -79,7 +253,7 @@ func (s *Store) withMigrationLock(ctx context.Context, fn func(*sql.Conn) error)
 		_, _ = conn.ExecContext(bg, s.queries["migrate_session_reset"])
 		_, _ = conn.ExecContext(bg, s.queries["migrate_unlock"], schema.MigrationLock)
 	}()
-	if _, err := conn.ExecContext(ctx, s.queries["migrate_session"]); err != nil {
+	if _, err := conn.ExecContext(ctx, s.queries["migrate_session"], int64(lockWaitTimeout(opts)/time.Second)); err != nil {
 		return err
 	}
 	return fn(conn)
@@ -113,7 +287,7 @@ func (s *Store) GrantsSQL() string { return schema.RenderGrants(s.table) }
 // run as an account that may create roles and grant on the table, after
 // Migrate.
 func (s *Store) ApplyGrants(ctx context.Context) error {
-	err := s.withMigrationLock(ctx, func(conn *sql.Conn) error {
+	err := s.withMigrationLock(ctx, storage.MigrateOptions{}, func(conn *sql.Conn) error {
 		for _, stmt := range schema.Statements(s.GrantsSQL()) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return err

@@ -185,7 +185,7 @@ func TestUnreachableServerErrorsNameTheServerNotThePassword(t *testing.T) {
 	}
 	t.Cleanup(s.Close)
 	errs := map[string]error{"Check": s.Check(ctx)}
-	_, errs["Migrate"] = s.Migrate(ctx)
+	_, errs["Migrate"] = s.Migrate(ctx, storage.MigrateOptions{})
 	_, errs["Claim"] = s.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 1})
 	_, errs["Backlog"] = s.Backlog(ctx)
 	for op, err := range errs {
@@ -657,7 +657,7 @@ func TestWriteToTheDefaultTable(t *testing.T) {
 func TestMigrateTwiceChangesNothing(t *testing.T) {
 	t.Parallel()
 	tb := mysqltest.New(t)
-	res, err := tb.Store.Migrate(ctx)
+	res, err := tb.Store.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -674,7 +674,7 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	res, err := s.Migrate(ctx)
+	res, err := s.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -733,7 +733,16 @@ func TestMigrateCompletesAnOpenOutboxTable(t *testing.T) {
 	if err := old.Check(ctx); err == nil || !strings.Contains(err.Error(), "seq") {
 		t.Fatalf("Check before migrate = %v, want it to ask for seq", err)
 	}
-	res, err := old.Migrate(ctx)
+	// Adding seq rebuilds the table: refused unless asked for, with the
+	// way to run it, and nothing changed.
+	if _, err := old.Migrate(ctx, storage.MigrateOptions{}); err == nil || !strings.Contains(err.Error(), "--allow-blocking") ||
+		!strings.Contains(err.Error(), "column seq") {
+		t.Fatalf("Migrate without AllowBlocking = %v, want a refusal that names the column and --allow-blocking", err)
+	}
+	if err := old.Check(ctx); err == nil || !strings.Contains(err.Error(), "seq") {
+		t.Fatalf("Check after a refused migrate = %v, want it to still ask for seq", err)
+	}
+	res, err := old.Migrate(ctx, storage.MigrateOptions{AllowBlocking: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -745,7 +754,7 @@ func TestMigrateCompletesAnOpenOutboxTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer newer.Close()
-	if _, err := newer.Migrate(ctx); err != nil {
+	if _, err := newer.Migrate(ctx, storage.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := showCreate(t, db, database), showCreate(t, db, fresh); got != want {
@@ -788,10 +797,10 @@ const previousReleaseTable = `CREATE TABLE openoutbox_events (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`
 
 // The previous release's table: Check asks for migrate, which changes
-// state_at's expression and adds the two indexes this release claims
-// through, keeping the rows and leaving the old indexes to relays of the
-// old release; once those are dropped as docs/operations.md says, the
-// table is the one migrate makes.
+// state_at's expression (a rebuild, so only with AllowBlocking) and adds
+// the two indexes this release claims through, keeping the rows and
+// leaving the old indexes to relays of the old release; once migrate
+// --cleanup has dropped those, the table is the one migrate makes.
 func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
 	t.Parallel()
 	database := mysqltest.NewDatabase(t)
@@ -821,7 +830,7 @@ func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "openoutbox_events_state_seq_idx") || !strings.Contains(err.Error(), "relay-cli migrate") {
 		t.Fatalf("Check of the previous release's table = %v, want it to ask for migrate", err)
 	}
-	res, err := s.Migrate(ctx)
+	res, err := s.Migrate(ctx, storage.MigrateOptions{AllowBlocking: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,17 +849,24 @@ func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
 		t.Errorf("claimed %v after the upgrade, want %s", eventIDs(b.Events), old)
 	}
 
-	// What docs/operations.md says to run once no relay of the old
-	// release is left.
-	if _, err := conn.ExecContext(ctx, "ALTER TABLE openoutbox_events DROP INDEX openoutbox_events_state_idx, DROP INDEX openoutbox_events_key_order_idx, DROP INDEX openoutbox_events_key_idx"); err != nil {
+	if want := "[index openoutbox_events_state_idx index openoutbox_events_key_order_idx index openoutbox_events_key_idx]"; fmt.Sprint(res.Kept) != want {
+		t.Errorf("Migrate kept %v, want %s for the old release's relays", res.Kept, want)
+	}
+
+	// Once no relay of the old release is left: migrate --cleanup.
+	cleaned, err := s.Migrate(ctx, storage.MigrateOptions{Cleanup: true})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if want := "[index openoutbox_events_key_idx index openoutbox_events_key_order_idx index openoutbox_events_state_idx]"; fmt.Sprint(cleaned.Dropped) != want || len(cleaned.Kept) != 0 {
+		t.Errorf("migrate --cleanup dropped %v and kept %v, want %s dropped", cleaned.Dropped, cleaned.Kept, want)
 	}
 	newer, err := mysql.Open(ctx, storage.URLWithTable(mysqltest.DatabaseURL(fresh), "openoutbox_events"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer newer.Close()
-	if _, err := newer.Migrate(ctx); err != nil {
+	if _, err := newer.Migrate(ctx, storage.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Indexes added later are listed later.
@@ -912,7 +928,7 @@ func TestConcurrentMigrationsAllSucceed(t *testing.T) {
 				return
 			}
 			defer s.Close()
-			if _, err := s.Migrate(ctx); err != nil {
+			if _, err := s.Migrate(ctx, storage.MigrateOptions{}); err != nil {
 				errs <- err
 			}
 		}()

@@ -57,8 +57,8 @@ func (s *Store) PartitionedSchemaSQL(by string) string {
 // "hour"), its default partition and the partitions of the next few
 // periods, and everything Migrate creates. A table that exists must be
 // partitioned the same way; an unpartitioned one is never converted.
-func (s *Store) MigratePartitioned(ctx context.Context, by string) (storage.MigrateResult, error) {
-	ddl, err := schema.RenderPartitioned(s.table, by)
+func (s *Store) MigratePartitioned(ctx context.Context, by string, opts storage.MigrateOptions) (storage.MigrateResult, error) {
+	ddl, err := schema.RenderPartitionedBase(s.table, by)
 	if err != nil {
 		return storage.MigrateResult{}, err
 	}
@@ -72,7 +72,7 @@ func (s *Store) MigratePartitioned(ctx context.Context, by string) (storage.Migr
 	case have != by:
 		return storage.MigrateResult{}, fmt.Errorf("table %s is partitioned by %s, not %s: run migrate --partition-by %s", s.table, have, by, have)
 	}
-	return s.migrate(ctx, ddl)
+	return s.migrate(ctx, ddl, true, opts)
 }
 
 // Partitioning says how the table is partitioned: "", "day" or "hour",

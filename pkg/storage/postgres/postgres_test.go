@@ -102,6 +102,19 @@ func open(t *testing.T, table string) *postgres.Store {
 	return s
 }
 
+// openPrivate opens a store on table in a database of its own: for a test
+// whose migrate builds indexes on a table that exists (CONCURRENTLY, which
+// waits for every older transaction in its database, other tests' too).
+func openPrivate(t *testing.T, table string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(ctx, storage.URLWithTable(pgtest.NewDatabase(t), table))
+	if err != nil {
+		t.Fatalf("Open(%s): %v", table, err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 func exec(t *testing.T, s *postgres.Store, sql string, args ...any) {
 	t.Helper()
 	if _, err := s.Pool().Exec(ctx, sql, args...); err != nil {
@@ -133,7 +146,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	t.Parallel()
 	s := open(t, pgtest.NewSchema(t)+".outbox")
 
-	first, err := s.Migrate(ctx)
+	first, err := s.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -141,7 +154,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 		"table outbox", "column seq", "column writer_xid", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
 		"function outbox_event_id()", "default event_id",
 		"index outbox_pkey", "index outbox_pending_seq_idx", "index outbox_frontier_idx", "index outbox_due_at_idx",
-		"index outbox_key_seq_idx", "index outbox_key_dead_seq_idx", "index outbox_unkeyed_seq_idx", "index outbox_keyed_pending_idx", "index outbox_delivering_idx", "index outbox_late_idx", "index outbox_dead_idx",
+		"index outbox_key_seq_idx", "index outbox_key_dead_seq_idx", "index outbox_delivering_idx", "index outbox_late_idx", "index outbox_dead_idx",
 		"index outbox_created_idx", "index outbox_key_written_idx",
 	}
 	if !sameStrings(first.Created, want) {
@@ -171,7 +184,7 @@ func TestMigrateUnqualifiedTableUsesSearchPath(t *testing.T) {
 	}
 	t.Cleanup(s.Close)
 
-	res, err := s.Migrate(ctx)
+	res, err := s.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +199,8 @@ func TestMigrateUnqualifiedTableUsesSearchPath(t *testing.T) {
 
 func TestMigrateAdoptsAnOpenOutboxTable(t *testing.T) {
 	t.Parallel()
-	table := pgtest.NewSchema(t) + ".openoutbox_events"
-	s := open(t, table)
+	table := "openoutbox_events"
+	s := openPrivate(t, table)
 	exec(t, s, fmt.Sprintf(openOutboxDDL, table))
 	old := uuid.New()
 	exec(t, s, "INSERT INTO "+table+" (event_id, event_type, payload) VALUES ($1, 'old.event', '\\x01')", old)
@@ -197,7 +210,7 @@ func TestMigrateAdoptsAnOpenOutboxTable(t *testing.T) {
 	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "seq") {
 		t.Fatalf("Check before Migrate = %v, want it to name the missing seq column", err)
 	}
-	res, err := s.Migrate(ctx)
+	res, err := s.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -329,7 +342,7 @@ func TestUnreachableDatabaseErrorsHideThePassword(t *testing.T) {
 	t.Cleanup(s.Close)
 
 	errs := map[string]error{"Check": s.Check(ctx)}
-	_, errs["Migrate"] = s.Migrate(ctx)
+	_, errs["Migrate"] = s.Migrate(ctx, storage.MigrateOptions{})
 	_, errs["Claim"] = s.Claim(ctx, storage.ClaimParams{RelayID: "r", Limit: 1})
 	_, errs["Reap"] = s.Reap(ctx, storage.ReapParams{LeaseTimeout: time.Minute, Limit: 1, MaxAttempts: 1})
 	for op, err := range errs {
@@ -587,12 +600,12 @@ func TestListenHearsInsertsHoweverTheTableIsSpelt(t *testing.T) {
 func TestMigrateGivesEventIDATimeOrderedDefault(t *testing.T) {
 	t.Parallel()
 	for _, adopted := range []bool{false, true} {
-		table := pgtest.NewSchema(t) + ".openoutbox_events"
-		s := open(t, table)
+		table := "openoutbox_events"
+		s := openPrivate(t, table)
 		if adopted {
 			exec(t, s, fmt.Sprintf(openOutboxDDL, table))
 		}
-		if _, err := s.Migrate(ctx); err != nil {
+		if _, err := s.Migrate(ctx, storage.MigrateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var before, after time.Time
@@ -621,10 +634,10 @@ func TestMigrateGivesEventIDATimeOrderedDefault(t *testing.T) {
 // does not claim it.
 func TestMigrateKeepsAnEventIDDefaultItDidNotSet(t *testing.T) {
 	t.Parallel()
-	table := pgtest.NewSchema(t) + ".openoutbox_events"
-	s := open(t, table)
+	table := "openoutbox_events"
+	s := openPrivate(t, table)
 	exec(t, s, strings.Replace(fmt.Sprintf(openOutboxDDL, table), "DEFAULT gen_random_uuid()", "DEFAULT md5(random()::text)::uuid", 1))
-	res, err := s.Migrate(ctx)
+	res, err := s.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +672,7 @@ func TestMigrateOfAMigratedTableBlocksNoWriter(t *testing.T) {
 	}
 	quick, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, err := tb.Store.Migrate(quick)
+	res, err := tb.Store.Migrate(quick, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatalf("migrating a migrated table waited behind a reader: %v", err)
 	}

@@ -55,7 +55,7 @@ func testMissingTableThenMigrateTwice(t *testing.T, h Harness) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { results[i], errs[i] = s.Migrate(ctx) })
+		wg.Go(func() { results[i], errs[i] = s.Migrate(ctx, storage.MigrateOptions{}) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -81,7 +81,7 @@ func testMissingTableThenMigrateTwice(t *testing.T, h Harness) {
 		t.Fatalf("Check after Migrate: %v", err)
 	}
 
-	again, err := s.Migrate(ctx)
+	again, err := s.Migrate(ctx, storage.MigrateOptions{})
 	if err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}

@@ -67,7 +67,7 @@ func New(t testing.TB) *Table {
 		t.Fatalf("mysqltest: open store: %v", err)
 	}
 	t.Cleanup(store.Close)
-	if _, err := store.Migrate(context.Background()); err != nil {
+	if _, err := store.Migrate(context.Background(), storage.MigrateOptions{}); err != nil {
 		t.Fatalf("mysqltest: migrate: %v", err)
 	}
 	return &Table{Store: store, URL: storeURL, Database: database, Name: database + ".openoutbox_events"}

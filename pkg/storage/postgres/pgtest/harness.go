@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"net/url"
 	"context"
 	"fmt"
 	"strings"
@@ -71,8 +72,8 @@ type partitionedStore struct {
 	by string
 }
 
-func (s partitionedStore) Migrate(ctx context.Context) (storage.MigrateResult, error) {
-	return s.MigratePartitioned(ctx, s.by)
+func (s partitionedStore) Migrate(ctx context.Context, opts storage.MigrateOptions) (storage.MigrateResult, error) {
+	return s.MigratePartitioned(ctx, s.by, opts)
 }
 
 func (s partitionedStore) SchemaSQL() string { return s.PartitionedSchemaSQL(s.by) }
@@ -95,6 +96,33 @@ func NewSchema(t testing.TB) string {
 		}
 	})
 	return name
+}
+
+// NewDatabase creates an empty database on the test server, dropped when
+// the test ends, and returns its URL: for a test whose statements wait for
+// every older transaction in their database (CREATE INDEX CONCURRENTLY),
+// which other tests' transactions must not hold up.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	pool, err := adminPool()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	name := "t_" + randomHex(6)
+	if _, err := pool.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(URL())
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }
 
 // newSchemaAt is NewSchema on another server; the schema goes with the

@@ -79,9 +79,9 @@ func newTableAt(t testing.TB, serverURL, partitionBy string) *Table {
 	}
 	t.Cleanup(store.Close)
 	if partitionBy != "" {
-		_, err = store.MigratePartitioned(ctx, partitionBy)
+		_, err = store.MigratePartitioned(ctx, partitionBy, storage.MigrateOptions{})
 	} else {
-		_, err = store.Migrate(ctx)
+		_, err = store.Migrate(ctx, storage.MigrateOptions{})
 	}
 	if err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
