@@ -14,13 +14,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
-var cpuEvents = flag.Int("cpu.events", 100_000, "backlog BenchmarkDrainCPU drains")
+var (
+	cpuEvents    = flag.Int("cpu.events", 100_000, "backlog BenchmarkDrainCPU drains")
+	cpuTableFrom = flag.String("cpu.table", "", "the table BenchmarkDrainCPU drains: this tree's (\"\"), \"upgraded\" (made by an earlier release, 2048ed7, then migrated by this tree: a rolling upgrade), or \"previous\" (the earlier release's, not migrated: only BENCH_RELAY_BINS run)")
+)
 
 // contender is a relay binary BenchmarkDrainCPU measures, and how it is
 // told where to relay.
@@ -51,7 +58,10 @@ func ourRelay(name, bin string) contender {
 // Relay's binary, run with BATCH_SIZE=500 and POLL_INTERVAL=100ms (NATS
 // only), whose rate is compared with ours.
 func BenchmarkDrainCPU(b *testing.B) {
-	contenders := []contender{ourRelay("this tree", buildRelayBinary(b, false))}
+	var contenders []contender
+	if *cpuTableFrom != "previous" {
+		contenders = append(contenders, ourRelay("this tree", buildRelayBinary(b, false)))
+	}
 	for _, bin := range strings.Split(os.Getenv("BENCH_RELAY_BINS"), ",") {
 		if bin != "" {
 			contenders = append(contenders, ourRelay(filepath.Base(bin), bin))
@@ -101,7 +111,7 @@ func BenchmarkDrainCPU(b *testing.B) {
 // drainCPU runs one contender over a fresh table of n events and returns
 // its CPU per event in µs and its rate.
 func drainCPU(b *testing.B, c contender, publisherURL string, n int) (perEvent, rate float64) {
-	tb := pgtest.New(b)
+	tb := cpuTable(b)
 	addr := freeAddr(b)
 	cmd := exec.Command(c.bin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -175,4 +185,39 @@ func cpuTicks(b *testing.B, pid int) int64 {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return utime + stime
+}
+
+// cpuTable is the outbox table for one drain (-cpu.table): this tree's;
+// or made by an earlier release's schema and then migrated by this tree,
+// as in a rolling upgrade (the earlier release's indexes stay); or the
+// earlier release's as it made it.
+func cpuTable(b *testing.B) *pgtest.Table {
+	if *cpuTableFrom == "" {
+		return pgtest.New(b)
+	}
+	ctx := context.Background()
+	name := pgtest.NewSchema(b) + ".openoutbox_events"
+	tbl, err := schema.ParseTable(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ddl, err := os.ReadFile("../../pkg/storage/postgres/testdata/schema_2048ed7.sql")
+	if err != nil {
+		b.Fatal(err)
+	}
+	storeURL := storage.URLWithTable(pgtest.URL(), name)
+	store, err := postgres.Open(ctx, storeURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(store.Close)
+	if _, err := store.Pool().Exec(ctx, schema.Expand(string(ddl), tbl), pgx.QueryExecModeSimpleProtocol); err != nil {
+		b.Fatal(err)
+	}
+	if *cpuTableFrom == "upgraded" {
+		if _, err := store.Migrate(ctx, storage.MigrateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return &pgtest.Table{Store: store, URL: storeURL, Name: name}
 }

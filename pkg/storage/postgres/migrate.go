@@ -183,17 +183,25 @@ func (m *migration) size(ctx context.Context) error {
 	return nil
 }
 
-// step records a statement in the plan, or runs it: in a transaction
-// under the lock timeout, with retries; a CONCURRENTLY one without a lock
-// timeout, outside a transaction (it waits for transactions, and lets
-// writers go on meanwhile).
-func (m *migration) step(ctx context.Context, sql, blocks, why string) error {
+// inTransaction records a statement in the plan, or runs it in a
+// transaction under the lock timeout, tried again while a lock it needs is
+// not free in time (briefly). blocks is what the plan says of it.
+func (m *migration) inTransaction(ctx context.Context, sql, blocks, why string) error {
 	if m.opts.Plan {
 		m.res.Plan = append(m.res.Plan, storage.MigrateStep{SQL: sql, Blocks: blocks, Why: why})
 		return nil
 	}
-	if blocks == blocksBriefly || !strings.Contains(sql, "CONCURRENTLY") {
-		return m.briefly(ctx, sql, why)
+	return m.briefly(ctx, sql, why)
+}
+
+// concurrently records a CONCURRENTLY statement in the plan, or runs it:
+// outside a transaction (it cannot run in one) and without a lock timeout,
+// since it waits for the transactions running on the table and lets
+// writers go on meanwhile.
+func (m *migration) concurrently(ctx context.Context, sql, why string) error {
+	if m.opts.Plan {
+		m.res.Plan = append(m.res.Plan, storage.MigrateStep{SQL: sql, Blocks: blocksNo, Why: why + " (CONCURRENTLY: writers go on)"})
+		return nil
 	}
 	if _, err := m.conn.Exec(ctx, "SET lock_timeout = 0"); err != nil {
 		return err
@@ -253,7 +261,7 @@ func (m *migration) base(ddl string) func(context.Context, []string) error {
 		if m.opts.Plan {
 			ddl = "-- schema.sql without its indexes: relay-cli migrate --print shows it whole"
 		}
-		return m.step(ctx, ddl, blocks, why)
+		return m.inTransaction(ctx, ddl, blocks, why)
 	}
 }
 
@@ -263,7 +271,7 @@ func (m *migration) base(ddl string) func(context.Context, []string) error {
 func (m *migration) numberRows(ctx context.Context, before []string) error {
 	if m.opts.Plan {
 		if m.res.TableBytes >= 0 && !slices.Contains(before, "column seq") {
-			return m.step(ctx, schema.NumberRows(m.s.table), blocksNo,
+			return m.inTransaction(ctx, schema.NumberRows(m.s.table), blocksNo,
 				"number the unfinished rows that predate seq (locks those rows, not the table)")
 		}
 		return nil
@@ -314,7 +322,7 @@ func (m *migration) indexes(ctx context.Context, _ []string) error {
 			// CONCURRENTLY would wait for every older transaction in the
 			// database. On a partitioned table this makes the index of
 			// every partition.
-			if err := m.step(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%s" ON %s %s`, ix.Name, m.s.table.Quoted(), ix.Definition),
+			if err := m.inTransaction(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%s" ON %s %s`, ix.Name, m.s.table.Quoted(), ix.Definition),
 				blocksNo, "build index "+ix.Name+" (a new table)"); err != nil {
 				return err
 			}
@@ -336,8 +344,8 @@ func (m *migration) indexes(ctx context.Context, _ []string) error {
 			// and IF NOT EXISTS would keep it so.
 			m.res.Rebuilt = append(m.res.Rebuilt, "index "+ix.Name)
 			m.opts.Report("index %s is INVALID (a build was cut short): building it again", ix.Name)
-			if err := m.step(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+m.s.table.Sibling(ix.Name),
-				blocksNo, "drop the INVALID index "+ix.Name+" that a build cut short left"); err != nil {
+			if err := m.concurrently(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+m.s.table.Sibling(ix.Name),
+				"drop the INVALID index "+ix.Name+" that a build cut short left"); err != nil {
 				return err
 			}
 		}
@@ -351,12 +359,12 @@ func (m *migration) indexes(ctx context.Context, _ []string) error {
 // build runs a CREATE INDEX CONCURRENTLY, reporting its progress.
 func (m *migration) build(ctx context.Context, sql, name, why string) error {
 	if m.opts.Plan {
-		return m.step(ctx, sql, blocksNo, why+" (CONCURRENTLY: writers go on)")
+		return m.concurrently(ctx, sql, why)
 	}
 	m.opts.Report("building index %s", name)
 	start := time.Now()
 	stop := m.watchProgress(ctx, name)
-	err := m.step(ctx, sql, blocksNo, why)
+	err := m.concurrently(ctx, sql, why)
 	stop()
 	if err == nil {
 		m.opts.Report("built index %s in %s", name, time.Since(start).Round(time.Millisecond))
@@ -421,7 +429,7 @@ func (m *migration) partitionedIndex(ctx context.Context, ix schema.Index, paren
 		return nil
 	}
 	if !parent.exists {
-		if err := m.step(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%s" ON ONLY %s %s`, ix.Name, m.s.table.Quoted(), ix.Definition),
+		if err := m.inTransaction(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%s" ON ONLY %s %s`, ix.Name, m.s.table.Quoted(), ix.Definition),
 			blocksBriefly, "make index "+ix.Name+" on the partitioned table alone; each partition's follows"); err != nil {
 			return err
 		}
@@ -445,7 +453,7 @@ func (m *migration) partitionedIndex(ctx context.Context, ix schema.Index, paren
 		}
 		if st := have[child]; st.exists && !st.valid {
 			m.res.Rebuilt = append(m.res.Rebuilt, "index "+child)
-			if err := m.step(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+m.s.table.Sibling(child), blocksNo,
+			if err := m.concurrently(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+m.s.table.Sibling(child),
 				"drop the INVALID index "+child+" that a build cut short left"); err != nil {
 				return err
 			}
@@ -454,7 +462,7 @@ func (m *migration) partitionedIndex(ctx context.Context, ix schema.Index, paren
 			child, "build index "+child+" of partition "+part); err != nil {
 			return err
 		}
-		if err := m.step(ctx, fmt.Sprintf("ALTER INDEX %s ATTACH PARTITION %s", m.s.table.Sibling(ix.Name), m.s.table.Sibling(child)),
+		if err := m.inTransaction(ctx, fmt.Sprintf("ALTER INDEX %s ATTACH PARTITION %s", m.s.table.Sibling(ix.Name), m.s.table.Sibling(child)),
 			blocksBriefly, "attach index "+child+" to "+ix.Name); err != nil {
 			return err
 		}
@@ -506,9 +514,9 @@ func (m *migration) retired(ctx context.Context, before []string) error {
 		var err error
 		if m.partitioned {
 			// A partitioned index cannot be dropped CONCURRENTLY.
-			err = m.step(ctx, "DROP INDEX IF EXISTS "+obj, blocksBriefly, "drop index "+name+" of an earlier release")
+			err = m.inTransaction(ctx, "DROP INDEX IF EXISTS "+obj, blocksBriefly, "drop index "+name+" of an earlier release")
 		} else {
-			err = m.step(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+obj, blocksNo, "drop index "+name+" of an earlier release (CONCURRENTLY: writers go on)")
+			err = m.concurrently(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+obj, "drop index "+name+" of an earlier release")
 		}
 		if err != nil {
 			return err

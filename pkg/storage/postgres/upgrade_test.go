@@ -287,3 +287,62 @@ func BenchmarkUpgrade(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "migrate-s")
 	}
 }
+
+// An index missing from a partitioned table with rows is built without
+// blocking writers: ON ONLY the parent, then CONCURRENTLY on each
+// partition, each attached; the parent's index is valid at the end.
+func TestMigrateBuildsAPartitionedTablesIndexPartitionByPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := postgres.Open(ctx, storage.URLWithTable(pgtest.NewDatabase(t), "openoutbox_events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	if _, err := store.MigratePartitioned(ctx, "day", storage.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pool().Exec(ctx, "INSERT INTO openoutbox_events (event_type, payload, status, delivered_at) "+
+		"SELECT 'e', '\\x00', 'DEAD', now() FROM generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pool().Exec(ctx, "DROP INDEX openoutbox_events_dead_idx"); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := store.MigratePartitioned(ctx, "day", storage.MigrateOptions{Plan: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sqls []string
+	for _, st := range plan.Plan {
+		sqls = append(sqls, st.SQL)
+	}
+	all := strings.Join(sqls, "\n")
+	for _, want := range []string{`ON ONLY "openoutbox_events"`, "CREATE INDEX CONCURRENTLY", "ATTACH PARTITION"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the plan lacks %q:\n%s", want, all)
+		}
+	}
+	res, err := store.MigratePartitioned(ctx, "day", storage.MigrateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Created, "index openoutbox_events_dead_idx") {
+		t.Fatalf("created %v, want the dead index", res.Created)
+	}
+	var valid bool
+	var partitions, attached int
+	if err := store.Pool().QueryRow(ctx, `SELECT x.indisvalid,
+			(SELECT count(*) FROM pg_inherits WHERE inhparent = 'openoutbox_events'::regclass),
+			(SELECT count(*) FROM pg_inherits WHERE inhparent = 'openoutbox_events_dead_idx'::regclass)
+		FROM pg_index x WHERE x.indexrelid = 'openoutbox_events_dead_idx'::regclass`).Scan(&valid, &partitions, &attached); err != nil {
+		t.Fatal(err)
+	}
+	if !valid || attached != partitions || partitions < 2 {
+		t.Fatalf("the partitioned index is valid %v with %d of %d partitions' indexes attached", valid, attached, partitions)
+	}
+	again, err := store.MigratePartitioned(ctx, "day", storage.MigrateOptions{Plan: true})
+	if err != nil || len(again.Plan) != 1 {
+		t.Fatalf("a plan after the build = %+v, %v; want the base step alone", again.Plan, err)
+	}
+}
