@@ -273,8 +273,7 @@ type Index struct {
 //	                  rows' writers (writer_xid, then seq), from the
 //	                  relay's claim frontier, and look up the rows of
 //	                  writers that were running when the frontier passed
-//	                  their ids; ordered claims meet their keys there the
-//	                  same way; NULL (rows from before the column) reads
+//	                  their ids; NULL (rows from before the column) reads
 //	                  as 0, the first;
 //	due_at_idx        rows that became PENDING again (released, retried,
 //	                  reaped, retried from DEAD: each gets available_at =
@@ -288,6 +287,12 @@ type Index struct {
 //	                  events and reads each key's events in write order;
 //	                  "C" collation so that the database and the relay
 //	                  agree on the order of keys;
+//	key_writer_idx    ordered claims meet the keys in the order of the
+//	                  rows' writers, as frontier_idx serves the unordered
+//	                  ones, and the rows of writers that were running when
+//	                  they passed their ids: every keyed row not
+//	                  DELIVERED, so that a row another relay holds (or
+//	                  sent DEAD) is seen too;
 //	key_dead_seq_idx  ORDERING_ON_DEAD=block finds a DEAD event ahead of a
 //	                  key's first unfinished one;
 //	delivering_idx    the reaper finds expired leases;
@@ -312,6 +317,7 @@ var indexes = []struct{ suffix, definition string }{
 	{"frontier_idx", `((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status = 'PENDING'`},
 	{"due_at_idx", `(available_at, seq) WHERE status = 'PENDING' AND available_at > created_at`},
 	{"key_seq_idx", `(partition_key COLLATE "C", seq) WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL`},
+	{"key_writer_idx", `((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status <> 'DELIVERED' AND partition_key <> ''`},
 	{"key_dead_seq_idx", `(partition_key COLLATE "C", seq) WHERE status = 'DEAD' AND partition_key IS NOT NULL`},
 	{"delivering_idx", `(locked_at) WHERE status = 'DELIVERING'`},
 	{"late_idx", `(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}`},

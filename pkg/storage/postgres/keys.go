@@ -33,13 +33,13 @@ import (
 //     ones included, so every row handed back (a lease's, or a DEAD one
 //     retried) lies above its key's floor, where the walk, in the claim's
 //     own snapshot, finds it before the key's later events;
-//   - no key forgotten: every keyed PENDING row is read once by the key
-//     frontier (claim_keys.sql, keyFrontier) after its writer ended, which
-//     makes its key wait and lowers its floor below it;
+//   - no key forgotten: every keyed row not DELIVERED is read once by the
+//     key frontier (claim_keys.sql, keyFrontier) after its writer ended,
+//     which makes its key wait and lowers its floor below it;
 //   - a walk takes only rows the key frontier has read: by then the read
-//     has lowered the floor below every PENDING row their writers wrote
-//     earlier under the key, even one that committed after a walk raised
-//     the floor past it.
+//     has lowered the floor below every unfinished row their writers
+//     wrote earlier under the key, even one that committed after a walk
+//     raised the floor past it, and one another relay claimed since.
 // No step needs a clock; sweeps only read again.
 
 // keyWalk is one relay's knowledge of the keys, for its ordered claims.
@@ -103,23 +103,26 @@ func (w *keyWalk) usable(now time.Time) bool {
 
 // keyFrontier is the frontier of the keyed rows' reads (claim_keys.sql):
 // the claim frontier of frontier.go without its locks or due rows, so
-// that a read passes nothing it did not return. Every keyed PENDING row
-// is read by it once its writer has ended: after at in writer order, or
-// among the rows of a watched writer.
+// that a read passes nothing it did not return. Every keyed row not
+// DELIVERED is read by it once its writer has ended: after at in writer
+// order, or among the rows of a watched writer.
 type keyFrontier struct {
+	// at is where the reads go on from. With watch it says which rows
+	// the reads have returned: a claim's walk takes no other
+	// (walk_floors.sql).
 	at writePlace
-	// reached is the furthest place at has reached; sweeps do not move
-	// it back. With watch it says which rows the reads have returned: a
-	// claim's walk takes no other (walk_floors.sql).
-	reached writePlace
 	// watch are the writers passed while they were running, each with
 	// the highest seq of its rows read since a read saw it ended: a
 	// writer is dropped once a read returned the last of its rows.
 	watch map[uint64]int64
-	// A sweep, every SweepInterval, moves at back to where it was at the
-	// sweep before, and every fullSweepEvery-th to the beginning: the
-	// reads go over those rows again, as defence in depth.
+	// A sweep, every SweepInterval, reads again from where at was at the
+	// sweep before, and every fullSweepEvery-th from the beginning, as
+	// defence in depth: beside the reads from at, most rows a read, from
+	// sweep on up to at, which it does not move. A sweep that had to go
+	// back over a long history (every DEAD keyed row, after a full sweep)
+	// so delays no fresh row.
 	sweeps sweepSchedule
+	sweep  *writePlace
 }
 
 // keyFindPlan is one claim_keys.sql read: the fresh rows after start, the
@@ -129,14 +132,17 @@ type keyFindPlan struct {
 	watch []uint64
 	after []int64
 	most  int64
+	// sweep, when set, is where this read's sweep goes on from, up to
+	// start.
+	sweep *writePlace
 }
 
 // plan plans the next read.
 func (f *keyFrontier) plan(sweepInterval time.Duration, now time.Time, most int64) keyFindPlan {
-	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep {
-		f.at = from
+	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep && from.before(f.at) && f.sweep == nil {
+		f.sweep = &from
 	}
-	pl := keyFindPlan{start: f.at, watch: []uint64{}, after: []int64{}, most: most}
+	pl := keyFindPlan{start: f.at, watch: []uint64{}, after: []int64{}, most: most, sweep: f.sweep}
 	for x := range f.watch {
 		pl.watch = append(pl.watch, x)
 	}
@@ -153,7 +159,12 @@ func (pl keyFindPlan) args() []any {
 	for i, x := range pl.watch {
 		watch[i] = strconv.FormatUint(x, 10)
 	}
-	return []any{strconv.FormatUint(pl.start.xid, 10), pl.start.seq, watch, pl.after, pl.most}
+	sweep := writePlace{}
+	if pl.sweep != nil {
+		sweep = *pl.sweep
+	}
+	return []any{strconv.FormatUint(pl.start.xid, 10), pl.start.seq, watch, pl.after, pl.most,
+		pl.sweep != nil, strconv.FormatUint(sweep.xid, 10), sweep.seq}
 }
 
 // keyRead is what one claim_keys.sql read says of how far it read.
@@ -165,12 +176,25 @@ type keyRead struct {
 	// watched are, per watched writer it read rows of, how many and the
 	// highest seq.
 	watched map[uint64]writePlace
+	// swept is how many rows the sweep read, sweptTo the last of them.
+	swept   int64
+	sweptTo writePlace
 }
 
 // done moves the key frontier by a read planned as pl.
 func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
 	if f.watch == nil {
 		f.watch = map[uint64]int64{}
+	}
+	if pl.sweep != nil {
+		// The sweep is over once it read up to where the reads go on
+		// from.
+		if r.swept < pl.most || !r.sweptTo.before(pl.start) {
+			f.sweep = nil
+		} else {
+			to := r.sweptTo
+			f.sweep = &to
+		}
 	}
 	// A watched writer's rows are all visible once it has ended: a read
 	// that returned fewer than it could read the last of them.
@@ -203,14 +227,11 @@ func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
 		}
 	}
 	f.at = to
-	if f.reached.before(to) {
-		f.reached = to
-	}
 }
 
 // readArgs are walk_floors.sql's arguments that say which rows the reads
-// have returned: those at or before reached in writer order, save a
-// watched writer's after the highest seq read of it.
+// have returned: those at or before at in writer order, save a watched
+// writer's after the highest seq read of it.
 func (f *keyFrontier) readArgs() []any {
 	watched := make([]string, 0, len(f.watch))
 	seqs := make([]int64, 0, len(f.watch))
@@ -218,11 +239,11 @@ func (f *keyFrontier) readArgs() []any {
 		watched = append(watched, strconv.FormatUint(x, 10))
 		seqs = append(seqs, seq)
 	}
-	return []any{strconv.FormatUint(f.reached.xid, 10), f.reached.seq,
+	return []any{strconv.FormatUint(f.at.xid, 10), f.at.seq,
 		pgtype.FlatArray[string](watched), pgtype.FlatArray[int64](seqs)}
 }
 
-// saw records a keyed PENDING row at seq: its key waits, and its floor
+// saw records a keyed row not DELIVERED at seq: its key waits, and its floor
 // is below the row. A key not known before may have unfinished events
 // anywhere: its walk starts from its first.
 func (w *keyWalk) saw(key string, seq int64) {
@@ -351,6 +372,8 @@ func readKeys(results pgx.BatchResults, w *keyWalk) (read keyRead, err error) {
 			read.fresh, read.last = n.Int64, writePlace{xid: uint64(writer.Int64), seq: seq.Int64}
 		case "watched":
 			read.watched[uint64(writer.Int64)] = writePlace{xid: uint64(n.Int64), seq: seq.Int64}
+		case "swept":
+			read.swept, read.sweptTo = n.Int64, writePlace{xid: uint64(writer.Int64), seq: seq.Int64}
 		case "snapshot":
 			if read.snap, err = parseSnapshot(key.String); err != nil {
 				return read, err

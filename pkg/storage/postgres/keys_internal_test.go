@@ -171,18 +171,31 @@ func TestTheKeyFrontierStopsAtTheLastRowOfAFullRead(t *testing.T) {
 	}
 }
 
+// A sweep reads again beside the reads from the frontier, which it does
+// not move: from where the frontier was at the sweep before, a read at a
+// time, until it reaches the frontier.
 func TestAKeySweepReadsAgainFromTheSweepBefore(t *testing.T) {
 	var f keyFrontier
 	start := time.Now()
 	f.plan(time.Second, start, 10)
 	f.at = writePlace{200, 1}
-	f.plan(time.Second, start.Add(2*time.Second), 10) // sweep: from the beginning of what it has not swept
-	if f.at != (writePlace{}) || f.sweeps.from != (writePlace{200, 1}) {
-		t.Fatalf("after the first sweep at %+v, sweepFrom %+v; want (0, 0) and (200, 1)", f.at, f.sweeps.from)
+	pl := f.plan(time.Second, start.Add(2*time.Second), 10) // sweep: from the beginning of what it has not swept
+	if f.at != (writePlace{200, 1}) || pl.sweep == nil || *pl.sweep != (writePlace{}) || pl.start != f.at {
+		t.Fatalf("the first sweep: at %+v, plan %+v; want at where it was, and a sweep from (0, 0)", f.at, pl)
+	}
+	// A full sweep read goes on where it ended; a short one ends the sweep.
+	f.done(pl, keyRead{fresh: 0, swept: 10, sweptTo: writePlace{50, 3}, snap: snapshot{xmin: 200, xmax: 200}})
+	if f.sweep == nil || *f.sweep != (writePlace{50, 3}) {
+		t.Fatalf("after a full sweep read the sweep is at %v, want (50, 3)", f.sweep)
+	}
+	pl = f.plan(time.Second, start.Add(3*time.Second), 10)
+	f.done(pl, keyRead{swept: 4, sweptTo: writePlace{120, 1}, snap: snapshot{xmin: 200, xmax: 200}})
+	if f.sweep != nil {
+		t.Fatalf("after a short sweep read the sweep is at %v, want over", f.sweep)
 	}
 	f.at = writePlace{300, 1}
-	f.plan(time.Second, start.Add(4*time.Second), 10)
-	if f.at != (writePlace{200, 1}) {
-		t.Fatalf("the second sweep reads from %+v, want where the first found the frontier, (200, 1)", f.at)
+	pl = f.plan(time.Second, start.Add(4*time.Second), 10)
+	if pl.sweep == nil || *pl.sweep != (writePlace{200, 1}) {
+		t.Fatalf("the second sweep reads from %v, want where the first found the frontier, (200, 1)", pl.sweep)
 	}
 }

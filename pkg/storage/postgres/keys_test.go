@@ -324,3 +324,57 @@ func TestAnOrderedClaimKeepsTheOrderOfATransactionThatCommitsDuringIt(t *testing
 		t.Fatalf("delivered %v, want %v: the transaction's events in their order, then the one after", order, want)
 	}
 }
+
+// The same transaction with two relays: relay b claims the transaction's
+// earlier event alone (its run cut by RunLimit) before relay a's key
+// frontier reads the transaction, while a's floor stands above that
+// event. a's key read meets the event DELIVERING and lowers the floor
+// below it, so a's walk waits for it instead of taking the later one.
+func TestAnOrderedClaimWaitsForAnEventOfItsTransactionAnotherRelayHolds(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	s := tb.Store
+	ctx := context.Background()
+	a := storage.ClaimParams{RelayID: "a", Limit: 10, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
+	late, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = late.Rollback(ctx) }()
+	insertLate := func(typ string) uuid.UUID {
+		var id uuid.UUID
+		if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ($1, '\\x00', 'k') RETURNING event_id", typ).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := insertLate("late-1")
+	tb.Insert(t, pgtest.Event{Type: "between", PartitionKey: "k"})
+	if n := claimAndDeliver(t, s, a); n != 1 {
+		t.Fatalf("relay a claimed %d events, want the one committed between the open transaction's", n)
+	}
+	if n := claimAndDeliver(t, s, a); n != 0 {
+		t.Fatalf("relay a claimed %d events, want none", n)
+	}
+	second := insertLate("late-2")
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := a
+	b.RelayID, b.RunLimit = "b", 1
+	held, err := s.Claim(ctx, b)
+	if err != nil || !slices.Equal(eventIDs(held.Events), []uuid.UUID{first}) {
+		t.Fatalf("relay b claimed %v, %v; want the transaction's first event alone", eventIDs(held.Events), err)
+	}
+	got, err := s.Claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(eventIDs(got.Events), second) {
+		t.Fatalf("relay a claimed %v: the transaction's second event while relay b holds its first", eventIDs(got.Events))
+	}
+	deliver(t, s, held)
+	if ids := claimDelivered(t, s, a); !slices.Equal(ids, []uuid.UUID{second}) {
+		t.Fatalf("once the first was delivered relay a claimed %v, want the second", ids)
+	}
+}
