@@ -1,7 +1,8 @@
 # Outbox Relay. `make demo` shows it working; `make test` is what CI runs.
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
 EVENTS  ?= 100000
 BENCHTIME ?= 3x

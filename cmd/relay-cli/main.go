@@ -25,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/outbox-relay/relay/internal/buildinfo"
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/spelling"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -33,8 +34,10 @@ import (
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (make build, the image); without
+// them the version reads "dev" and the commit is what Go recorded.
+var version, commit = "dev", ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -141,7 +144,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Description: "Every command accepts --storage-url (STORAGE_URL) and --table (STORAGE_TABLE_NAME),\n" +
 			"before or after its name. Exit codes: 0 done, 1 runtime failure, 2 usage error.\n" +
 			"Durations take Go syntax plus d and w: 90s, 36h, 7d, 2w.",
-		Version:         version,
+		Version:         buildinfo.Describe(version, commit),
 		Reader:          stdin,
 		Writer:          stdout,
 		ErrWriter:       stderr,

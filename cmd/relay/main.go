@@ -15,11 +15,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/buildinfo"
 	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/retention"
@@ -38,8 +40,10 @@ import (
 	_ "github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (make build, the image); without
+// them the version reads "dev" and the commit is what Go recorded.
+var version, commit = "dev", ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,7 +84,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	for _, a := range args {
 		switch a {
 		case "--version", "-version", "version":
-			fmt.Fprintf(stdout, "relay %s\n", version)
+			fmt.Fprintf(stdout, "relay %s\n", buildinfo.Describe(version, commit))
 			return 0
 		case "--help", "-help", "-h", "help":
 			fmt.Fprint(stdout, usage)
@@ -268,7 +272,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		return listenError(cfg.HTTPAddr, err)
 	}
 	srv := newHTTPServer(httpDeps{
 		health:      health,
@@ -293,7 +297,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) (err error) {
 	}))
 
 	log.Info("relay started",
-		"version", version,
+		"version", buildinfo.Describe(version, commit),
 		"relay_id", cfg.RelayID,
 		"storage", redact.URL(cfg.StorageURL),
 		"table", store.Table(),
@@ -401,4 +405,21 @@ func randomSuffix() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// listenError explains why the relay could not listen on HTTP_ADDR, where
+// it serves /healthz, /readyz and /metrics: another relay on the same host
+// (or any other program) may hold the port.
+func listenError(addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		_, port, _ := net.SplitHostPort(addr)
+		next := "8081"
+		if n, perr := strconv.Atoi(port); perr == nil && n > 0 && n < 65535 {
+			next = strconv.Itoa(n + 1)
+		}
+		return fmt.Errorf("HTTP_ADDR %s is taken (another relay on this host, or another program: `ss -ltnp` shows which); "+
+			"the relay serves /healthz, /readyz and /metrics there: set HTTP_ADDR to a free port, such as HTTP_ADDR=:%s, "+
+			"or 127.0.0.1:%s to listen on this host only: %w", addr, next, next, err)
+	}
+	return fmt.Errorf("HTTP_ADDR %s: %w", addr, err)
 }

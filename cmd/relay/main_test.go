@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -446,5 +448,34 @@ func TestRetentionWithoutDeletePrivilegeExits1(t *testing.T) {
 	})
 	if code != 1 || !strings.Contains(stderr, "need DELETE on the table") || !strings.Contains(stderr, "relay-cli grants") {
 		t.Errorf("exit %d; stderr:\n%s", code, stderr)
+	}
+}
+
+// A second relay on a host where the HTTP port is taken exits 1 with a
+// message that names HTTP_ADDR, what it serves, and how to choose another
+// port.
+func TestATakenHTTPPortNamesHTTPAddrAndTheWayOut(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":   tb.URL,
+		"PUBLISHER_URL": "null://",
+		"HTTP_ADDR":     addr,
+	})
+	next, _ := strconv.Atoi(port)
+	for _, want := range []string{"HTTP_ADDR " + addr + " is taken", "/healthz", fmt.Sprintf("HTTP_ADDR=:%d", next+1)} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
 	}
 }
