@@ -1,9 +1,9 @@
 package pgtest
 
 import (
-	"net/url"
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
