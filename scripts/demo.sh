@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # `make demo`: starts PostgreSQL and NATS with JetStream when they are not
-# running, runs tools/demo against bin/relay, and stops what it started.
+# running (unless STORAGE_URL or PUBLISHER_URL name others), runs
+# tools/demo against bin/relay, and stops what it started.
 # tools/demo drops its table and stream on the way out (success, failure,
 # Ctrl-C) unless given -keep (`make demo KEEP=1`). Arguments go to tools/demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-started=$(scripts/services.sh postgres nats)
+# The demo connects where STORAGE_URL and PUBLISHER_URL point when they are
+# set (as the relay would); only the local defaults are started here.
+want=()
+[ -n "${STORAGE_URL:-}" ] || want+=(postgres)
+[ -n "${PUBLISHER_URL:-}" ] || want+=(nats)
+started=""
+if [ ${#want[@]} -gt 0 ]; then started=$(scripts/services.sh "${want[@]}"); fi
 cleanup() {
 	while read -r word name how rest; do
 		[ "$word" = started ] || continue

@@ -27,6 +27,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/relay/internal/redact"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -44,14 +45,20 @@ const cleanupTimeout = 15 * time.Second
 
 func main() {
 	var (
-		storageURL = flag.String("storage-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL URL")
-		natsURL    = flag.String("nats-url", "nats://127.0.0.1:4222", "NATS URL")
+		storageURL = flag.String("storage-url", envOr("STORAGE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+			"PostgreSQL URL (default: STORAGE_URL when set)")
+		natsURL = flag.String("nats-url", envOr("PUBLISHER_URL", "nats://127.0.0.1:4222"), "NATS URL (default: PUBLISHER_URL when set)")
 		events     = flag.Int("events", 10_000, "sample events to write")
 		table      = flag.String("table", "outbox_demo", "outbox table for the demo (dropped at the end unless -keep)")
 		bin        = flag.String("bin", "bin", "folder holding relay and relay-cli")
 		keep       = flag.Bool("keep", false, "leave the table and the stream "+streamName+" behind for a look around")
 	)
 	flag.Parse()
+	if !strings.HasPrefix(*natsURL, "nats://") && !strings.HasPrefix(*natsURL, "tls://") {
+		fmt.Fprintf(os.Stderr, "demo: it publishes to NATS JetStream, and %s is not a nats:// URL; unset PUBLISHER_URL or pass -nats-url nats://host:4222\n", redact.URL(*natsURL))
+		os.Exit(2)
+	}
+	fmt.Fprintf(os.Stderr, "demo: PostgreSQL at %s, NATS at %s\n", redact.URL(*storageURL), redact.URL(*natsURL))
 	// The first Ctrl-C or SIGTERM ends the demo and lets it clean up;
 	// further ones are swallowed until it has.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -334,4 +341,13 @@ func dropTable(ctx context.Context, storageURL, table string) error {
 	defer db.Close(ctx)
 	_, err = db.Exec(ctx, "DROP TABLE IF EXISTS "+tbl.Quoted()+"; DROP FUNCTION IF EXISTS "+tbl.Object("notify")+"()")
 	return err
+}
+
+// envOr is the environment variable name when it is set and not empty,
+// else def: the demo connects where the relay would.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
