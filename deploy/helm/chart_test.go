@@ -1,0 +1,368 @@
+// Package helm holds the test of the outbox-relay Helm chart: it renders
+// the chart with Helm's own libraries, for the default values and for
+// variants, and checks the manifests. It is a module of its own so that
+// the relay's dependency tree stays free of Helm's.
+package helm
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"sigs.k8s.io/yaml"
+)
+
+// The URLs of the default install, whose passwords must reach the Secret
+// and nothing else.
+const (
+	storageURL   = "postgres://relay:Db-Pa55word@db:5432/app?sslmode=verify-full"
+	publisherURL = "nats://relay:Nats-Pa55word@nats:4222"
+)
+
+// object is one rendered manifest.
+type object map[string]any
+
+func (o object) kind() string { s, _ := o["kind"].(string); return s }
+
+func (o object) name() string { return str(o, "metadata", "name") }
+
+// get walks o by map keys and list indexes.
+func get(o any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := o.(map[string]any)
+			if !ok {
+				if om, isObj := o.(object); isObj {
+					m, ok = om, true
+				}
+			}
+			if !ok {
+				return nil
+			}
+			o = m[k]
+		case int:
+			l, ok := o.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			o = l[k]
+		}
+	}
+	return o
+}
+
+func str(o any, path ...any) string {
+	s, _ := get(o, path...).(string)
+	return s
+}
+
+// render renders the chart with values and returns its objects.
+func render(t *testing.T, values map[string]any) []object {
+	t.Helper()
+	objs, err := tryRender(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func tryRender(values map[string]any) ([]object, error) {
+	ch, err := loader.Load("outbox-relay")
+	if err != nil {
+		return nil, err
+	}
+	vals, err := chartutil.ToRenderValues(ch, values,
+		chartutil.ReleaseOptions{Name: "orders", Namespace: "apps", IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var objs []object
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(files[name], "\n---") {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			var o object
+			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+				return nil, err
+			}
+			objs = append(objs, o)
+		}
+	}
+	return objs, nil
+}
+
+func stripComments(doc string) string {
+	var out []string
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// find returns the objects of kind, by name.
+func find(objs []object, kind string) map[string]object {
+	out := map[string]object{}
+	for _, o := range objs {
+		if o.kind() == kind {
+			out[o.name()] = o
+		}
+	}
+	return out
+}
+
+func only(t *testing.T, objs []object, kind, name string) object {
+	t.Helper()
+	o, ok := find(objs, kind)[name]
+	if !ok {
+		t.Fatalf("no %s %s among %v", kind, name, kinds(objs))
+	}
+	return o
+}
+
+func kinds(objs []object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.kind()+"/"+o.name())
+	}
+	return out
+}
+
+func defaults() map[string]any {
+	return map[string]any{"secrets": map[string]any{"storageUrl": storageURL, "publisherUrl": publisherURL}}
+}
+
+// env resolves the relay container's environment as Kubernetes would:
+// envFrom's ConfigMaps, then env (literal values, or "secret:<name>/<key>").
+func env(t *testing.T, objs []object, container any) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	from, _ := get(container, "envFrom").([]any)
+	for _, f := range from {
+		cm := only(t, objs, "ConfigMap", str(f, "configMapRef", "name"))
+		data, _ := get(cm, "data").(map[string]any)
+		for k, v := range data {
+			out[k], _ = v.(string)
+		}
+	}
+	list, _ := get(container, "env").([]any)
+	for _, e := range list {
+		name := str(e, "name")
+		switch {
+		case get(e, "valueFrom", "secretKeyRef") != nil:
+			out[name] = "secret:" + str(e, "valueFrom", "secretKeyRef", "name") + "/" + str(e, "valueFrom", "secretKeyRef", "key")
+		case get(e, "valueFrom", "fieldRef") != nil:
+			out[name] = "field:" + str(e, "valueFrom", "fieldRef", "fieldPath")
+		default:
+			out[name] = str(e, "value")
+		}
+	}
+	return out
+}
+
+func TestTheDefaultInstall(t *testing.T) {
+	objs := render(t, defaults())
+	deploy := only(t, objs, "Deployment", "orders-outbox-relay")
+	pod := get(deploy, "spec", "template", "spec")
+	relay := get(pod, "containers", 0)
+	if str(relay, "livenessProbe", "httpGet", "path") != "/healthz" || str(relay, "readinessProbe", "httpGet", "path") != "/readyz" {
+		t.Errorf("probes: liveness %v, readiness %v", get(relay, "livenessProbe"), get(relay, "readinessProbe"))
+	}
+	checkRestricted(t, "the relay", pod)
+	e := env(t, objs, relay)
+	for name, want := range map[string]string{
+		"STORAGE_URL":   "secret:orders-outbox-relay/storage-url",
+		"PUBLISHER_URL": "secret:orders-outbox-relay/publisher-url",
+		"RELAY_ID":      "field:metadata.name",
+		"HTTP_ADDR":     ":8080",
+	} {
+		if e[name] != want {
+			t.Errorf("%s = %q, want %q", name, e[name], want)
+		}
+	}
+	grace, _ := get(pod, "terminationGracePeriodSeconds").(float64)
+	shutdown, err := strconv.Atoi(strings.TrimSuffix(e["SHUTDOWN_TIMEOUT"], "s"))
+	if err != nil || int(grace) <= shutdown {
+		t.Errorf("terminationGracePeriodSeconds %v is not above SHUTDOWN_TIMEOUT %q", grace, e["SHUTDOWN_TIMEOUT"])
+	}
+
+	job := only(t, objs, "Job", "orders-outbox-relay-migrate")
+	hooks := str(job, "metadata", "annotations", "helm.sh/hook")
+	if !strings.Contains(hooks, "pre-install") || !strings.Contains(hooks, "pre-upgrade") {
+		t.Errorf("the migrate Job's hooks are %q, want pre-install and pre-upgrade", hooks)
+	}
+	jobPod := get(job, "spec", "template", "spec")
+	checkRestricted(t, "the migrate Job", jobPod)
+	if args := get(jobPod, "containers", 0, "args"); !slices.Equal(toStrings(args), []string{"migrate"}) {
+		t.Errorf("the migrate Job runs %v", args)
+	}
+	// Its Secret exists before it: a hook of lower weight.
+	secret := only(t, objs, "Secret", "orders-outbox-relay")
+	if w, _ := strconv.Atoi(str(secret, "metadata", "annotations", "helm.sh/hook-weight")); w >= 0 {
+		t.Errorf("the Secret's hook weight is %d, want below the migrate Job's 0", w)
+	}
+	only(t, objs, "Service", "orders-outbox-relay")
+	cron := only(t, objs, "CronJob", "orders-outbox-relay-prune")
+	checkRestricted(t, "the prune CronJob", get(cron, "spec", "jobTemplate", "spec", "template", "spec"))
+	if len(find(objs, "ServiceMonitor")) != 0 || len(find(objs, "Deployment")) != 1 {
+		t.Errorf("the default install has %v; want no ServiceMonitor and no console", kinds(objs))
+	}
+	noSecretInConfigMaps(t, objs)
+}
+
+// Every setting docs/configuration.md lists, set in config, arrives as the
+// environment variable of that name, with its value; the settings that
+// hold secrets, or that the chart owns, are refused there.
+func TestEverySettingOfTheDocsArrivesAsItsVariable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([A-Z][A-Z0-9_]+)` \\|").FindAllStringSubmatch(string(doc), -1)
+	if len(rows) < 40 {
+		t.Fatalf("found %d settings in docs/configuration.md; teach this test to read them", len(rows))
+	}
+	config := map[string]any{}
+	var refused []string
+	for _, r := range rows {
+		name := r[1]
+		switch {
+		case strings.HasSuffix(name, "_URL"), name == "HTTP_ADDR", name == "SERVER_PORT":
+			refused = append(refused, name)
+		case name == "SHUTDOWN_TIMEOUT":
+			config[name] = "40s"
+		default:
+			config[name] = "value of " + name
+		}
+	}
+	values := defaults()
+	values["config"] = config
+	objs := render(t, values)
+	pod := get(only(t, objs, "Deployment", "orders-outbox-relay"), "spec", "template", "spec")
+	e := env(t, objs, get(pod, "containers", 0))
+	for name, want := range config {
+		if e[name] != want {
+			t.Errorf("%s = %q, want %q", name, e[name], want)
+		}
+	}
+	if grace, _ := get(pod, "terminationGracePeriodSeconds").(float64); grace != 55 {
+		t.Errorf("terminationGracePeriodSeconds = %v with SHUTDOWN_TIMEOUT=40s, want 55", grace)
+	}
+	noSecretInConfigMaps(t, objs)
+	for _, name := range refused {
+		values := defaults()
+		values["config"] = map[string]any{name: "postgres://u:leak@db/app"}
+		if _, err := tryRender(values); err == nil || !strings.Contains(err.Error(), "config."+name) {
+			t.Errorf("config.%s rendered (%v); want it refused, naming it", name, err)
+		}
+	}
+}
+
+// A Secret of the user's own, the ServiceMonitor and the console, without
+// the prune CronJob.
+func TestAnExistingSecretAMonitorAndTheConsole(t *testing.T) {
+	objs := render(t, map[string]any{
+		"secrets":        map[string]any{"existingSecret": "orders-urls"},
+		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}},
+		"console":        map[string]any{"enabled": true},
+		"prune":          map[string]any{"enabled": false},
+	})
+	if len(find(objs, "Secret")) != 0 {
+		t.Errorf("the chart made a Secret beside the existing one: %v", kinds(objs))
+	}
+	relay := get(only(t, objs, "Deployment", "orders-outbox-relay"), "spec", "template", "spec", "containers", 0)
+	if e := env(t, objs, relay); e["STORAGE_URL"] != "secret:orders-urls/storage-url" || e["PUBLISHER_URL"] != "secret:orders-urls/publisher-url" {
+		t.Errorf("the relay's URLs come from %q and %q, want the existing Secret", e["STORAGE_URL"], e["PUBLISHER_URL"])
+	}
+	job := get(only(t, objs, "Job", "orders-outbox-relay-migrate"), "spec", "template", "spec", "containers", 0)
+	if e := env(t, objs, job); e["STORAGE_URL"] != "secret:orders-urls/owner-storage-url" {
+		t.Errorf("the migrate Job's URL comes from %q, want the owner's key of the existing Secret", e["STORAGE_URL"])
+	}
+	sm := only(t, objs, "ServiceMonitor", "orders-outbox-relay")
+	if str(sm, "spec", "endpoints", 0, "path") != "/metrics" || str(sm, "metadata", "labels", "release") != "kube-prometheus" {
+		t.Errorf("ServiceMonitor %v", sm)
+	}
+	console := only(t, objs, "Deployment", "orders-outbox-relay-console")
+	consolePod := get(console, "spec", "template", "spec")
+	checkRestricted(t, "the console", consolePod)
+	if !slices.Contains(toStrings(get(consolePod, "containers", 0, "args")), "--password-file") {
+		t.Errorf("the console runs without a password file: %v", get(consolePod, "containers", 0, "args"))
+	}
+	// The relay's Service selects the relay's pods, not the console's.
+	svc := only(t, objs, "Service", "orders-outbox-relay")
+	if str(svc, "spec", "selector", "app.kubernetes.io/component") != "relay" {
+		t.Errorf("the relay's Service selects %v", get(svc, "spec", "selector"))
+	}
+	if len(find(objs, "CronJob")) != 0 {
+		t.Errorf("prune.enabled=false still renders a CronJob")
+	}
+}
+
+// Without URLs and without an existing Secret the chart refuses to render,
+// naming what to set.
+func TestMissingURLsAreRefused(t *testing.T) {
+	if _, err := tryRender(map[string]any{}); err == nil || !strings.Contains(err.Error(), "secrets.storageUrl") {
+		t.Fatalf("render without URLs: %v, want a refusal naming secrets.storageUrl", err)
+	}
+}
+
+// checkRestricted checks a pod against the restricted Pod Security
+// Standard's main points.
+func checkRestricted(t *testing.T, what string, pod any) {
+	t.Helper()
+	if get(pod, "securityContext", "runAsNonRoot") != true || str(pod, "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+		t.Errorf("%s: pod securityContext %v", what, get(pod, "securityContext"))
+	}
+	containers, _ := get(pod, "containers").([]any)
+	for _, c := range containers {
+		sc := get(c, "securityContext")
+		if get(sc, "allowPrivilegeEscalation") != false || get(sc, "readOnlyRootFilesystem") != true ||
+			!slices.Equal(toStrings(get(sc, "capabilities", "drop")), []string{"ALL"}) {
+			t.Errorf("%s: container %s securityContext %v", what, str(c, "name"), sc)
+		}
+	}
+}
+
+// noSecretInConfigMaps checks that no password of the URLs is in a
+// ConfigMap.
+func noSecretInConfigMaps(t *testing.T, objs []object) {
+	t.Helper()
+	for _, cm := range find(objs, "ConfigMap") {
+		data, _ := yaml.Marshal(get(cm, "data"))
+		for _, secret := range []string{"Db-Pa55word", "Nats-Pa55word", storageURL, publisherURL} {
+			if strings.Contains(string(data), secret) {
+				t.Errorf("ConfigMap %s holds %q in clear", cm.name(), secret)
+			}
+		}
+	}
+}
+
+func toStrings(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, len(l))
+	for i, x := range l {
+		out[i], _ = x.(string)
+	}
+	return out
+}

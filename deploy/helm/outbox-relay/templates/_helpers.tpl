@@ -1,0 +1,100 @@
+{{/* The release's objects are named after it: <release>-outbox-relay, or the release name when it already says outbox-relay. */}}
+{{- define "outbox-relay.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "outbox-relay.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The relay's pods; the console's add component: console. */}}
+{{- define "outbox-relay.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: relay
+{{- end -}}
+
+{{- define "outbox-relay.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The Secret the URLs come from: the chart's own, or existingSecret. */}}
+{{- define "outbox-relay.secretName" -}}
+{{- .Values.secrets.existingSecret | default (include "outbox-relay.fullname" .) -}}
+{{- end -}}
+
+{{/* An env entry read from the Secret: (list . "NAME" "keyField"). */}}
+{{- define "outbox-relay.secretEnv" -}}
+{{- $ := index . 0 -}}
+- name: {{ index . 1 }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "outbox-relay.secretName" $ }}
+      key: {{ index $.Values.secrets.keys (index . 2) }}
+{{- end -}}
+
+{{/* The key of the database URL for a job: its own when the chart makes the Secret with that value empty falls back to storageUrl's key. */}}
+{{- define "outbox-relay.urlKey" -}}
+{{- $ := index . 0 -}}
+{{- $field := index . 1 -}}
+{{- if or $.Values.secrets.existingSecret (index $.Values.secrets $field) -}}
+{{- $field -}}
+{{- else -}}
+storageUrl
+{{- end -}}
+{{- end -}}
+
+{{/* The restricted Pod Security Standard: the image's numeric user (Dockerfile USER 65532:65532). */}}
+{{- define "outbox-relay.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "outbox-relay.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds: set, or 15 s above SHUTDOWN_TIMEOUT (seconds or minutes, as 30s or 1m). */}}
+{{- define "outbox-relay.grace" -}}
+{{- if .Values.terminationGracePeriodSeconds -}}
+{{- .Values.terminationGracePeriodSeconds -}}
+{{- else -}}
+{{- $t := toString (.Values.config.SHUTDOWN_TIMEOUT | default "30s") -}}
+{{- if regexMatch "^[0-9]+s$" $t -}}
+{{- add (trimSuffix "s" $t | atoi) 15 -}}
+{{- else if regexMatch "^[0-9]+m$" $t -}}
+{{- add (mul (trimSuffix "m" $t | atoi) 60) 15 -}}
+{{- else -}}
+{{- fail (printf "config.SHUTDOWN_TIMEOUT %q: write it in whole seconds or minutes (30s, 1m), or set terminationGracePeriodSeconds above it" $t) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Settings that hold secrets go in the Secret, never in the ConfigMap. */}}
+{{- define "outbox-relay.checkConfig" -}}
+{{- range $k := list "HTTP_ADDR" "SERVER_PORT" -}}
+{{- if hasKey $.Values.config $k -}}
+{{- fail (printf "config.%s: the chart sets HTTP_ADDR=:8080, where its probes, Service and ServiceMonitor look; change service.port for another port outside the pod" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := .Values.config -}}
+{{- if or (hasSuffix "_URL" $k) (contains "PASSWORD" $k) (contains "SECRET" $k) (contains "TOKEN" $k) -}}
+{{- fail (printf "config.%s may hold a secret: set it under secrets (storageUrl, publisherUrl) or in existingSecret, not in config, which goes into a ConfigMap" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
