@@ -8,13 +8,20 @@ EVENTS  ?= 100000
 BENCHTIME ?= 3x
 ROWS    ?= 3000000
 
-.PHONY: all build run demo test helm-test services compose-check chaos fuzz up down lint bench clean
+.PHONY: all build release run demo test helm-test services compose-check chaos fuzz up down lint bench clean
 
 all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/relay ./cmd/relay
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/relay-cli ./cmd/relay-cli
+
+# Archives of relay and relay-cli for linux and darwin on amd64 and arm64,
+# stamped with VERSION and COMMIT, and their SHA-256 checksums, in dist/
+# (scripts/release.sh). It publishes nothing; TARGETS="linux/amd64" builds
+# fewer.
+release:
+	VERSION=$(VERSION) COMMIT=$(COMMIT) GO=$(GO) scripts/release.sh
 
 # Runs the relay against the local database with the environment's settings,
 # migrating the table first. The relay has no default broker: this target
