@@ -248,8 +248,8 @@ func TestOperatorSessionOnEveryStorage(t *testing.T) {
 			Events int64 `json:"events"`
 		}](t, ok(t, tb.cli(t, "retry-dead", "--id", ids[0].String(), "--json")))
 		if row, _ := tb.row(t, ids[0]); moved.Events != 1 || row.Status != outbox.StatusPending || row.Attempts != 0 ||
-			row.LastError == nil || *row.LastError != "nats: no stream" {
-			t.Errorf("retry-dead --id = %+v; row %+v, want PENDING, 0 attempts, the error kept", moved, row)
+			row.LastError == nil || *row.LastError != "before retry-dead (attempts: 25): nats: no stream" {
+			t.Errorf("retry-dead --id = %+v; row %+v, want PENDING, 0 attempts, the error kept as from before the retry", moved, row)
 		}
 
 		// prune
