@@ -48,10 +48,10 @@ func main() {
 		storageURL = flag.String("storage-url", envOr("STORAGE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 			"PostgreSQL URL (default: STORAGE_URL when set)")
 		natsURL = flag.String("nats-url", envOr("PUBLISHER_URL", "nats://127.0.0.1:4222"), "NATS URL (default: PUBLISHER_URL when set)")
-		events     = flag.Int("events", 10_000, "sample events to write")
-		table      = flag.String("table", "outbox_demo", "outbox table for the demo (dropped at the end unless -keep)")
-		bin        = flag.String("bin", "bin", "folder holding relay and relay-cli")
-		keep       = flag.Bool("keep", false, "leave the table and the stream "+streamName+" behind for a look around")
+		events  = flag.Int("events", 10_000, "sample events to write")
+		table   = flag.String("table", "outbox_demo", "outbox table for the demo (dropped at the end unless -keep)")
+		bin     = flag.String("bin", "bin", "folder holding relay and relay-cli")
+		keep    = flag.Bool("keep", false, "leave the table and the stream "+streamName+" behind for a look around")
 	)
 	flag.Parse()
 	if !strings.HasPrefix(*natsURL, "nats://") && !strings.HasPrefix(*natsURL, "tls://") {
