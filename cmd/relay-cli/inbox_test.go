@@ -261,6 +261,7 @@ func TestInboxUsageErrorsExit2BeforeConnecting(t *testing.T) {
 		{"inbox table without --inbox", []string{"migrate", "--inbox-table", "x"}, "--inbox-table needs --inbox"},
 		{"migrate --inbox with a bad table", []string{"migrate", "--inbox", "--inbox-table", "A.B.C"}, "invalid table name"},
 		{"migrate --inbox --print --json", []string{"migrate", "--inbox", "--print", "--json"}, "cannot be combined"},
+		{"migrate --inbox --plan", []string{"migrate", "--inbox", "--plan"}, "--plan applies to the outbox table"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -79,6 +79,11 @@ func migrateCommand() *cli.Command {
 				if by != "" {
 					return usagef("--partition-by applies to the outbox table, not to --inbox")
 				}
+				for _, f := range []string{"plan", "cleanup", "allow-blocking", "lock-timeout"} {
+					if c.IsSet(f) {
+						return usagef("--%s applies to the outbox table, not to --inbox (--inbox --print shows the inbox's SQL)", f)
+					}
+				}
 				return migrateInbox(c)
 			}
 			store, err := openStore(c)
