@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -214,4 +215,62 @@ func RunMigrate[C any](withLock func(fn func(C) error) error, objects func(C) ([
 		return nil
 	})
 	return res, err
+}
+
+// MigrateLockRetries bounds how often RetryLocked runs a migration statement
+// whose lock was not free in time; the pauses between grow from 100 ms to
+// 5 s.
+const MigrateLockRetries = 60
+
+// RetryLocked runs a migration statement the way every driver does on a
+// live table (docs/operations.md, "Upgrades"): run waits at most
+// opts.LockTimeout (as the driver reckons it: timeout) for a lock writers
+// would queue behind and returns an error for which notFree is true when
+// it gave up; RetryLocked then pauses and runs it again, up to
+// MigrateLockRetries times, saying so through opts.Progress. what names
+// the statement; where says where to look for the transaction that holds
+// the lock.
+func RetryLocked(ctx context.Context, opts MigrateOptions, timeout time.Duration, what, where string,
+	notFree func(error) bool, run func() error) error {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := run()
+		if err == nil || !notFree(err) {
+			return err
+		}
+		if attempt == MigrateLockRetries {
+			return fmt.Errorf("%s: the table's lock was not free within %s in %d tries (a long transaction holds it: see %s), so nothing was changed; run migrate again later, or with a longer --lock-timeout: %w",
+				what, timeout, attempt, where, err)
+		}
+		opts.Report("%s: the lock was not free within %s; trying again in %s (try %d of %d)", what, timeout, wait, attempt, MigrateLockRetries)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// ReportEvery calls report every interval until stop is called or ctx
+// ends, for a long migration statement's progress; stop waits for a report
+// under way.
+func ReportEvery(ctx context.Context, every time.Duration, report func()) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				report()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }

@@ -145,38 +145,23 @@ func (s *Store) tableSize(ctx context.Context, conn *sql.Conn) (bytes, rows int6
 // migrateStep runs one DDL statement, again while its metadata lock was
 // not free within the lock timeout, and reports how long it took.
 func (s *Store) migrateStep(ctx context.Context, conn *sql.Conn, opts storage.MigrateOptions, stmt, why string) error {
-	wait := 100 * time.Millisecond
 	start := time.Now()
 	opts.Report("%s", why)
-	for attempt := 1; ; attempt++ {
-		stop := s.watchAlter(ctx, conn, opts, why)
-		_, err := conn.ExecContext(ctx, stmt)
-		stop()
+	lockNotFree := func(err error) bool {
 		var myErr *mysql.MySQLError
-		if err == nil {
-			opts.Report("%s: done in %s", why, time.Since(start).Round(time.Millisecond))
-			return nil
-		}
-		if !errors.As(err, &myErr) || myErr.Number != errLockWaitTimeout {
-			return err
-		}
-		if attempt == migrateLockRetries {
-			return fmt.Errorf("the table's metadata lock was not free within %s in %d tries (a long transaction holds it: see information_schema.innodb_trx), so nothing was changed; run migrate again later, or with a longer --lock-timeout: %w",
-				lockWaitTimeout(opts), attempt, err)
-		}
-		opts.Report("%s: the table's lock was not free within %s; trying again in %s (try %d of %d)", why, lockWaitTimeout(opts), wait, attempt, migrateLockRetries)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 5*time.Second)
+		return errors.As(err, &myErr) && myErr.Number == errLockWaitTimeout
 	}
+	err := storage.RetryLocked(ctx, opts, lockWaitTimeout(opts), why, "information_schema.innodb_trx", lockNotFree, func() error {
+		stop := s.watchAlter(ctx, conn, opts, why)
+		defer stop()
+		_, err := conn.ExecContext(ctx, stmt)
+		return err
+	})
+	if err == nil {
+		opts.Report("%s: done in %s", why, time.Since(start).Round(time.Millisecond))
+	}
+	return err
 }
-
-// migrateLockRetries bounds how often a DDL whose metadata lock was not
-// free in time is tried again.
-const migrateLockRetries = 60
 
 // lockWaitTimeout is opts' lock timeout in MySQL's unit, whole seconds,
 // rounded up.
@@ -200,36 +185,22 @@ func (s *Store) watchAlter(ctx context.Context, conn *sql.Conn, opts storage.Mig
 	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		return func() {}
 	}
-	done, finished := make(chan struct{}), make(chan struct{})
 	start := time.Now()
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(alterProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var stage string
-			var worked, estimated sql.NullInt64
-			err := s.db.QueryRowContext(ctx, `SELECT e.EVENT_NAME, e.WORK_COMPLETED, e.WORK_ESTIMATED
-				FROM performance_schema.events_stages_current e JOIN performance_schema.threads t ON t.THREAD_ID = e.THREAD_ID
-				WHERE t.PROCESSLIST_ID = ?`, id).Scan(&stage, &worked, &estimated)
-			switch {
-			case err == nil && estimated.Int64 > 0:
-				opts.Report("%s: %s, %d%% (%s)", why, stage, worked.Int64*100/estimated.Int64, time.Since(start).Round(time.Second))
-			case err == nil:
-				opts.Report("%s: %s (%s)", why, stage, time.Since(start).Round(time.Second))
-			default:
-				opts.Report("%s: still running (%s)", why, time.Since(start).Round(time.Second))
-			}
+	return storage.ReportEvery(ctx, alterProgressEvery, func() {
+		var stage string
+		var worked, estimated sql.NullInt64
+		err := s.db.QueryRowContext(ctx, `SELECT e.EVENT_NAME, e.WORK_COMPLETED, e.WORK_ESTIMATED
+			FROM performance_schema.events_stages_current e JOIN performance_schema.threads t ON t.THREAD_ID = e.THREAD_ID
+			WHERE t.PROCESSLIST_ID = ?`, id).Scan(&stage, &worked, &estimated)
+		switch {
+		case err == nil && estimated.Int64 > 0:
+			opts.Report("%s: %s, %d%% (%s)", why, stage, worked.Int64*100/estimated.Int64, time.Since(start).Round(time.Second))
+		case err == nil:
+			opts.Report("%s: %s (%s)", why, stage, time.Since(start).Round(time.Second))
+		default:
+			opts.Report("%s: still running (%s)", why, time.Since(start).Round(time.Second))
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 // withMigrationLock runs fn on a connection holding the server-wide

@@ -1,15 +1,13 @@
 package mysql_test
 
 import (
-	"database/sql"
 	"errors"
 	"flag"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/producers"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
 	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
@@ -57,11 +55,15 @@ func BenchmarkUpgrade(b *testing.B) {
 		}
 		defer s.Close()
 		measure := func(name string, run func(progress func(string)) error) error {
-			p := startMySQLProducers(b, s.DB(), 4)
+			insert := func() error {
+				_, err := s.DB().ExecContext(ctx, "INSERT INTO openoutbox_events (event_type, payload, partition_key) VALUES ('order.created', 'x', 'k1')")
+				return err
+			}
+			p := producers.Start(insert, insert, insert, insert)
 			start := time.Now()
 			err := run(func(msg string) { b.Logf("%s %s", time.Since(start).Round(time.Millisecond), msg) })
 			took := time.Since(start)
-			inserted, longest, errs := p.halt()
+			inserted, longest, errs := p.Halt()
 			if len(errs) > 0 {
 				b.Fatalf("%s: %d inserts failed: %v", name, len(errs), errors.Join(errs...))
 			}
@@ -94,46 +96,4 @@ func BenchmarkUpgrade(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-}
-
-// mysqlProducers insert one event per transaction until halted.
-type mysqlProducers struct {
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	inserted atomic.Int64
-	mu       sync.Mutex
-	longest  time.Duration
-	errs     []error
-}
-
-func startMySQLProducers(b *testing.B, db *sql.DB, n int) *mysqlProducers {
-	p := &mysqlProducers{stop: make(chan struct{})}
-	for range n {
-		p.wg.Go(func() {
-			for {
-				select {
-				case <-p.stop:
-					return
-				default:
-				}
-				start := time.Now()
-				_, err := db.ExecContext(ctx, "INSERT INTO openoutbox_events (event_type, payload, partition_key) VALUES ('order.created', 'x', 'k1')")
-				took := time.Since(start)
-				p.mu.Lock()
-				p.longest = max(p.longest, took)
-				if err != nil {
-					p.errs = append(p.errs, err)
-				}
-				p.mu.Unlock()
-				p.inserted.Add(1)
-			}
-		})
-	}
-	return p
-}
-
-func (p *mysqlProducers) halt() (int64, time.Duration, []error) {
-	close(p.stop)
-	p.wg.Wait()
-	return p.inserted.Load(), p.longest, p.errs
 }

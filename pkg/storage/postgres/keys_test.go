@@ -68,24 +68,15 @@ func TestOrderedClaimsFindARowCommittedBehindItsKeysFloor(t *testing.T) {
 		t.Fatalf("claimed %d events, want the first", n)
 	}
 
-	late, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = late.Rollback(ctx) }()
-	var lateID uuid.UUID
-	if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ('late', '\\x00', 'k') RETURNING event_id").Scan(&lateID); err != nil {
-		t.Fatal(err)
-	}
+	insertLate, commitLate := lateWriter(t, tb)
+	lateID := insertLate("late")
 	after := tb.Insert(t, pgtest.Event{Type: "after", PartitionKey: "k"})[0]
 	b, err := s.Claim(ctx, p)
 	if err != nil || len(b.Events) != 1 || b.Events[0].ID != after {
 		t.Fatalf("Claim = %v, %v; want the row written after the open transaction's", b.Events, err)
 	}
 	deliver(t, s, b)
-	if err := late.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitLate()
 	b, err = s.Claim(ctx, p)
 	if err != nil || len(b.Events) != 1 || b.Events[0].ID != lateID {
 		t.Fatalf("Claim = %v, %v; want the row committed late", b.Events, err)
@@ -209,33 +200,9 @@ func TestAnOrderedClaimSeesAnEventRetriedAfterItsRead(t *testing.T) {
 	if n, err := s.RetryDead(ctx, storage.RetryDeadParams{}); err != nil || n != 1 {
 		t.Fatalf("RetryDead = %d, %v", n, err)
 	}
-	tx, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := tx.Query(ctx, s.Query("claim_ordered_keys_block"), claimArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var claimed []uuid.UUID
-	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id, ok := vals[0].([16]byte); ok {
-			claimed = append(claimed, id)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	claimed := runClaimStatement(t, s, s.Query("claim_ordered_keys_block"), claimArgs...)
 	if slices.Contains(claimed, uuid.UUID(ids[1])) {
 		t.Fatalf("the claim took %v: the held event %s before the retried one %s", claimed, ids[1], ids[0])
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
 	}
 	var order []uuid.UUID
 	for range 4 {
@@ -259,18 +226,7 @@ func TestAnOrderedClaimKeepsTheOrderOfATransactionThatCommitsDuringIt(t *testing
 	s := tb.Store
 	ctx := context.Background()
 	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
-	late, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = late.Rollback(ctx) }()
-	insertLate := func(typ string) uuid.UUID {
-		var id uuid.UUID
-		if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ($1, '\\x00', 'k') RETURNING event_id", typ).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	insertLate, commitLate := lateWriter(t, tb)
 	first := insertLate("late-1")
 	tb.Insert(t, pgtest.Event{Type: "between", PartitionKey: "k"})
 	if n := claimAndDeliver(t, s, p); n != 1 {
@@ -286,33 +242,8 @@ func TestAnOrderedClaimKeepsTheOrderOfATransactionThatCommitsDuringIt(t *testing
 	if err != nil || !slices.Equal(keys, []string{"k"}) {
 		t.Fatalf("FloorsClaimArgs: keys %q, %v; want the key of the event after", keys, err)
 	}
-	if err := late.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := tx.Query(ctx, s.Query("claim_ordered_keys_skip"), claimArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var claimed []uuid.UUID
-	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id, ok := vals[0].([16]byte); ok {
-			claimed = append(claimed, id)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitLate()
+	claimed := runClaimStatement(t, s, s.Query("claim_ordered_keys_skip"), claimArgs...)
 	if slices.Contains(claimed, uuid.UUID(second)) {
 		t.Fatalf("the claim took %v: the transaction's second event (%s) before its first (%s)", claimed, second, first)
 	}
@@ -336,18 +267,7 @@ func TestAnOrderedClaimWaitsForAnEventOfItsTransactionAnotherRelayHolds(t *testi
 	s := tb.Store
 	ctx := context.Background()
 	a := storage.ClaimParams{RelayID: "a", Limit: 10, Ordering: storage.OrderingPartition, SweepInterval: time.Hour}
-	late, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = late.Rollback(ctx) }()
-	insertLate := func(typ string) uuid.UUID {
-		var id uuid.UUID
-		if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ($1, '\\x00', 'k') RETURNING event_id", typ).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	insertLate, commitLate := lateWriter(t, tb)
 	first := insertLate("late-1")
 	tb.Insert(t, pgtest.Event{Type: "between", PartitionKey: "k"})
 	if n := claimAndDeliver(t, s, a); n != 1 {
@@ -357,9 +277,7 @@ func TestAnOrderedClaimWaitsForAnEventOfItsTransactionAnotherRelayHolds(t *testi
 		t.Fatalf("relay a claimed %d events, want none", n)
 	}
 	second := insertLate("late-2")
-	if err := late.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitLate()
 	b := a
 	b.RelayID, b.RunLimit = "b", 1
 	held, err := s.Claim(ctx, b)
@@ -377,4 +295,66 @@ func TestAnOrderedClaimWaitsForAnEventOfItsTransactionAnotherRelayHolds(t *testi
 	if ids := claimDelivered(t, s, a); !slices.Equal(ids, []uuid.UUID{second}) {
 		t.Fatalf("once the first was delivered relay a claimed %v, want the second", ids)
 	}
+}
+
+// lateWriter begins a transaction that inserts events of key k, one at a
+// time, and stays open until commit: a producer whose transaction runs
+// across other transactions' commits and the relay's claims.
+func lateWriter(t *testing.T, tb *pgtest.Table) (insert func(typ string) uuid.UUID, commit func()) {
+	t.Helper()
+	ctx := context.Background()
+	late, err := tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = late.Rollback(ctx) })
+	insert = func(typ string) uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		if err := late.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ($1, '\\x00', 'k') RETURNING event_id", typ).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	commit = func() {
+		t.Helper()
+		if err := late.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return insert, commit
+}
+
+// runClaimStatement runs a claim statement with args, as a claim whose
+// arguments were worked out earlier, in a transaction it commits, and
+// returns the ids it claimed.
+func runClaimStatement(t *testing.T, s *postgres.Store, query string, args ...any) []uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []uuid.UUID
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := vals[0].([16]byte); ok {
+			claimed = append(claimed, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return claimed
 }

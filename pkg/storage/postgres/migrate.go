@@ -58,13 +58,6 @@ var (
 	progressEvery       = 5 * time.Second
 )
 
-// lockRetries bounds how often a statement that could not get its lock in
-// time is tried again; the waits between grow to lockRetryMax.
-const (
-	lockRetries  = 60
-	lockRetryMax = 5 * time.Second
-)
-
 type migration struct {
 	s    *Store
 	conn *pgxpool.Conn
@@ -214,31 +207,19 @@ func (m *migration) concurrently(ctx context.Context, sql, why string) error {
 // again while a lock it needs is not free in time.
 func (m *migration) briefly(ctx context.Context, sql, why string) error {
 	timeout := m.opts.LockTimeoutOrDefault()
-	wait := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := pgx.BeginFunc(ctx, m.conn, func(tx pgx.Tx) error {
+	lockNotFree := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	}
+	return storage.RetryLocked(ctx, m.opts, timeout, why, "pg_stat_activity", lockNotFree, func() error {
+		return pgx.BeginFunc(ctx, m.conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(timeout.Milliseconds(), 1))); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
 			return err
 		})
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-			return err
-		}
-		if attempt == lockRetries {
-			return fmt.Errorf("%s: the table's lock was not free within %s in %d tries (a long transaction holds it: see pg_stat_activity), so nothing was changed; run migrate again later, or with a longer --lock-timeout: %w",
-				why, timeout, attempt, err)
-		}
-		m.opts.Report("%s: the lock was not free within %s; trying again in %s (try %d of %d)", why, timeout, wait, attempt, lockRetries)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, lockRetryMax)
-	}
+	})
 }
 
 // base runs the schema but its indexes. Its statements change the table
@@ -379,32 +360,16 @@ func (m *migration) watchProgress(ctx context.Context, name string) (stop func()
 		return func() {}
 	}
 	pid := m.conn.Conn().PgConn().PID()
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(progressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var phase string
-			var blocksDone, blocksTotal, tuplesDone, tuplesTotal, lockersDone, lockersTotal int64
-			err := m.s.pool.QueryRow(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total, lockers_done, lockers_total
-				FROM pg_stat_progress_create_index WHERE pid = $1`, pid).
-				Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal, &lockersDone, &lockersTotal)
-			if err != nil {
-				continue
-			}
+	return storage.ReportEvery(ctx, progressEvery, func() {
+		var phase string
+		var blocksDone, blocksTotal, tuplesDone, tuplesTotal, lockersDone, lockersTotal int64
+		err := m.s.pool.QueryRow(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total, lockers_done, lockers_total
+			FROM pg_stat_progress_create_index WHERE pid = $1`, pid).
+			Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal, &lockersDone, &lockersTotal)
+		if err == nil {
 			m.opts.Report("building index %s: %s", name, describeBuild(phase, blocksDone, blocksTotal, tuplesDone, tuplesTotal, lockersDone, lockersTotal))
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 // describeBuild says how far a build has got in words.

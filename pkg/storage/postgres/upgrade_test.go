@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/producers"
 	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -91,61 +90,28 @@ func waitForReport(t testing.TB, store *postgres.Store) {
 	}, func() string { return "the report never started" })
 }
 
-// producers insert one event per transaction into table, as an
-// application does, each session with lock_timeout set, until stopped;
-// they record the longest insert and every error.
-type producers struct {
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	inserted atomic.Int64
-	mu       sync.Mutex
-	longest  time.Duration
-	errs     []error
-}
-
-func startProducers(t testing.TB, dbURL string, n int, lockTimeout time.Duration) *producers {
+// startProducers starts n producers, each on a connection of its own
+// with lock_timeout set, inserting one event per transaction into the
+// outbox table of the database at dbURL.
+func startProducers(t testing.TB, dbURL string, n int, lockTimeout time.Duration) *producers.Run {
 	t.Helper()
 	ctx := context.Background()
-	p := &producers{stop: make(chan struct{})}
-	for range n {
+	inserts := make([]func() error, n)
+	for i := range inserts {
 		conn, err := pgx.Connect(ctx, dbURL)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = conn.Close(ctx) })
 		if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", lockTimeout.Milliseconds())); err != nil {
 			t.Fatal(err)
 		}
-		p.wg.Go(func() {
-			defer conn.Close(ctx)
-			for {
-				select {
-				case <-p.stop:
-					return
-				default:
-				}
-				start := time.Now()
-				_, err := conn.Exec(ctx, "INSERT INTO openoutbox_events (event_type, payload, partition_key) VALUES ('order.created', '\\x00', 'k1')")
-				took := time.Since(start)
-				p.mu.Lock()
-				p.longest = max(p.longest, took)
-				if err != nil {
-					p.errs = append(p.errs, err)
-				}
-				p.mu.Unlock()
-				if err == nil {
-					p.inserted.Add(1)
-				}
-			}
-		})
+		inserts[i] = func() error {
+			_, err := conn.Exec(ctx, "INSERT INTO openoutbox_events (event_type, payload, partition_key) VALUES ('order.created', '\\x00', 'k1')")
+			return err
+		}
 	}
-	return p
-}
-
-// halt stops the producers and returns the longest insert and the errors.
-func (p *producers) halt() (time.Duration, []error) {
-	close(p.stop)
-	p.wg.Wait()
-	return p.longest, p.errs
+	return producers.Start(inserts...)
 }
 
 // A migration of a table of the earlier release, which builds indexes and
@@ -168,8 +134,8 @@ func TestMigrateOfABusyTableBlocksNoWriter(t *testing.T) {
 	var progress syncbuf.Buffer
 	res, err := store.Migrate(context.Background(), storage.MigrateOptions{Cleanup: true,
 		Progress: func(msg string) { fmt.Fprintln(&progress, msg) }})
-	during := p.inserted.Load()
-	longest, errs := p.halt()
+	during := p.Inserted()
+	_, longest, errs := p.Halt()
 	if err := <-report; err != nil {
 		t.Fatalf("the report: %v", err)
 	}
@@ -273,8 +239,7 @@ func BenchmarkUpgrade(b *testing.B) {
 		res, err := store.Migrate(context.Background(), storage.MigrateOptions{Cleanup: true,
 			Progress: func(msg string) { b.Logf("%s %s", time.Since(start).Round(time.Millisecond), msg) }})
 		took := time.Since(start)
-		inserted := p.inserted.Load()
-		longest, errs := p.halt()
+		inserted, longest, errs := p.Halt()
 		if err != nil {
 			b.Fatal(err)
 		}
