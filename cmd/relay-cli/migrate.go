@@ -191,16 +191,19 @@ func printPlan(c *cli.Context, table string, res storage.MigrateResult) error {
 	if len(res.Plan) == 0 {
 		fmt.Fprintln(out, "-- nothing to do")
 	}
-	lockTimeout := c.Duration("lock-timeout")
 	for _, st := range res.Plan {
 		blocks := st.Blocks
 		switch st.Blocks {
 		case "briefly":
-			blocks = fmt.Sprintf("briefly (waits at most %s for its lock, then tries again later)", lockTimeout)
+			blocks = fmt.Sprintf("briefly (waits at most %s for its lock, then tries again later)", res.LockTimeout)
 		case "yes":
 			blocks = "YES, until it is done"
 		}
-		fmt.Fprintf(out, "\n-- %s\n-- blocks writers: %s\n%s;\n", st.Why, blocks, strings.TrimSpace(st.SQL))
+		stmt := strings.TrimSpace(st.SQL)
+		if !strings.HasPrefix(stmt, "--") {
+			stmt += ";"
+		}
+		fmt.Fprintf(out, "\n-- %s\n-- blocks writers: %s\n%s\n", st.Why, blocks, stmt)
 	}
 	for _, obj := range res.Kept {
 		fmt.Fprintf(out, "\n-- kept: %s, an earlier release's (migrate --cleanup drops it)\n", obj)

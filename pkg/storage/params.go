@@ -350,6 +350,9 @@ type MigrateResult struct {
 	// migration; -1 when it did not exist.
 	TableBytes int64
 	TableRows  int64
+	// LockTimeout is the longest a statement waited for a lock writers
+	// queue behind, as the database counts it (MySQL: whole seconds).
+	LockTimeout time.Duration
 }
 
 // MigrateStep is one statement a migration would run.

@@ -112,6 +112,7 @@ func (s *Store) Migrate(ctx context.Context, opts storage.MigrateOptions) (stora
 		return nil
 	})
 	res.Plan, res.Kept, res.TableBytes, res.TableRows = plan, kept, size.TableBytes, size.TableRows
+	res.LockTimeout = lockWaitTimeout(opts)
 	if opts.Plan {
 		// Nothing ran: what exists is all there is.
 		res.Existed, res.Created, res.Dropped = append(res.Existed, res.Created...), nil, nil

@@ -76,6 +76,7 @@ func (s *Store) migrate(ctx context.Context, base string, partitioned bool, opts
 	}
 	defer conn.Release()
 	m := &migration{s: s, conn: conn, opts: opts, partitioned: partitioned}
+	m.res.LockTimeout = opts.LockTimeoutOrDefault()
 	if err := m.run(ctx, base); err != nil {
 		// The session's settings and lock must not go back to the pool.
 		conn.Conn().PgConn().Close(context.WithoutCancel(ctx))
