@@ -125,6 +125,37 @@ $$;
 -- (see Indexes in schema.go and the end of `relay-cli migrate --print`),
 -- so that building them never stops the application's writes.
 
+-- A row's writer is the transaction that inserts it, whatever the INSERT
+-- names: an application that copies rows (INSERT … SELECT * from an
+-- archive, a restore by hand) or sets writer_xid itself would otherwise
+-- place its rows behind every relay's claim frontier, where only a sweep
+-- finds them. The WHEN clause skips the function for the rows the
+-- column's default filled, so a usual insert pays one comparison. (A CHECK
+-- would also refuse updates and a logical replica's inserts; column grants
+-- bind no table owner.)
+CREATE OR REPLACE FUNCTION {{schema}}"{{name}}_writer"() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.writer_xid := pg_catalog.pg_current_xact_id();
+    RETURN NEW;
+END
+$$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_trigger
+        WHERE tgrelid = '{{table}}'::regclass AND tgname = '{{name}}_writer'
+    ) THEN
+        CREATE TRIGGER "{{name}}_writer"
+            BEFORE INSERT ON {{table}}
+            FOR EACH ROW
+            WHEN (NEW.writer_xid IS DISTINCT FROM pg_catalog.pg_current_xact_id())
+            EXECUTE FUNCTION {{schema}}"{{name}}_writer"();
+    END IF;
+END
+$$;
+
 -- Wake relays as soon as events are committed: one notification per
 -- inserting statement, delivered when its transaction commits. The channel
 -- is the table's schema-qualified name however a relay spells it (cut to

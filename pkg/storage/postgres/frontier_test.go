@@ -319,3 +319,52 @@ func TestAHeldBatchRolledBackIsClaimedAgainAtOnce(t *testing.T) {
 	d.drain()
 	d.requireTaken("the rolled-back batch's events", ids...)
 }
+
+// A producer that names the writer itself: an INSERT that sets writer_xid,
+// and one that copies rows already delivered (INSERT … SELECT with their
+// columns, as a replay from an archive does). Before the schema's writer
+// trigger their rows kept the old writers and lay behind the frontier,
+// where only a sweep found them.
+func TestRowsThatNameTheirWriterAreClaimedAtOnce(t *testing.T) {
+	t.Parallel()
+	inEachMode(t, 10, func(t *testing.T, tb *pgtest.Table, d *drainer) {
+		ctx := context.Background()
+		first := tb.InsertN(t, 3, "first")
+		d.drain()
+		// More transactions, so that the first one's id is well behind.
+		tb.InsertN(t, 1, "later")
+		tb.InsertN(t, 1, "later")
+		d.drain()
+		var named, copied []uuid.UUID
+		for _, q := range []struct {
+			sql  string
+			into *[]uuid.UUID
+		}{
+			{"INSERT INTO " + tb.Name + " (event_type, payload, writer_xid) VALUES ('named', 'x', '1') RETURNING event_id", &named},
+			{"INSERT INTO " + tb.Name + ` (event_id, event_type, payload, writer_xid)
+			  SELECT gen_random_uuid(), 'copied', payload, writer_xid FROM ` + tb.Name + `
+			  WHERE event_type = 'first' RETURNING event_id`, &copied},
+		} {
+			rows, err := tb.Store.Pool().Query(ctx, q.sql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var id uuid.UUID
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				*q.into = append(*q.into, id)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(copied) != len(first) {
+			t.Fatalf("copied %d rows, want %d", len(copied), len(first))
+		}
+		d.drain()
+		d.requireTaken("the row that set writer_xid", named...)
+		d.requireTaken("the rows copied with their writers", copied...)
+	})
+}

@@ -229,7 +229,7 @@ func (m *migration) base(ddl string) func(context.Context, []string) error {
 	return func(ctx context.Context, before []string) error {
 		blocks, why := blocksNo, "the table, its sequence, columns, functions and trigger: all present, nothing changes"
 		var missing []string
-		for _, obj := range []string{"column seq", "column writer_xid", "trigger " + m.s.table.Name + "_notify"} {
+		for _, obj := range []string{"column seq", "column writer_xid", "trigger " + m.s.table.Name + "_notify", "trigger " + m.s.table.Name + "_writer"} {
 			if !slices.Contains(before, obj) {
 				missing = append(missing, obj)
 			}
@@ -497,7 +497,7 @@ func (s *Store) schemaObjects(ctx context.Context, q interface {
 }) ([]string, error) {
 	rows, err := q.Query(ctx, s.queries["schema_objects"],
 		s.table.Quoted(), s.table.Object("seq"), s.table.Object("notify")+"()", s.table.Object("default"),
-		s.table.Object("event_id")+"()")
+		s.table.Object("event_id")+"()", s.table.Object("writer")+"()")
 	if err != nil {
 		return nil, err
 	}

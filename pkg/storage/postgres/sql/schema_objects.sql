@@ -1,11 +1,12 @@
 -- The table and what hangs off it, to report what migrate created and what
 -- existed: its columns that migrate adds, its indexes, its sequence, its
--- triggers, the notify and event id functions, event_id's default when it
+-- triggers, the notify, event id and writer functions, event_id's default when it
 -- is that function (migrate gives it to a table whose ids were
 -- gen_random_uuid()'s) and, on a partitioned table, its default partition
 -- (time partitions come and go; `relay-cli partitions` lists them). $1 is
 -- the table, $2 its sequence, $3 the notify function's signature, $4 the
--- default partition, $5 the event id function's signature.
+-- default partition, $5 the event id function's signature, $6 the writer
+-- function's.
 SELECT 'table ' || c.relname FROM pg_class c
 WHERE c.oid = to_regclass($1)
 UNION ALL
@@ -22,7 +23,7 @@ SELECT 'trigger ' || t.tgname FROM pg_trigger t
 WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal
 UNION ALL
 SELECT 'function ' || p.proname || '()' FROM pg_proc p
-WHERE p.oid IN (to_regprocedure($3), to_regprocedure($5))
+WHERE p.oid IN (to_regprocedure($3), to_regprocedure($5), to_regprocedure($6))
 UNION ALL
 SELECT 'default event_id' FROM pg_attrdef d
 JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
