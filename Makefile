@@ -123,6 +123,7 @@ lint:
 # STORAGE=mysql drains a MariaDB/MySQL table instead of PostgreSQL's (every
 # mode but memory).
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99
+# and COMMIT → ack p50/p99
 # (PostgreSQL: LISTEN/NOTIFY; MySQL: POLL_INTERVAL=100ms).
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.

@@ -32,10 +32,11 @@ func TestHeldSettleFindsRowsByAddressWhateverTheStatistics(t *testing.T) {
 	}
 	var plan strings.Builder
 	err = pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
-		for _, q := range []string{tb.Store.Query("claim_plan"), tb.Store.Query("held_plan")} {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return err
-			}
+		if _, err := tx.Exec(ctx, tb.Store.Query("claim_plan"), "force_generic_plan"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, tb.Store.Query("held_plan")); err != nil {
+			return err
 		}
 		// A custom plan, as the first executions of a prepared statement get.
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {

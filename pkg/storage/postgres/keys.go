@@ -321,7 +321,7 @@ func (s *Store) findKeys(ctx context.Context, w *keyWalk, p storage.ClaimParams)
 	most := keyReadMost(p.Limit)
 	pl := w.find.plan(p.SweepInterval, now, most)
 	b := &pgx.Batch{}
-	b.Queue(s.queries["claim_plan"])
+	b.Queue(s.queries["claim_plan"], planAsUsual)
 	b.Queue(s.queries["claim_keys"], pl.args()...)
 	read, err := readKeys(s.pool.SendBatch(ctx, b), w)
 	if err != nil {

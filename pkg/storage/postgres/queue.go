@@ -120,7 +120,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			keyed = ""
 		}
 	}
-	b.Queue(s.queries["claim_plan"])
+	b.Queue(s.queries["claim_plan"], planCacheMode(p.Ordering))
 	b.Queue(s.queries["claim_stamp"])
 	b.Queue(claim, append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
 	if keyed != "" {
@@ -230,6 +230,22 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		defer st.mu.Unlock()
 		release(abandoned)
 	}, nil
+}
+
+// Plan cache modes for claim_plan.sql.
+const (
+	planOnce    = "force_generic_plan"
+	planAsUsual = "auto"
+)
+
+// planCacheMode is how the claims of ordering are planned: an unordered
+// claim's arms once per connection (their plan cannot change with the
+// parameters), ordered claims as PostgreSQL decides.
+func planCacheMode(o storage.Ordering) string {
+	if o == storage.OrderingPartition {
+		return planAsUsual
+	}
+	return planOnce
 }
 
 // mergeBySeq merges two batches, each in write order with its seqs, into
