@@ -339,7 +339,7 @@ func dropTable(ctx context.Context, storageURL, table string) error {
 		return err
 	}
 	defer db.Close(ctx)
-	_, err = db.Exec(ctx, "DROP TABLE IF EXISTS "+tbl.Quoted()+"; DROP FUNCTION IF EXISTS "+tbl.Object("notify")+"()")
+	_, err = db.Exec(ctx, "DROP TABLE IF EXISTS "+tbl.Quoted()+"; DROP FUNCTION IF EXISTS "+tbl.Object("notify")+"(), "+tbl.Object("writer")+"()")
 	return err
 }
 

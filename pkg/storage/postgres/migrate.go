@@ -227,7 +227,7 @@ func (m *migration) briefly(ctx context.Context, sql, why string) error {
 // only where something is missing, each holding its lock for a moment.
 func (m *migration) base(ddl string) func(context.Context, []string) error {
 	return func(ctx context.Context, before []string) error {
-		blocks, why := blocksNo, "the table, its sequence, columns, functions and trigger: all present, nothing changes"
+		blocks, why := blocksNo, "the table, its sequence, columns, functions and triggers: all present, nothing changes"
 		var missing []string
 		for _, obj := range []string{"column seq", "column writer_xid", "trigger " + m.s.table.Name + "_notify", "trigger " + m.s.table.Name + "_writer"} {
 			if !slices.Contains(before, obj) {
@@ -236,7 +236,7 @@ func (m *migration) base(ddl string) func(context.Context, []string) error {
 		}
 		switch {
 		case m.res.TableBytes < 0:
-			why = "create the table, its sequence, functions and trigger"
+			why = "create the table, its sequence, functions and triggers"
 		case len(missing) > 0:
 			blocks, why = blocksBriefly, "add "+strings.Join(missing, ", ")+" (no rewrite: each takes its lock for a moment)"
 		}

@@ -240,7 +240,8 @@ const (
 
 // planCacheMode is how the claims of ordering are planned: an unordered
 // claim's arms once per connection (their plan cannot change with the
-// parameters), ordered claims as PostgreSQL decides.
+// parameters), ordered claims as PostgreSQL decides (their key reads,
+// findKeys, are planned once too).
 func planCacheMode(o storage.Ordering) string {
 	if o == storage.OrderingPartition {
 		return planAsUsual

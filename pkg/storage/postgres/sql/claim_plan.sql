@@ -14,6 +14,7 @@
 -- passes force_generic_plan: planned afresh at every call, its arms cost
 -- the server 2 ms a claim (4 µs an event at 500) for the same plan, since
 -- with the scans above off every arm can only walk its own index in its
--- own order. Ordered claims pass auto.
+-- own order. So do the key reads of ordered claims (claim_keys.sql);
+-- their keyed claims pass auto.
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('jit', 'off', true), set_config('plan_cache_mode', $1::text, true)
