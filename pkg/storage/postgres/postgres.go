@@ -213,10 +213,17 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	// rows may have moved, and without the created_at range, which
 	// statistics that lag the inserts make look like a better way in than
 	// the primary key (its arguments end before the range's).
+	// ({{rows}}: by the arrays $1 of addresses and $2 of ids; the _by_id
+	// variant is given no addresses, and names $1 only for its type.
+	// {{row_match}}: the failures' join, row by row.)
 	for _, name := range []string{"held_delivered", "held_deleted", "held_failed", "held_released"} {
 		q := queries[name]
-		queries[name] = strings.ReplaceAll(q, "{{row_match}}", "t.ctid = f.row_id AND t.event_id = f.event_id")
-		queries[name+"_by_id"] = createdRangeLine.ReplaceAllString(strings.ReplaceAll(q, "{{row_match}}", "t.event_id = f.event_id"), "")
+		queries[name] = strings.NewReplacer(
+			"{{rows}}", "t.ctid = ANY($1::tid[]) AND t.event_id = ANY($2::uuid[])",
+			"{{row_match}}", "t.ctid = f.row_id AND t.event_id = f.event_id").Replace(q)
+		queries[name+"_by_id"] = createdRangeLine.ReplaceAllString(strings.NewReplacer(
+			"{{rows}}", "$1::tid[] IS NULL AND t.event_id = ANY($2::uuid[])",
+			"{{row_match}}", "t.event_id = f.event_id").Replace(q), "")
 	}
 	// The log reader's statements find rows by id and exact created_at
 	// (one partition); rows whose created_at it could not read go

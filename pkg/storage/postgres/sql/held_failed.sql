@@ -1,5 +1,6 @@
 -- Settle failed events of a held claim by the failure rule, as
--- mark_failed.sql does for a lease; rows found as in held_delivered.sql.
+-- mark_failed.sql does for a lease; rows found as in held_delivered.sql,
+-- joined to their failures, each address paired with its id.
 UPDATE {{table}} AS t
 SET {{failed_attempt}},
     updated_at = statement_timestamp()

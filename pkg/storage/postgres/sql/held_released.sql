@@ -3,6 +3,5 @@
 -- held_delivered.sql.
 UPDATE {{table}} AS t
 SET available_at = {{due_now}}, {{handed_back}}, updated_at = statement_timestamp()
-FROM unnest($1::tid[], $2::uuid[]) AS f(row_id, event_id)
-WHERE {{row_match}} AND t.status = 'PENDING'
+WHERE {{rows}} AND t.status = 'PENDING'
   AND t.created_at BETWEEN $3 AND $4 -- see mark_delivered.sql
