@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/interleave"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
 	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
@@ -68,73 +67,16 @@ const interleaveSweep = time.Second
 // sweep interval) an event's first claim may come on a busy machine.
 const interleaveSlack = 3 * time.Second
 
-type model struct {
-	mu         sync.Mutex
-	ordered    bool
-	onDead     storage.DeadPolicy
-	committed  map[uuid.UUID]written
-	rolledBack map[uuid.UUID]bool
-	first      map[uuid.UUID]claimed
-	delivered  map[uuid.UUID]int
-	killed     map[uuid.UUID]bool
-	producers  map[string]int
-	txns       int
-	batches    int
-	place      map[uuid.UUID]txnPlace
-	claims     map[uuid.UUID][]keyedClaim
-	finished   map[uuid.UUID][]time.Time
-}
-
-type written struct{ committedAt, due time.Time }
-
-type claimed struct {
-	at, stamp time.Time
-	relay     string
-}
-
-type txnPlace struct {
-	txn, nth int
-	key      string
-}
-
-type keyedClaim struct {
-	end   time.Time
-	batch int
-}
-
 func runInterleavings(t *testing.T, ordered bool) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("INTERLEAVE_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("INTERLEAVE_SEED=%q: %v", v, err)
-		}
-	}
-	duration := 4 * time.Second
-	if v := os.Getenv("INTERLEAVE_DURATION"); v != "" {
-		var err error
-		if duration, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("INTERLEAVE_DURATION=%q: %v", v, err)
-		}
-	}
-	sweep := interleaveSweep
-	if v := os.Getenv("INTERLEAVE_SWEEP"); v != "" {
-		var err error
-		if sweep, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("INTERLEAVE_SWEEP=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d: INTERLEAVE_SEED=%d reproduces the choices; sweeps every %s", seed, seed, sweep)
-	m := &model{
-		ordered:   ordered,
-		committed: map[uuid.UUID]written{}, rolledBack: map[uuid.UUID]bool{},
-		first: map[uuid.UUID]claimed{}, delivered: map[uuid.UUID]int{}, killed: map[uuid.UUID]bool{},
-		producers: map[string]int{},
-		place:     map[uuid.UUID]txnPlace{}, claims: map[uuid.UUID][]keyedClaim{}, finished: map[uuid.UUID][]time.Time{},
-	}
+	seed := interleave.Seed(t)
+	duration := interleave.Duration(t, "INTERLEAVE_DURATION", 4*time.Second)
+	sweep := interleave.Duration(t, "INTERLEAVE_SWEEP", interleaveSweep)
+	t.Logf("sweeps every %s", sweep)
+	m := interleave.New()
 	if ordered {
-		m.onDead = []storage.DeadPolicy{storage.DeadSkip, storage.DeadBlock}[rand.New(rand.NewPCG(seed, 1)).IntN(2)]
-		t.Logf("ORDERING=partition, ORDERING_ON_DEAD=%s", m.onDead)
+		m.Ordered = true
+		m.OnDead = []storage.DeadPolicy{storage.DeadSkip, storage.DeadBlock}[rand.New(rand.NewPCG(seed, 1)).IntN(2)]
+		t.Logf("ORDERING=partition, ORDERING_ON_DEAD=%s", m.OnDead)
 	}
 	tb := mysqltest.New(t)
 
@@ -171,16 +113,16 @@ func runInterleavings(t *testing.T, ordered bool) {
 	close(stop)
 	producers.Wait()
 	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && len(undelivered(t, tb, m)) > 0 {
+	for time.Now().Before(deadline) && undelivered(t, tb, m) > 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
 	close(relaysStop)
 	relays.Wait()
-	m.check(t, tb, sweep)
+	m.Check(t, undelivered(t, tb, m), sweep+interleaveSlack)
 }
 
 // produce writes transactions until stop.
-func produce(t *testing.T, tb *mysqltest.Table, m *model, r *rand.Rand, stop <-chan struct{}) {
+func produce(t *testing.T, tb *mysqltest.Table, m *interleave.Model, r *rand.Rand, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
@@ -199,7 +141,7 @@ func produce(t *testing.T, tb *mysqltest.Table, m *model, r *rand.Rand, stop <-c
 
 // steady writes one-row transactions without pause in busy spells of up
 // to a second, with quiet spells between.
-func steady(t *testing.T, tb *mysqltest.Table, m *model, r *rand.Rand, stop <-chan struct{}) {
+func steady(t *testing.T, tb *mysqltest.Table, m *interleave.Model, r *rand.Rand, stop <-chan struct{}) {
 	ctx := context.Background()
 	for {
 		busyUntil := time.Now().Add(time.Duration(r.IntN(1000)) * time.Millisecond)
@@ -214,11 +156,8 @@ func steady(t *testing.T, tb *mysqltest.Table, m *model, r *rand.Rand, stop <-ch
 				t.Errorf("steady producer: %v", err)
 				return
 			}
-			now := time.Now()
-			m.mu.Lock()
-			m.committed[id] = written{committedAt: now, due: due}
-			m.producers["steady"]++
-			m.mu.Unlock()
+			m.Committed([]uuid.UUID{id}, map[uuid.UUID]time.Time{id: due}, "", time.Now())
+			m.Produced("steady")
 			time.Sleep(2 * time.Millisecond)
 		}
 		select {
@@ -249,7 +188,7 @@ func insertSteady(ctx context.Context, tb *mysqltest.Table) (uuid.UUID, time.Tim
 	return id, due[id], tx.Commit()
 }
 
-func produceOne(ctx context.Context, tb *mysqltest.Table, m *model, r *rand.Rand) error {
+func produceOne(ctx context.Context, tb *mysqltest.Table, m *interleave.Model, r *rand.Rand) error {
 	clientClock := time.Now().UTC()
 	tx, err := tb.Store.DB().BeginTx(ctx, nil)
 	if err != nil {
@@ -272,12 +211,10 @@ func produceOne(ctx context.Context, tb *mysqltest.Table, m *model, r *rand.Rand
 	}
 	kind := []string{"insert", "values", "select"}[r.IntN(3)]
 	key := ""
-	if m.ordered && r.IntN(4) != 0 {
+	if m.Ordered && r.IntN(4) != 0 {
 		key = fmt.Sprintf("k%d", r.IntN(6))
 	}
-	m.mu.Lock()
-	m.producers[kind]++
-	m.mu.Unlock()
+	m.Produced(kind)
 	cols := "(event_id, event_type, payload, created_at, available_at, partition_key)"
 	row := func(i int) (string, []any) {
 		args := []any{ids[i][:]}
@@ -335,26 +272,13 @@ func produceOne(ctx context.Context, tb *mysqltest.Table, m *model, r *rand.Rand
 		if err := tx.Rollback(); err != nil {
 			return err
 		}
-		m.mu.Lock()
-		for _, id := range ids {
-			m.rolledBack[id] = true
-		}
-		m.mu.Unlock()
+		m.RolledBack(ids)
 		return nil
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	now := time.Now()
-	m.mu.Lock()
-	for i, id := range ids {
-		m.committed[id] = written{committedAt: now, due: due[id]}
-		if key != "" {
-			m.place[id] = txnPlace{txn: m.txns, nth: i, key: key}
-		}
-	}
-	m.txns++
-	m.mu.Unlock()
+	m.Committed(ids, due, key, time.Now())
 	return nil
 }
 
@@ -388,7 +312,7 @@ func availableAt(ctx context.Context, tx *sql.Tx, tb *mysqltest.Table, ids []uui
 
 // runRelays runs relay slot i until stop, each incarnation a store of its
 // own (a process), started again after it is killed.
-func runRelays(t *testing.T, tb *mysqltest.Table, m *model, slot int, sweep time.Duration, r *rand.Rand, stop <-chan struct{}) {
+func runRelays(t *testing.T, tb *mysqltest.Table, m *interleave.Model, slot int, sweep time.Duration, r *rand.Rand, stop <-chan struct{}) {
 	ctx := context.Background()
 	for incarnation := 0; ; incarnation++ {
 		store, err := mysql.Open(ctx, tb.URL)
@@ -405,11 +329,11 @@ func runRelays(t *testing.T, tb *mysqltest.Table, m *model, slot int, sweep time
 }
 
 // runRelay claims until stop or until it is killed (true).
-func runRelay(t *testing.T, s *mysql.Store, m *model, relayID string, sweep time.Duration, r *rand.Rand, stop <-chan struct{}) bool {
+func runRelay(t *testing.T, s *mysql.Store, m *interleave.Model, relayID string, sweep time.Duration, r *rand.Rand, stop <-chan struct{}) bool {
 	ctx := context.Background()
 	p := storage.ClaimParams{RelayID: relayID, Limit: 5 + r.IntN(16), SweepInterval: sweep}
-	if m.ordered {
-		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.onDead, 1+r.IntN(4)
+	if m.Ordered {
+		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.OnDead, 1+r.IntN(4)
 	}
 	for {
 		select {
@@ -422,73 +346,53 @@ func runRelay(t *testing.T, s *mysql.Store, m *model, relayID string, sweep time
 			t.Errorf("relay %s: claim: %v", relayID, err)
 			return false
 		}
-		now := time.Now()
 		ids := eventIDs(b.Events)
 		p.After = b.After
-		m.mu.Lock()
-		m.batches++
-		for _, id := range ids {
-			if _, ok := m.first[id]; !ok {
-				m.first[id] = claimed{at: now, stamp: b.Lease.LockedAt, relay: relayID}
-			}
-			if _, ok := m.place[id]; ok {
-				m.claims[id] = append(m.claims[id], keyedClaim{end: now, batch: m.batches})
-			}
-		}
-		m.mu.Unlock()
+		m.Claimed(relayID, b.Lease.LockedAt, time.Now(), ids)
 		if len(ids) == 0 {
 			time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
 			continue
 		}
-		sp := storage.SettleParams{Lease: b.Lease, IDs: ids}
-		var finishing []uuid.UUID
-		settling := time.Now()
+		var st storage.Settlement
 		switch x := r.IntN(1000); {
 		case x < 2:
 			// The process dies; its lease waits for the reaper.
-			m.mu.Lock()
-			for _, id := range ids {
-				m.killed[id] = true
-			}
-			m.mu.Unlock()
+			m.Killed(ids)
 			return true
 		case x < 120:
-			_, err = s.Release(ctx, sp)
-		case x < 250:
-			dead := x >= 220
-			fp := storage.FailParams{Lease: b.Lease}
+			st.Released = ids
+		case x < 220:
 			for _, id := range ids {
-				f := storage.Failure{ID: id, Error: "retry", Delay: time.Duration(50+r.IntN(300)) * time.Millisecond}
-				if dead {
-					f = storage.Failure{ID: id, Error: "permanent", Dead: true}
-				}
-				fp.Failures = append(fp.Failures, f)
+				st.Failed = append(st.Failed, storage.Failure{ID: id, Error: "retry", Delay: time.Duration(50+r.IntN(300)) * time.Millisecond})
 			}
-			_, err = s.MarkFailed(ctx, fp)
-			if dead && m.onDead == storage.DeadSkip {
-				finishing = ids
+		case x < 250:
+			for _, id := range ids {
+				st.Failed = append(st.Failed, storage.Failure{ID: id, Error: "permanent", Dead: true})
 			}
 		default:
-			_, err = s.MarkDelivered(ctx, sp)
-			finishing = ids
-			m.mu.Lock()
-			for _, id := range ids {
-				m.delivered[id]++
-			}
-			m.mu.Unlock()
+			st.Delivered = ids
 		}
-		if err != nil {
+		settling := time.Now()
+		if err := settle(ctx, s, b.Lease, st); err != nil {
 			t.Errorf("relay %s: settle: %v", relayID, err)
 			return false
 		}
-		m.mu.Lock()
-		for _, id := range finishing {
-			if _, ok := m.place[id]; ok {
-				m.finished[id] = append(m.finished[id], settling)
-			}
-		}
-		m.mu.Unlock()
+		m.Settled(st, settling)
 	}
+}
+
+// settle records st, one outcome for the whole batch, on its lease.
+func settle(ctx context.Context, s *mysql.Store, lease storage.Lease, st storage.Settlement) error {
+	var err error
+	switch {
+	case len(st.Delivered) > 0:
+		_, err = s.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: st.Delivered})
+	case len(st.Released) > 0:
+		_, err = s.Release(ctx, storage.SettleParams{Lease: lease, IDs: st.Released})
+	default:
+		_, err = s.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: st.Failed})
+	}
+	return err
 }
 
 // runMaintenance runs the reaper and retry-dead, as an operator's cron would.
@@ -511,113 +415,29 @@ func runMaintenance(t *testing.T, tb *mysqltest.Table, stop <-chan struct{}) {
 	}
 }
 
-// undelivered lists the committed events not DELIVERED yet.
-func undelivered(t *testing.T, tb *mysqltest.Table, m *model) []uuid.UUID {
+// undelivered counts the committed events not DELIVERED yet.
+func undelivered(t *testing.T, tb *mysqltest.Table, m *interleave.Model) int {
 	rows, err := tb.Store.DB().QueryContext(context.Background(), "SELECT event_id FROM "+tb.Name+" WHERE status <> 'DELIVERED'")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var open []uuid.UUID
+	open := map[uuid.UUID]bool{}
 	for rows.Next() {
 		var raw []byte
 		if err := rows.Scan(&raw); err != nil {
 			t.Fatal(err)
 		}
-		open = append(open, uuid.UUID(raw))
+		open[uuid.UUID(raw)] = true
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var left []uuid.UUID
-	for _, id := range open {
-		if _, ok := m.committed[id]; ok {
-			left = append(left, id)
+	n := 0
+	for _, id := range m.CommittedIDs() {
+		if open[id] {
+			n++
 		}
 	}
-	return left
-}
-
-func (m *model) check(t *testing.T, tb *mysqltest.Table, sweep time.Duration) {
-	left := undelivered(t, tb, m)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t.Logf("%d events committed, %d rolled back; transactions by kind %v; %d first claims, %d killed",
-		len(m.committed), len(m.rolledBack), m.producers, len(m.first), len(m.killed))
-	var problems []string
-	if len(left) > 0 {
-		problems = append(problems, fmt.Sprintf("%d committed events not delivered", len(left)))
-	}
-	bound := sweep + interleaveSlack
-	var slowest time.Duration
-	for id, c := range m.first {
-		w, ok := m.committed[id]
-		switch {
-		case m.rolledBack[id]:
-			problems = append(problems, fmt.Sprintf("event %s of a rolled-back transaction claimed by %s", id, c.relay))
-			continue
-		case !ok:
-			problems = append(problems, fmt.Sprintf("event %s claimed by %s was never committed", id, c.relay))
-			continue
-		}
-		if c.stamp.Before(w.due) {
-			problems = append(problems, fmt.Sprintf("event %s claimed at %s, before it was due at %s", id, c.stamp, w.due))
-		}
-		if _, keyed := m.place[id]; keyed {
-			continue
-		}
-		visible := w.committedAt
-		if w.due.After(visible) {
-			visible = w.due
-		}
-		late := c.at.Sub(visible)
-		slowest = max(slowest, late)
-		if late > bound {
-			problems = append(problems, fmt.Sprintf("event %s first claimed %s after it was committed and due", id, late))
-		}
-	}
-	problems = append(problems, m.orderProblems()...)
-	for id, n := range m.delivered {
-		if n > 1 && !m.killed[id] {
-			problems = append(problems, fmt.Sprintf("event %s delivered %d times with no relay killed holding it", id, n))
-		}
-	}
-	t.Logf("slowest first claim after commit and due (events without a key under ORDERING=partition): %s", slowest)
-	slices.Sort(problems)
-	if len(problems) > 10 {
-		problems = append(problems[:10], fmt.Sprintf("… and %d more", len(problems)-10))
-	}
-	for _, p := range problems {
-		t.Error(p)
-	}
-}
-
-// orderProblems lists the keyed events claimed while an event their
-// transaction wrote before them under the same key was certainly not
-// finished. The caller holds m.mu.
-func (m *model) orderProblems() []string {
-	byTxn := map[int][]uuid.UUID{}
-	for id, pl := range m.place {
-		byTxn[pl.txn] = append(byTxn[pl.txn], id)
-	}
-	var problems []string
-	for _, ids := range byTxn {
-		for _, b := range ids {
-			for _, a := range ids {
-				if m.place[a].nth >= m.place[b].nth {
-					continue
-				}
-				for _, c := range m.claims[b] {
-					if !slices.ContainsFunc(m.finished[a], func(at time.Time) bool { return at.Before(c.end) }) &&
-						!slices.ContainsFunc(m.claims[a], func(ac keyedClaim) bool { return ac.batch == c.batch }) {
-						problems = append(problems, fmt.Sprintf("event %s (key %s, #%d of its transaction) claimed in batch %d before #%d, %s, was finished",
-							b, m.place[b].key, m.place[b].nth, c.batch, m.place[a].nth, a))
-					}
-				}
-			}
-		}
-	}
-	return problems
+	return n
 }

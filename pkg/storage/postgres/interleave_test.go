@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/interleave"
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -43,7 +41,7 @@ import (
 // SEED=…` sets both. The seed is printed first.
 func TestClaimsUnderRandomInterleavings(t *testing.T) {
 	t.Parallel()
-	runInterleavings(t, interleaving{})
+	runInterleavings(t, false)
 }
 
 // TestOrderedClaimsUnderRandomInterleavings is the same under
@@ -58,42 +56,23 @@ func TestClaimsUnderRandomInterleavings(t *testing.T) {
 // alone: a keyed one waits, rightly, behind its key's earlier events.
 func TestOrderedClaimsUnderRandomInterleavings(t *testing.T) {
 	t.Parallel()
-	runInterleavings(t, interleaving{ordered: true})
+	runInterleavings(t, true)
 }
 
-// interleaving is what a randomized run claims with.
-type interleaving struct {
-	ordered bool
-	onDead  storage.DeadPolicy
-}
-
-func runInterleavings(t *testing.T, how interleaving) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("INTERLEAVE_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("INTERLEAVE_SEED=%q: %v", v, err)
-		}
-	}
-	duration := 4 * time.Second
-	if v := os.Getenv("INTERLEAVE_DURATION"); v != "" {
-		var err error
-		if duration, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("INTERLEAVE_DURATION=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d: INTERLEAVE_SEED=%d reproduces the choices", seed, seed)
-	if how.ordered {
-		how.onDead = []storage.DeadPolicy{storage.DeadSkip, storage.DeadBlock}[rand.New(rand.NewPCG(seed, 1)).IntN(2)]
-		t.Logf("ORDERING=partition, ORDERING_ON_DEAD=%s", how.onDead)
+func runInterleavings(t *testing.T, ordered bool) {
+	seed := interleave.Seed(t)
+	duration := interleave.Duration(t, "INTERLEAVE_DURATION", 4*time.Second)
+	m := interleave.New()
+	if ordered {
+		m.Ordered = true
+		m.OnDead = []storage.DeadPolicy{storage.DeadSkip, storage.DeadBlock}[rand.New(rand.NewPCG(seed, 1)).IntN(2)]
+		t.Logf("ORDERING=partition, ORDERING_ON_DEAD=%s", m.OnDead)
 	}
 
 	c := pgcluster.Start(t, pgcluster.Options{})
 	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
 	slowCommits(t, tb, "INSERT", 0.3)
 
-	m := newModel()
-	m.how = how
 	stop := make(chan struct{})
 	var producers, relays sync.WaitGroup
 	// One relay sometimes: others' claims and restarts, which read from
@@ -141,7 +120,7 @@ func runInterleavings(t *testing.T, how interleaving) {
 	}
 	close(relaysStop)
 	relays.Wait()
-	m.check(t, tb)
+	m.Check(t, undelivered(t, tb, m), interleaveBound)
 }
 
 // interleaveBound is how long after an event is both committed and due
@@ -149,57 +128,8 @@ func runInterleavings(t *testing.T, how interleaving) {
 // the claim, a publish and a busy machine's stalls, far below a sweep.
 const interleaveBound = 3 * time.Second
 
-type model struct {
-	mu         sync.Mutex
-	committed  map[uuid.UUID]written
-	rolledBack map[uuid.UUID]bool
-	first      map[uuid.UUID]claimed
-	delivered  map[uuid.UUID]int
-	killed     map[uuid.UUID]bool
-	producers  map[string]int
-	how        interleaving
-	// Ordered runs: each keyed event's transaction and place in it, when
-	// each claim of it ended, and when each settle that finished it
-	// (DELIVERED; DEAD under skip) began.
-	txns, batches int
-	place         map[uuid.UUID]txnPlace
-	claims        map[uuid.UUID][]keyedClaim
-	finished      map[uuid.UUID][]time.Time
-}
-
-// keyedClaim is a claim of a keyed event: when it ended, and its batch.
-type keyedClaim struct {
-	end   time.Time
-	batch int
-}
-
-// txnPlace is a keyed event's place among its transaction's events.
-type txnPlace struct {
-	txn, nth int
-	key      string
-}
-
-type written struct {
-	committedAt time.Time
-	due         time.Time
-}
-
-type claimed struct {
-	at, stamp time.Time
-	relay     string
-}
-
-func newModel() *model {
-	return &model{
-		committed: map[uuid.UUID]written{}, rolledBack: map[uuid.UUID]bool{},
-		first: map[uuid.UUID]claimed{}, delivered: map[uuid.UUID]int{}, killed: map[uuid.UUID]bool{},
-		producers: map[string]int{},
-		place:     map[uuid.UUID]txnPlace{}, claims: map[uuid.UUID][]keyedClaim{}, finished: map[uuid.UUID][]time.Time{},
-	}
-}
-
 // produce writes transactions until stop.
-func produce(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan struct{}) {
+func produce(t *testing.T, tb *pgtest.Table, m *interleave.Model, r *rand.Rand, stop <-chan struct{}) {
 	ctx := context.Background()
 	for {
 		select {
@@ -220,7 +150,7 @@ func produce(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan
 
 // steady writes one-row transactions without pause for busy spells of up
 // to a second, with quiet spells between.
-func steady(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan struct{}) {
+func steady(t *testing.T, tb *pgtest.Table, m *interleave.Model, r *rand.Rand, stop <-chan struct{}) {
 	ctx := context.Background()
 	for {
 		busyUntil := time.Now().Add(time.Duration(r.IntN(1000)) * time.Millisecond)
@@ -237,11 +167,8 @@ func steady(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan 
 				t.Errorf("steady producer: %v", err)
 				return
 			}
-			now := time.Now()
-			m.mu.Lock()
-			m.committed[id] = written{committedAt: now, due: due}
-			m.producers["steady"]++
-			m.mu.Unlock()
+			m.Committed([]uuid.UUID{id}, map[uuid.UUID]time.Time{id: due}, "", time.Now())
+			m.Produced("steady")
 			// At most about 500 a second: the bound checks when events
 			// are claimed, not how fast the smallest batches drain.
 			time.Sleep(2 * time.Millisecond)
@@ -254,7 +181,7 @@ func steady(t *testing.T, tb *pgtest.Table, m *model, r *rand.Rand, stop <-chan 
 	}
 }
 
-func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) error {
+func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *rand.Rand) error {
 	conn, err := tb.Store.Pool().Acquire(ctx)
 	if err != nil {
 		return err
@@ -285,13 +212,11 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 		hold = time.Duration(r.IntN(3000)) * time.Millisecond
 	}
 	kind := []string{"insert", "values", "select", "copy"}[r.IntN(4)]
-	m.mu.Lock()
-	m.producers[kind]++
-	m.mu.Unlock()
+	m.Produced(kind)
 	// Under ORDERING=partition most transactions write under one key, of
 	// a few: their events must go out in the order written.
 	key := ""
-	if m.how.ordered && r.IntN(4) != 0 {
+	if m.Ordered && r.IntN(4) != 0 {
 		key = fmt.Sprintf("k%d", r.IntN(6))
 	}
 	row := func(i int) string {
@@ -376,32 +301,19 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *model, r *rand.Rand) e
 		if err := tx.Rollback(ctx); err != nil {
 			return err
 		}
-		m.mu.Lock()
-		for _, id := range ids {
-			m.rolledBack[id] = true
-		}
-		m.mu.Unlock()
+		m.RolledBack(ids)
 		return nil
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	now := time.Now()
-	m.mu.Lock()
-	for i, id := range ids {
-		m.committed[id] = written{committedAt: now, due: due[id]}
-		if key != "" {
-			m.place[id] = txnPlace{txn: m.txns, nth: i, key: key}
-		}
-	}
-	m.txns++
-	m.mu.Unlock()
+	m.Committed(ids, due, key, time.Now())
 	return nil
 }
 
 // runRelays runs relay slot i until stop: one relay at a time, each a
 // store of its own (a process), started again after it is killed.
-func runRelays(t *testing.T, tb *pgtest.Table, m *model, slot int, r *rand.Rand, stop <-chan struct{}) {
+func runRelays(t *testing.T, tb *pgtest.Table, m *interleave.Model, slot int, r *rand.Rand, stop <-chan struct{}) {
 	ctx := context.Background()
 	for incarnation := 0; ; incarnation++ {
 		store, err := postgres.Open(ctx, tb.URL)
@@ -410,7 +322,7 @@ func runRelays(t *testing.T, tb *pgtest.Table, m *model, slot int, r *rand.Rand,
 			return
 		}
 		// Ordered claims are never held.
-		held := !m.how.ordered && (slot == 1 || slot == 2 && incarnation%2 == 1)
+		held := !m.Ordered && (slot == 1 || slot == 2 && incarnation%2 == 1)
 		relayID := fmt.Sprintf("r%d.%d", slot, incarnation)
 		killed := runRelay(t, store, m, relayID, held, r, stop)
 		store.Close()
@@ -421,11 +333,11 @@ func runRelays(t *testing.T, tb *pgtest.Table, m *model, slot int, r *rand.Rand,
 }
 
 // runRelay claims until stop or until it is killed (true).
-func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bool, r *rand.Rand, stop <-chan struct{}) bool {
+func runRelay(t *testing.T, s *postgres.Store, m *interleave.Model, relayID string, held bool, r *rand.Rand, stop <-chan struct{}) bool {
 	ctx := context.Background()
 	p := storage.ClaimParams{RelayID: relayID, Limit: 5 + r.IntN(16), SweepInterval: 24 * time.Hour}
-	if m.how.ordered {
-		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.how.onDead, 1+r.IntN(4)
+	if m.Ordered {
+		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.OnDead, 1+r.IntN(4)
 	}
 	for {
 		select {
@@ -451,20 +363,9 @@ func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bo
 				return false
 			}
 		}
-		now := time.Now()
 		ids := eventIDs(b.Events)
 		p.After = b.After
-		m.mu.Lock()
-		m.batches++
-		for _, id := range ids {
-			if _, ok := m.first[id]; !ok {
-				m.first[id] = claimed{at: now, stamp: b.Lease.LockedAt, relay: relayID}
-			}
-			if _, ok := m.place[id]; ok {
-				m.claims[id] = append(m.claims[id], keyedClaim{end: now, batch: m.batches})
-			}
-		}
-		m.mu.Unlock()
+		m.Claimed(relayID, b.Lease.LockedAt, time.Now(), ids)
 		if len(ids) == 0 {
 			time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
 			continue
@@ -492,11 +393,7 @@ func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bo
 		if kill {
 			// The process dies: a held claim's transaction ends with its
 			// connection, a lease waits for the reaper.
-			m.mu.Lock()
-			for _, id := range ids {
-				m.killed[id] = true
-			}
-			m.mu.Unlock()
+			m.Killed(ids)
 			if tx != nil {
 				tx.Abort()
 			}
@@ -507,26 +404,7 @@ func runRelay(t *testing.T, s *postgres.Store, m *model, relayID string, held bo
 			t.Errorf("relay %s: settle: %v", relayID, err)
 			return false
 		}
-		m.mu.Lock()
-		finishing := st.Delivered
-		if m.how.onDead == storage.DeadSkip {
-			for _, f := range st.Failed {
-				if f.Dead {
-					finishing = append(finishing, f.ID)
-				}
-			}
-		}
-		for _, id := range finishing {
-			if _, ok := m.place[id]; ok {
-				m.finished[id] = append(m.finished[id], settling)
-			}
-		}
-		m.mu.Unlock()
-		m.mu.Lock()
-		for _, id := range st.Delivered {
-			m.delivered[id]++
-		}
-		m.mu.Unlock()
+		m.Settled(st, settling)
 	}
 }
 
@@ -570,116 +448,11 @@ func runMaintenance(t *testing.T, tb *pgtest.Table, stop <-chan struct{}) {
 }
 
 // undelivered counts the committed events not DELIVERED yet.
-func undelivered(t *testing.T, tb *pgtest.Table, m *model) int {
-	m.mu.Lock()
-	ids := make([]uuid.UUID, 0, len(m.committed))
-	for id := range m.committed {
-		ids = append(ids, id)
-	}
-	m.mu.Unlock()
+func undelivered(t *testing.T, tb *pgtest.Table, m *interleave.Model) int {
 	var n int
 	if err := tb.Store.Pool().QueryRow(context.Background(),
-		"SELECT count(*) FROM "+tb.Name+" WHERE event_id = ANY($1) AND status <> 'DELIVERED'", ids).Scan(&n); err != nil {
+		"SELECT count(*) FROM "+tb.Name+" WHERE event_id = ANY($1) AND status <> 'DELIVERED'", m.CommittedIDs()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func (m *model) check(t *testing.T, tb *pgtest.Table) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t.Logf("%d events committed, %d rolled back; transactions by kind %v; %d first claims, %d killed",
-		len(m.committed), len(m.rolledBack), m.producers, len(m.first), len(m.killed))
-	var problems []string
-	if n := undelivered(t, tb, &model{committed: m.committed}); n > 0 {
-		problems = append(problems, fmt.Sprintf("%d committed events not delivered (sweeps are off)", n))
-	}
-	var slowest time.Duration
-	for id, c := range m.first {
-		w, ok := m.committed[id]
-		switch {
-		case m.rolledBack[id]:
-			problems = append(problems, fmt.Sprintf("event %s of a rolled-back transaction claimed by %s", id, c.relay))
-			continue
-		case !ok:
-			problems = append(problems, fmt.Sprintf("event %s claimed by %s was never committed", id, c.relay))
-			continue
-		}
-		if c.stamp.Before(w.due) {
-			problems = append(problems, fmt.Sprintf("event %s claimed at %s, before it was due at %s", id, c.stamp, w.due))
-		}
-		visible := w.committedAt
-		if w.due.After(visible) {
-			visible = w.due
-		}
-		if _, keyed := m.place[id]; keyed {
-			continue
-		}
-		if late := c.at.Sub(visible); late > slowest {
-			slowest = late
-		}
-		if late := c.at.Sub(visible); late > interleaveBound {
-			problems = append(problems, fmt.Sprintf("event %s first claimed %s after it was committed and due", id, late))
-		}
-	}
-	problems = append(problems, m.orderProblems()...)
-	for id, n := range m.delivered {
-		if n > 1 && !m.killed[id] {
-			problems = append(problems, fmt.Sprintf("event %s delivered %d times with no relay killed holding it", id, n))
-		}
-	}
-	t.Logf("slowest first claim after commit and due (events without a key under ORDERING=partition): %s", slowest)
-	slices.Sort(problems)
-	if len(problems) > 10 {
-		problems = append(problems[:10], fmt.Sprintf("… and %d more", len(problems)-10))
-	}
-	for _, p := range problems {
-		t.Error(p)
-	}
-}
-
-// orderProblems lists the keyed events claimed while an event their
-// transaction wrote before them under the same key was certainly not
-// finished: the claim ended before any settle that finished it began, and
-// did not take it too (a run goes out in order). The caller holds m.mu.
-func (m *model) orderProblems() []string {
-	byTxn := map[int][]uuid.UUID{}
-	for id, pl := range m.place {
-		byTxn[pl.txn] = append(byTxn[pl.txn], id)
-	}
-	var problems []string
-	for _, ids := range byTxn {
-		for _, b := range ids {
-			for _, a := range ids {
-				if m.place[a].nth >= m.place[b].nth {
-					continue
-				}
-				for _, c := range m.claims[b] {
-					if !slices.ContainsFunc(m.finished[a], func(at time.Time) bool { return at.Before(c.end) }) &&
-						!slices.ContainsFunc(m.claims[a], func(ac keyedClaim) bool { return ac.batch == c.batch }) {
-						problems = append(problems, fmt.Sprintf("event %s (key %s, #%d of its transaction) claimed in batch %d at %s before #%d, %s, was finished: its claims %s, its finishing settles began %s",
-							b, m.place[b].key, m.place[b].nth, c.batch, c.end.Format(time.StampMicro), m.place[a].nth, a,
-							describeClaims(m.claims[a]), describeTimes(m.finished[a])))
-					}
-				}
-			}
-		}
-	}
-	return problems
-}
-
-func describeClaims(cs []keyedClaim) string {
-	var parts []string
-	for _, c := range cs {
-		parts = append(parts, fmt.Sprintf("batch %d at %s", c.batch, c.end.Format(time.StampMicro)))
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-func describeTimes(ts []time.Time) string {
-	var parts []string
-	for _, t := range ts {
-		parts = append(parts, t.Format(time.StampMicro))
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }
