@@ -46,7 +46,7 @@ func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.
 		return storage.HeldBatch{}, err
 	}
 	tx.lease = b.Lease
-	tx.rows = make(map[uuid.UUID]pgtype.TID, len(addrs))
+	tx.rows = make(map[uuid.UUID]rowAddress, len(addrs))
 	for i, a := range addrs {
 		tx.rows[b.Events[i].ID] = a
 	}
@@ -76,37 +76,68 @@ func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, st storage.
 // lease, and returns how many statements b holds then. With rows (where
 // each row lies, in the claim's transaction) the statements find them
 // there; without, by id.
-func (s *Store) queueSettlement(b *pgx.Batch, lease storage.Lease, st storage.Settlement, rows map[uuid.UUID]pgtype.TID) int {
-	queue := func(name string, ids []uuid.UUID, args ...any) {
+func (s *Store) queueSettlement(b *pgx.Batch, lease storage.Lease, st storage.Settlement, rows map[uuid.UUID]rowAddress) int {
+	// queue queues name for ids: by address, once for each table (the
+	// partition, on a partitioned table) holding some of them, since an
+	// address names a row only within its table; or by id.
+	queue := func(name string, ids []uuid.UUID) {
 		if rows == nil {
-			b.Queue(s.queries[name+"_by_id"], append([]any{[]pgtype.TID(nil)}, args...)...)
+			b.Queue(s.queries[name+"_by_id"], []pgtype.TID(nil), uuidArray(ids))
 			return
 		}
-		addrs := make([]pgtype.TID, len(ids))
-		for i, id := range ids {
-			addrs[i] = rows[id]
+		for table, tids := range addressesByTable(rows, ids) {
+			b.Queue(s.queries[name], tids, table, createdFrom(lease), createdTo(lease))
 		}
-		b.Queue(s.queries[name], append(append([]any{addrs}, args...), createdFrom(lease), createdTo(lease))...)
 	}
 	if len(st.Delivered) > 0 {
 		name := "held_delivered"
 		if st.Delete {
 			name = "held_deleted"
 		}
-		queue(name, st.Delivered, uuidArray(st.Delivered))
+		queue(name, st.Delivered)
 	}
 	if len(st.Failed) > 0 {
+		// Failures are few, and each carries its own values: they are
+		// joined to their rows, each address checked against its id.
 		ids, msgs, dead, delays := failureArrays(st.Failed)
-		failed := make([]uuid.UUID, len(st.Failed))
-		for i, f := range st.Failed {
-			failed[i] = f.ID
+		if rows == nil {
+			b.Queue(s.queries["held_failed_by_id"], []pgtype.TID(nil), ids, msgs, dead, delays)
+		} else {
+			tids := make([]pgtype.TID, len(st.Failed))
+			for i, f := range st.Failed {
+				tids[i] = rows[f.ID].tid
+			}
+			b.Queue(s.queries["held_failed"], tids, ids, msgs, dead, delays, createdFrom(lease), createdTo(lease))
 		}
-		queue("held_failed", failed, ids, msgs, dead, delays)
 	}
 	if len(st.Released) > 0 {
-		queue("held_released", st.Released, uuidArray(st.Released))
+		queue("held_released", st.Released)
 	}
 	return b.Len()
+}
+
+// rowAddress is where a held claim found a row: its table (tableoid: the
+// partition, on a partitioned table) and its place in that table (ctid).
+// While the claim's transaction holds the row's lock, no statement can
+// move the row, and so no other row can take its place.
+type rowAddress struct {
+	table uint32
+	tid   pgtype.TID
+}
+
+// addressesByTable returns the addresses of ids among rows, by table. A
+// plain table is one table; a partitioned one spreads a batch over as many
+// partitions as its created_at range crosses, usually one.
+func addressesByTable(rows map[uuid.UUID]rowAddress, ids []uuid.UUID) map[uint32][]pgtype.TID {
+	by := make(map[uint32][]pgtype.TID, 1)
+	for _, id := range ids {
+		a, ok := rows[id]
+		if !ok {
+			continue // not one of the batch's rows: nothing to find
+		}
+		by[a.table] = append(by[a.table], a.tid)
+	}
+	return by
 }
 
 // heldTx is a held claim's open transaction on its own connection.
@@ -115,7 +146,7 @@ type heldTx struct {
 	conn  *pgxpool.Conn // nil once the transaction has ended
 	lease storage.Lease
 	// rows are where the claim found each of its rows.
-	rows map[uuid.UUID]pgtype.TID
+	rows map[uuid.UUID]rowAddress
 	// unhold tells the claim frontier that the transaction has ended,
 	// and whether without a commit.
 	unhold func(abandoned bool)
@@ -128,7 +159,7 @@ func (t *heldTx) Lease(ctx context.Context, relayID string) (storage.Lease, erro
 	addrs := make([]pgtype.TID, 0, len(t.rows))
 	for id, a := range t.rows {
 		ids = append(ids, id)
-		addrs = append(addrs, a)
+		addrs = append(addrs, a.tid)
 	}
 	lease := storage.Lease{RelayID: relayID, CreatedFrom: t.lease.CreatedFrom, CreatedTo: t.lease.CreatedTo}
 	b := &pgx.Batch{}

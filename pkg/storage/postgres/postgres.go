@@ -174,7 +174,7 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 	delete(queries, "claim_arms")
 	claims := []struct{ name, from, columns, rows string }{
 		{"claim", "claim", armColumns, ""},
-		{"claim_held", "claim_held", "ctid AS row_id, " + armColumns, ""},
+		{"claim_held", "claim_held", "ctid AS row_id, tableoid AS row_table, " + armColumns, ""},
 		{"claim_unkeyed", "claim", armColumns, "AND coalesce(partition_key, '') = ''"},
 	}
 	armsOf := map[string]string{}
@@ -208,18 +208,20 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 			"{{no_dead_before_row}}", noDeadBefore(table, "run"),
 		).Replace(q)
 	}
-	// A held claim's settling statements find its rows by address and id
-	// in its transaction; RecordHeld by id alone after it ended, when the
-	// rows may have moved, and without the created_at range, which
-	// statistics that lag the inserts make look like a better way in than
-	// the primary key (its arguments end before the range's).
-	// ({{rows}}: by the arrays $1 of addresses and $2 of ids; the _by_id
-	// variant is given no addresses, and names $1 only for its type.
-	// {{row_match}}: the failures' join, row by row.)
+	// A held claim's settling statements find its rows by address in its
+	// transaction; RecordHeld by id alone after it ended, when the rows may
+	// have moved, and without the created_at range, which statistics that
+	// lag the inserts make look like a better way in than the primary key
+	// (its arguments end before the range's).
+	// ({{rows}}: by the array $1 of addresses within the table $2, whose
+	// rows, locked by the claim, no other row can replace; the _by_id
+	// variant is given no addresses, names $1 only for its type, and takes
+	// the array $2 of ids. {{row_match}}: the failures' join, row by row,
+	// each address checked against its id.)
 	for _, name := range []string{"held_delivered", "held_deleted", "held_failed", "held_released"} {
 		q := queries[name]
 		queries[name] = strings.NewReplacer(
-			"{{rows}}", "t.ctid = ANY($1::tid[]) AND t.event_id = ANY($2::uuid[])",
+			"{{rows}}", "t.tableoid = $2::oid AND t.ctid = ANY($1::tid[])",
 			"{{row_match}}", "t.ctid = f.row_id AND t.event_id = f.event_id").Replace(q)
 		queries[name+"_by_id"] = createdRangeLine.ReplaceAllString(strings.NewReplacer(
 			"{{rows}}", "$1::tid[] IS NULL AND t.event_id = ANY($2::uuid[])",

@@ -48,7 +48,7 @@ type batchSender interface {
 // and takes the rows without leasing them. A held claim returns where each
 // of its rows lies (rows), and unhold, to be called when its transaction
 // ends, saying whether it ended without a commit.
-func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []pgtype.TID, unhold func(abandoned bool), _ error) {
+func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []rowAddress, unhold func(abandoned bool), _ error) {
 	p = p.WithDefaults()
 	held := idle > 0
 	b := &pgx.Batch{}
@@ -388,7 +388,7 @@ func dueAt(k dueKey) pgtype.Timestamptz {
 // event: the columns are read without a copy (valid until the next row),
 // payloads and headers copied into a few shared chunks, and repeated event
 // types and keys share one string.
-func readEvents(results pgx.BatchResults, limit int, held bool, fr *frontierRead) (events []outbox.Event, seqs []int64, addrs []pgtype.TID, read claimRead, err error) {
+func readEvents(results pgx.BatchResults, limit int, held bool, fr *frontierRead) (events []outbox.Event, seqs []int64, addrs []rowAddress, read claimRead, err error) {
 	rows, err := results.Query()
 	if err != nil {
 		return nil, nil, nil, read, err
@@ -401,11 +401,12 @@ func readEvents(results pgx.BatchResults, limit int, held bool, fr *frontierRead
 		writer pgtype.Int8
 		taken  bool
 		addr   pgtype.TID
+		table  pgtype.Uint32
 	)
 	dest := append(r.dest(), &arm, &dueAt, &writer, &taken)
 	if held {
-		dest = append(dest, &addr)
-		addrs = make([]pgtype.TID, 0, limit)
+		dest = append(dest, &addr, &table)
+		addrs = make([]rowAddress, 0, limit)
 	}
 	r.init(limit)
 	for rows.Next() {
@@ -424,7 +425,7 @@ func readEvents(results pgx.BatchResults, limit int, held bool, fr *frontierRead
 			continue
 		}
 		if held {
-			addrs = append(addrs, addr)
+			addrs = append(addrs, rowAddress{table: table.Uint32, tid: addr})
 		}
 		r.add()
 	}

@@ -6,20 +6,21 @@
 -- past the byte limit without payload and headers, untaken: they stay as
 -- they are, PENDING, and the relay watches their writers until this
 -- transaction has ended and a claim has looked at them again
--- (frontier.go). Each row comes back with its physical address (ctid),
--- where the settling statements find it: no other statement can move a row
--- while this transaction holds it. The last row, without an event id,
+-- (frontier.go). Each row comes back with its physical address (its table,
+-- a partition on a partitioned table, and its ctid there), where the
+-- settling statements find it: no other statement can move a row while
+-- this transaction holds it. The last row, without an event id,
 -- carries the statement's snapshot. $1, the relay id, names no lease here.
 {{claim_arms}}
 SELECT event_id, event_type, coalesce(partition_key, ''),
        CASE WHEN taken THEN payload END, CASE WHEN taken THEN headers END, attempts,
        CASE WHEN isfinite(created_at) THEN created_at END, seq,
-       arm, CASE WHEN arm = 0 THEN available_at END, writer::text::bigint, taken, row_id
+       arm, CASE WHEN arm = 0 THEN available_at END, writer::text::bigint, taken, row_id, row_table
 FROM locked
 WHERE $1::text IS NOT NULL
 UNION ALL
-SELECT NULL, 'snapshot ' || pg_current_snapshot()::text, '', NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, false, NULL
+SELECT NULL, 'snapshot ' || pg_current_snapshot()::text, '', NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, false, NULL, NULL
 UNION ALL
-SELECT NULL, fact, '', NULL, NULL, 0, NULL, seq, NULL, due_at, writer::text::bigint, false, NULL
+SELECT NULL, fact, '', NULL, NULL, 0, NULL, seq, NULL, due_at, writer::text::bigint, false, NULL, NULL
 FROM skipped
 ORDER BY 8, 1

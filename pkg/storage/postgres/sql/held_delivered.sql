@@ -1,10 +1,12 @@
 -- Settle delivered events of a held claim (LEASE_MODE=lock), in the claim's
 -- transaction: its row locks kept every other statement away, so the rows
 -- are still PENDING, where the claim found them. They are found by
--- their addresses ($1), each checked to be one of the batch's ids ($2):
--- while the locks are held no address can hold another row. (RecordHeld,
--- after the transaction ended without this, finds them by id alone.) Two
--- arrays, not a join of their unnest: 27 % less time for 500 rows.
+-- their addresses ($1) within their table ($2, the partition on a
+-- partitioned table, where another partition's rows have the same
+-- addresses): while the locks are held no address can hold another row.
+-- (RecordHeld, after the transaction ended without this, finds them by id
+-- alone.) No check of each row's id against the batch's: as an array
+-- parameter it is a linear search, 2 µs an event at 500 rows.
 -- statement_timestamp(), not now(): the transaction began at the claim,
 -- before the batch was published.
 UPDATE {{table}} AS t
