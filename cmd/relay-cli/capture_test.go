@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // migrate --capture wal makes the publication CAPTURE=wal reads, and

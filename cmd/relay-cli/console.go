@@ -13,8 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	pkgconfig "github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/internal/console"
-	pkgconfig "github.com/outbox-relay/relay/pkg/config"
 )
 
 // consoleAddrDefault keeps the console on this machine unless asked.

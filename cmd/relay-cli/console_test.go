@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 func TestConsoleRefusesAnOpenAddressWithoutAPassword(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 func TestGrantsGiveEachRoleItsRights(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/inbox"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // inboxDB is a schema of the test's own holding an inbox table named

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 

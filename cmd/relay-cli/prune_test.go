@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 type pruneJSON struct {

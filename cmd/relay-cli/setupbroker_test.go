@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
 )
 
 // setup-broker creates the JetStream stream through the NATS driver, says

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 // statsFixture: PENDING 2 new (one 10 minutes old) + 1 retrying, all

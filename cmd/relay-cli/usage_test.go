@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // Usage errors are found before any connection is tried: the URL points at a

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 // TestBrokerDownAtStartIsReported: an idle relay whose broker cannot be

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // CAPTURE=wal on a database without wal_level=logical (the shared server

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/cetest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 )
 
 // TestCloudEventsSourceIsTheRelaysTable runs the relay with

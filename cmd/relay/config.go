@@ -16,11 +16,11 @@ import (
 	"github.com/caarlos0/env/v11"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	pkgconfig "github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
-	pkgconfig "github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/syncbuf"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // TestNoSecretInAnyOutput runs the relay with a recognisable password in

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/syncbuf"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // hungDatabase listens on a port that accepts connections and never answers,

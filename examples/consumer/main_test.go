@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 // The consumer applies each event once although the stream holds it

@@ -9,12 +9,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // outageBroker is a broker the test can take away and bring back, with a

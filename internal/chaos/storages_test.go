@@ -6,9 +6,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // counter is a test table of any storage that counts its rows by status.

@@ -18,9 +18,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/console"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 

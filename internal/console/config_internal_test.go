@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/config"
+	"github.com/outbox-relay/relay/internal/config"
 )
 
 // A zero Config takes its defaults; a field that cannot work is an error

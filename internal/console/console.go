@@ -20,7 +20,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/config"
+	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 

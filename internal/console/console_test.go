@@ -17,11 +17,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/console"
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 	"github.com/outbox-relay/relay/pkg/storage/storagetest"
 )
 

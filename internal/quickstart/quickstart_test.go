@@ -21,9 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
 // marker precedes the quickstart's shell block in README.md.

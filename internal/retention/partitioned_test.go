@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // The loop on a real partitioned table (PostgreSQL's Partitioner, not a

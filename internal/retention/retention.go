@@ -19,7 +19,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/config"
+	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )

@@ -46,7 +46,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/outbox-relay/relay/pkg/config"
+	"github.com/outbox-relay/relay/internal/config"
 )
 
 // Exporter names, as OTEL_METRICS_EXPORTER and OTEL_TRACES_EXPORTER take

@@ -13,8 +13,8 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/inbox"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // mysqlDSNDefault is the MariaDB server `make test` provides.

@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outbox-relay/relay/internal/driver"
 	"github.com/outbox-relay/relay/internal/redact"
-	"github.com/outbox-relay/relay/pkg/driver"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/option"
 )

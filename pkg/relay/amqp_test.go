@@ -9,13 +9,13 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/amqp" // registers amqp://
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // amqpDestination declares a private topic exchange and a durable queue

@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 )
 
 // BenchmarkDrainKafka drains into the topic bench.event: on BENCH_KAFKA_URL

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/publisher/redis/redistest"
+	"github.com/outbox-relay/relay/internal/harness/redistest"
 )
 
 // BenchmarkDrainRedis drains into the stream bench.event under a prefix of

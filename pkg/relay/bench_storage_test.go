@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // The database the benchmarks drain: `make bench STORAGE=mysql` passes

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 )
 
 var benchWebhookConcurrency = flag.Int("webhook-concurrency", 0, "the webhook driver's concurrency option for BenchmarkDrainWebhook (0: its default)")

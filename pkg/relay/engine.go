@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/config"
+	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/storage"
 )

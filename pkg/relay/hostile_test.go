@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // hostileRow is an event a broker cannot take, or one that only reads

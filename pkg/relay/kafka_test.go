@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/kafka" // registers kafka://
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // openKafka opens the driver on c and closes it at the end of the test.

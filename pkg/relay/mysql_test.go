@@ -11,15 +11,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/internal/reaper"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 )
 
 // The engine on MySQL (MariaDB in the tests) with an in-process NATS

@@ -11,9 +11,9 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 )
 
 // Issue 20's write-order scenarios (writeorder_test.go) on MySQL/MariaDB.

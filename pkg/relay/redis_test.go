@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/redistest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/redis" // registers redis://
-	"github.com/outbox-relay/relay/pkg/publisher/redis/redistest"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // openRedis opens the driver on rawURL and closes it at the end of the test.

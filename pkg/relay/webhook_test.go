@@ -12,13 +12,13 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/webhook" // registers http:// and https://
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // openWebhook opens the webhook driver on rcv's path, signing with

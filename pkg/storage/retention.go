@@ -37,9 +37,3 @@ func RunLocked(ctx context.Context, table string, lock func() (unlock func(), er
 	}
 	return true, nil
 }
-
-// Retainer is the former name of RetentionLocker, which says what it is: a
-// lock, not the retention itself.
-//
-// Deprecated: use RetentionLocker.
-type Retainer = RetentionLocker

@@ -35,7 +35,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/driver"
+	"github.com/outbox-relay/relay/internal/driver"
 )
 
 // Queue is what the relay engine needs: claim batches and settle them.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/capture"
-	"github.com/outbox-relay/relay/pkg/config"
 )
 
 // A zero Config takes its defaults: the table's names, the status

@@ -10,12 +10,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/capture/capturetest"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // harness gives each test a database of its own on one private cluster

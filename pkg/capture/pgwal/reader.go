@@ -26,8 +26,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/capture"
-	"github.com/outbox-relay/relay/pkg/config"
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 

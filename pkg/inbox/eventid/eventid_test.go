@@ -17,15 +17,15 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
+	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	_ "github.com/outbox-relay/relay/pkg/publisher/kafka"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	_ "github.com/outbox-relay/relay/pkg/publisher/nats"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/inbox"
 	"github.com/outbox-relay/relay/pkg/inbox/inboxpgx"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 var ctx = context.Background()

@@ -12,12 +12,12 @@ import (
 	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
+	"github.com/outbox-relay/relay/internal/harness/cetest"
 	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
-	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -9,10 +9,10 @@ import (
 	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -9,9 +9,9 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outbox-relay/relay/internal/harness/amqptest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/amqp/amqptest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/cetest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/cloudevents"
-	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
 )
 
 func TestParseOptions(t *testing.T) {

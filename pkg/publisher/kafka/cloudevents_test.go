@@ -8,11 +8,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/relay/internal/harness/cetest"
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
 	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -8,9 +8,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -33,10 +33,10 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/kafka"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 )
 

@@ -6,9 +6,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/relay/internal/harness/kafkatest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/kafka/kafkatest"
 )
 
 // On a cluster that creates no topics on demand, Provision creates the

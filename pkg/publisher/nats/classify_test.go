@@ -10,8 +10,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 )
 
 // TestNoResponseFromAnExistingStreamIsUnavailable classifies the errors a

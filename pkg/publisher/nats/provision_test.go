@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/nats"
-	"github.com/outbox-relay/relay/pkg/publisher/nats/natstest"
 )
 
 // Provision creates the stream events need, with the duplicate window the

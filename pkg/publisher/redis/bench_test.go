@@ -6,9 +6,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/redistest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
-	"github.com/outbox-relay/relay/pkg/publisher/redis/redistest"
 )
 
 // BenchmarkPublish measures the driver alone: batches of 500 events with

@@ -9,12 +9,12 @@ import (
 	"github.com/google/uuid"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/relay/internal/harness/cetest"
+	"github.com/outbox-relay/relay/internal/harness/redistest"
 	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
-	"github.com/outbox-relay/relay/pkg/publisher/redis/redistest"
 )
 
 // decode reads an entry as cetest.Redis says: ce_ fields, the payload

@@ -24,11 +24,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/redistest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 	"github.com/outbox-relay/relay/pkg/publisher/redis"
-	"github.com/outbox-relay/relay/pkg/publisher/redis/redistest"
 )
 
 func parse(t *testing.T, raw string) (redis.Config, error) {

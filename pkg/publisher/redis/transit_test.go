@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/redistest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
-	"github.com/outbox-relay/relay/pkg/publisher/redis/redistest"
 )
 
 // TestValuesArriveAsWritten checks with the real Redis what the

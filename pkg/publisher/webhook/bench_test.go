@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
 )
 
 // BenchmarkPublish measures the driver alone, without a database: batches

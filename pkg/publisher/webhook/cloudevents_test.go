@@ -5,13 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/internal/harness/cetest"
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 	"github.com/outbox-relay/relay/pkg/inbox/eventid"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/publisher/cloudevents/cetest"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 	"github.com/outbox-relay/relay/pkg/publisher/webhook"
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
 )
 
 func TestCloudEventsDecodeWithTheSDK(t *testing.T) {

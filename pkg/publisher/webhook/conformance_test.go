@@ -10,10 +10,10 @@ import (
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
 )
 
 // receiverBroker is a receiver of the test's own, routing by the event

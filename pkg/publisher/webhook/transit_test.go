@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
 )
 
 // TestDotSegmentsInThePathGoDead fills path placeholders with "." and

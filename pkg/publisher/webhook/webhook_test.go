@@ -18,11 +18,11 @@ import (
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/outbox-relay/relay/internal/harness/webhooktest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/publisher/publishertest"
 	"github.com/outbox-relay/relay/pkg/publisher/webhook"
-	"github.com/outbox-relay/relay/pkg/publisher/webhook/webhooktest"
 )
 
 func newEvent(typ, key string, n int) outbox.Event {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 )
 
 // Claims in write order and claims whose cost does not grow with a long

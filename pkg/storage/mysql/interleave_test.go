@@ -13,10 +13,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/internal/interleave"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 )
 
 // TestClaimsUnderRandomInterleavings checks MySQL's claims against a model

@@ -25,10 +25,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )
 

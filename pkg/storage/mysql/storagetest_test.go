@@ -3,7 +3,7 @@ package mysql_test
 import (
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/pkg/storage/storagetest"
 )
 

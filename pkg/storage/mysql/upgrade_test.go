@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/internal/producers"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
-	"github.com/outbox-relay/relay/pkg/storage/mysql/mysqltest"
 )
 
 var upgradeRows = flag.Int("upgrade.rows", 3_000_000, "rows in the table BenchmarkUpgrade migrates")

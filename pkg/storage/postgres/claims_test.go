@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // A sequence restarted under running relays (TRUNCATE … RESTART IDENTITY)

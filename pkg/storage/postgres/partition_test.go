@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/relay/internal/eventually"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 

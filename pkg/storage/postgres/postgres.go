@@ -54,12 +54,6 @@ const ConnectTimeoutDefault = 10 * time.Second
 // one claim, several settles in flight, the reaper and the stats reader.
 const PoolMaxConnsDefault = 10
 
-// DefaultPoolMaxConns is the former name of PoolMaxConnsDefault, from
-// before defaults were all named XxxDefault.
-//
-// Deprecated: use PoolMaxConnsDefault.
-const DefaultPoolMaxConns = PoolMaxConnsDefault
-
 // PoolMaxConnLifetimeDefault bounds a pooled connection's life when the URL
 // sets no pool_max_conn_lifetime (pgx's own default is an hour). A
 // connection keeps the settings its session took from the role and the

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
 )
 
 // TestCorrectedRoleSettingsApplyAtTheNextAttempt: a setting a DBA gives the

@@ -3,7 +3,7 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/outbox-relay/relay/pkg/storage/postgres/pgtest"
+	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/storage/storagetest"
 )
 

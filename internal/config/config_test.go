@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/config"
+	"github.com/outbox-relay/relay/internal/config"
 )
 
 func TestFieldErrorsNameTheField(t *testing.T) {
