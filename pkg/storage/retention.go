@@ -1,9 +1,6 @@
 package storage
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // RetentionLocker is offered by a storage that can keep the deletion of expired
 // rows (the relay's DELIVERED_RETENTION and DEAD_RETENTION) to one process
@@ -19,21 +16,4 @@ type RetentionLocker interface {
 	// for now. The lock is released when fn returns, or by the database
 	// when the session's connection is lost.
 	WithRetentionLock(ctx context.Context, fn func(context.Context) error) (ran bool, err error)
-}
-
-// RunLocked is WithRetentionLock for every driver. lock tries the table's
-// retention lock without waiting and returns how to let go of it, or nil
-// when another session holds it; fn then runs while the lock is held, and
-// its error says it was the retention of table that failed.
-func RunLocked(ctx context.Context, table string, lock func() (unlock func(), err error),
-	fn func(context.Context) error) (ran bool, err error) {
-	unlock, err := lock()
-	if err != nil || unlock == nil {
-		return false, err
-	}
-	defer unlock()
-	if err := fn(ctx); err != nil {
-		return true, fmt.Errorf("retention on %s: %w", table, err)
-	}
-	return true, nil
 }

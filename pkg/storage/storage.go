@@ -11,10 +11,11 @@
 // Policy is decided here, once, and drivers apply it: the reap rule
 // (ReapParams.DeadFrom), the ordered claim's run limit (ClaimParams.RunLimit)
 // and every default (the params' WithDefaults), how listings filter
-// (ListParams.Filters), prunes batch (RunPrune), migrations report
-// (RunMigrate) and producers prepare events (Producer). A driver supplies
-// statements and says how its database reports errors; it keeps no rules
-// of its own.
+// (ListParams.Filters), prunes batch (driverkit.RunPrune), migrations
+// report (driverkit.RunMigrate) and producers prepare events (Producer). A
+// driver supplies statements and says how its database reports errors; it
+// keeps no rules of its own. The helpers a driver applies them with, which
+// only a driver's author needs, are in package driverkit.
 //
 // The rules every driver keeps are written on the methods below; the
 // storagetest package checks them. Two apply throughout:
@@ -235,14 +236,14 @@ type Schema interface {
 	// needs, where missing; running it twice changes nothing. On a live
 	// table no statement holds up the application's writes for longer
 	// than opts.LockTimeout at a time (docs/operations.md, "Upgrades").
-	// RunMigrate tells what was created from what existed.
+	// driverkit.RunMigrate tells what was created from what existed.
 	Migrate(ctx context.Context, opts MigrateOptions) (MigrateResult, error)
 	// Check verifies that the database answers and the table is usable. A
 	// missing table is an error wrapping ErrTableMissing; a table without
-	// every column of ContractColumns, and of those the driver adds, is
-	// CheckColumns' error; a database that cannot be reached or refuses
-	// the login wraps ErrUnreachable (ConnError) and does not mention the
-	// table.
+	// every column of driverkit.ContractColumns, and of those the driver
+	// adds, is driverkit.CheckColumns' error; a database that cannot be
+	// reached or refuses the login wraps ErrUnreachable
+	// (driverkit.ConnError) and does not mention the table.
 	Check(ctx context.Context) error
 	// SchemaSQL is the DDL Migrate applies, for teams that run migrations
 	// with their own tools.

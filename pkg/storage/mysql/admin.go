@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 )
 
 // The queries operators run through relay-cli, and Backlog, which the
@@ -75,7 +76,7 @@ func (s *Store) backlog(ctx context.Context, q querier, now any) (storage.Backlo
 // read-only REPEATABLE READ transaction) and judged by one instant, so the
 // numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	return storage.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
+	return driverkit.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
 }
 
 func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
@@ -200,7 +201,7 @@ func eachRow(ctx context.Context, q querier, query string, args []any, fn func(*
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	return storage.PruneWith(ctx, adminStatements{s}, p)
+	return driverkit.PruneWith(ctx, adminStatements{s}, p)
 }
 
 // adminStatements runs the store's statements for storage's shared Admin
@@ -243,7 +244,7 @@ func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64
 		limit = int64(p.Limit)
 	}
 	args = append(args, limit)
-	return storage.RunRetryDead(p, func() (int64, error) {
+	return driverkit.RunRetryDead(p, func() (int64, error) {
 		var n int64
 		query := strings.Replace(s.queries["admin_retry_dead_count"], "{{filter}}", filter, 1)
 		if err := s.db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
@@ -506,7 +507,7 @@ func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, er
 // adminError explains err like queryError, and also says what to do about
 // a missing table and that an interruption was one.
 func (s *Store) adminError(ctx context.Context, what string, err error) error {
-	return storage.AdminError(ctx, what, s.table.Name, s.location(), err, isTableMissing, s.queryError)
+	return driverkit.AdminError(ctx, what, s.table.Name, s.location(), err, isTableMissing, s.queryError)
 }
 
 // isTableMissing reports whether err says the table does not exist.

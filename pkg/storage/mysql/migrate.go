@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/bytesize"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )
 
@@ -47,7 +48,7 @@ func (s *Store) Migrate(ctx context.Context, opts storage.MigrateOptions) (stora
 	var kept []string
 	withLock := func(fn func(*sql.Conn) error) error { return s.withMigrationLock(ctx, opts, fn) }
 	objects := func(conn *sql.Conn) ([]string, error) { return s.schemaObjects(ctx, conn) }
-	res, err := storage.RunMigrate(withLock, objects, func(conn *sql.Conn, before []string) error {
+	res, err := driverkit.RunMigrate(withLock, objects, func(conn *sql.Conn, before []string) error {
 		var err error
 		if size.TableBytes, size.TableRows, err = s.tableSize(ctx, conn); err != nil {
 			return err
@@ -152,7 +153,7 @@ func (s *Store) migrateStep(ctx context.Context, conn *sql.Conn, opts storage.Mi
 		var myErr *mysql.MySQLError
 		return errors.As(err, &myErr) && myErr.Number == errLockWaitTimeout
 	}
-	err := storage.RetryLocked(ctx, opts, lockWaitTimeout(opts), why, "information_schema.innodb_trx", lockNotFree, func() error {
+	err := driverkit.RetryLocked(ctx, opts, lockWaitTimeout(opts), why, "information_schema.innodb_trx", lockNotFree, func() error {
 		stop := s.watchAlter(ctx, conn, opts, why)
 		defer stop()
 		_, err := conn.ExecContext(ctx, stmt)
@@ -187,7 +188,7 @@ func (s *Store) watchAlter(ctx context.Context, conn *sql.Conn, opts storage.Mig
 		return func() {}
 	}
 	start := time.Now()
-	return storage.ReportEvery(ctx, alterProgressEvery, func() {
+	return driverkit.ReportEvery(ctx, alterProgressEvery, func() {
 		var stage string
 		var worked, estimated sql.NullInt64
 		err := s.db.QueryRowContext(ctx, `SELECT e.EVENT_NAME, e.WORK_COMPLETED, e.WORK_ESTIMATED

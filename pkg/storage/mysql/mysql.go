@@ -29,6 +29,7 @@ import (
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/tlsconfig"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )
 
@@ -254,7 +255,7 @@ func lockSuffix(name string) string {
 }
 
 func loadQueries(table schema.Table) (map[string]string, error) {
-	return storage.LoadQueries(sqlFiles, "sql", func(q string) string { return schema.Expand(withoutComments(q), table) })
+	return driverkit.LoadQueries(sqlFiles, "sql", func(q string) string { return schema.Expand(withoutComments(q), table) })
 }
 
 // withoutComments drops the comment lines of a query. They would travel
@@ -272,7 +273,7 @@ func withoutComments(query string) string {
 }
 
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
-func mustReadSQL(name string) string { return storage.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
+func mustReadSQL(name string) string { return driverkit.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
 
 // Table returns the table's name, as given (table or database.table).
 func (s *Store) Table() string { return s.table.String() }
@@ -288,14 +289,14 @@ func (s *Store) Describe() string {
 // database.
 func (s *Store) location() string {
 	// The table's database, which a schema-qualified table name may set
-	// apart from the URL's (the one ConnError names).
+	// apart from the URL's (the one driverkit.ConnError names).
 	return fmt.Sprintf("MySQL at %s database %q", s.address(), s.database)
 }
 
 // tableMissing is the error for a table that is not in the database, with
 // where it was looked for and how to create it there.
 func (s *Store) tableMissing(what string) error {
-	return storage.TableMissing(what, s.table.Name, s.location())
+	return driverkit.TableMissing(what, s.table.Name, s.location())
 }
 
 func (s *Store) address() string {
@@ -334,7 +335,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if len(have) == 0 {
 		return s.tableMissing("")
 	}
-	if err := storage.CheckColumns(s.table.Name, s.location(), have, "seq", "state_at"); err != nil {
+	if err := driverkit.CheckColumns(s.table.Name, s.location(), have, "seq", "state_at"); err != nil {
 		return err
 	}
 	// A table an older release migrated has the columns but not what this
@@ -379,12 +380,12 @@ const (
 // the pool's connections when a session setting may have caused err.
 func (s *Store) queryError(what string, err error) error {
 	s.recycle(err)
-	return storage.QueryError(s.server(), s.table.String(), what, err, connFailure)
+	return driverkit.QueryError(s.server(), s.table.String(), what, err, connFailure)
 }
 
-// server names the database for storage.ConnError.
-func (s *Store) server() storage.Server {
-	return storage.Server{
+// server names the database for driverkit.ConnError.
+func (s *Store) server() driverkit.Server {
+	return driverkit.Server{
 		Where: "MySQL at " + s.address(),
 		User:  s.cfg.User, Database: s.cfg.DBName, LoginHint: "the hosts the account may connect from", RawURL: s.rawURL,
 	}
@@ -392,26 +393,26 @@ func (s *Store) server() storage.Server {
 
 // connFailure reports whether err means the database could not be reached
 // or refused the login, as opposed to a statement it rejected, and which.
-func connFailure(err error) (storage.ConnFailure, bool) {
+func connFailure(err error) (driverkit.ConnFailure, bool) {
 	var myErr *mysql.MySQLError
 	switch {
 	case err == nil:
-		return storage.CannotReach, false
+		return driverkit.CannotReach, false
 	case !errors.As(err, &myErr):
-		return storage.CannotReach, !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		return driverkit.CannotReach, !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 			!errors.Is(err, sql.ErrNoRows) && !errors.Is(err, sql.ErrTxDone)
 	}
 	switch myErr.Number {
 	case errAccessDenied, errHostNotPrivileged:
-		return storage.LoginRefused, true
+		return driverkit.LoginRefused, true
 	case errBadDB:
-		return storage.NoDatabase, true
+		return driverkit.NoDatabase, true
 	case errDBAccessDenied:
-		return storage.DatabaseDenied, true
+		return driverkit.DatabaseDenied, true
 	case errTooManyConns, errUserLimitReached, errServerShutdown, errConnKilled:
-		return storage.CannotReach, true
+		return driverkit.CannotReach, true
 	}
-	return storage.CannotReach, false
+	return driverkit.CannotReach, false
 }
 
 // retryable reports whether err is a lock conflict that InnoDB resolved by

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 )
 
 // WithRetentionLock runs fn while one connection holds the table's
@@ -35,5 +35,5 @@ func (s *Store) WithRetentionLock(ctx context.Context, fn func(context.Context) 
 			conn.Close()
 		}, nil
 	}
-	return storage.RunLocked(ctx, s.table.String(), tryLock, fn)
+	return driverkit.RunLocked(ctx, s.table.String(), tryLock, fn)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 	schema "github.com/outbox-relay/relay/schema/mysql"
 )
 
@@ -29,7 +30,7 @@ type Writer struct {
 
 // NewWriter returns a Writer for table ("table" or "database.table").
 func NewWriter(table string) (*Writer, error) {
-	return storage.WriterFor(table, schema.ParseTable, newWriter)
+	return driverkit.WriterFor(table, schema.ParseTable, newWriter)
 }
 
 func newWriter(t schema.Table) *Writer {

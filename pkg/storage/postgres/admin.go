@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 )
 
 // The queries operators run through relay-cli, and Backlog, which the
@@ -56,7 +57,7 @@ func (s *Store) backlog(ctx context.Context, q querier) (storage.Backlog, error)
 // holding leases, all from one snapshot (a read-only repeatable-read
 // transaction), so the numbers agree with each other.
 func (s *Store) Stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
-	return storage.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
+	return driverkit.RunStats(p, func(p storage.StatsParams) (storage.Stats, error) { return s.stats(ctx, p) })
 }
 
 func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats, error) {
@@ -139,7 +140,7 @@ func (s *Store) stats(ctx context.Context, p storage.StatsParams) (storage.Stats
 // back short. It never deletes PENDING or DELIVERING rows. When ctx ends
 // between batches, the result counts what was deleted before.
 func (s *Store) Prune(ctx context.Context, p storage.PruneParams) (storage.PruneResult, error) {
-	return storage.PruneWith(ctx, adminStatements{s}, p)
+	return driverkit.PruneWith(ctx, adminStatements{s}, p)
 }
 
 // adminStatements runs the store's statements for storage's shared Admin
@@ -167,7 +168,7 @@ func (a adminStatements) Exec(ctx context.Context, what, name string, args ...an
 // or in a dry run how many it would move.
 func (s *Store) RetryDead(ctx context.Context, p storage.RetryDeadParams) (int64, error) {
 	args := deadFilterArgs(p.DeadFilter, p.Limit)
-	return storage.RunRetryDead(p, func() (int64, error) {
+	return driverkit.RunRetryDead(p, func() (int64, error) {
 		var n int64
 		if err := s.pool.QueryRow(ctx, s.queries["admin_retry_dead_count"], args...).Scan(&n); err != nil {
 			return 0, s.adminError(ctx, "count dead rows", err)
@@ -360,7 +361,7 @@ func (s *Store) Emit(ctx context.Context, p storage.EmitParams) ([]uuid.UUID, er
 // adminError explains err like queryError, and also says what to do about
 // a missing table and that an interruption was one.
 func (s *Store) adminError(ctx context.Context, what string, err error) error {
-	return storage.AdminError(ctx, what, s.table.String(), s.location(), err, s.isTableMissing, s.queryError)
+	return driverkit.AdminError(ctx, what, s.table.String(), s.location(), err, s.isTableMissing, s.queryError)
 }
 
 // isTableMissing reports whether err says the table does not exist

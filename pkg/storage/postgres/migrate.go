@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -212,7 +213,7 @@ func (m *migration) briefly(ctx context.Context, sql, why string) error {
 		var pgErr *pgconn.PgError
 		return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 	}
-	return storage.RetryLocked(ctx, m.opts, timeout, why, "pg_stat_activity", lockNotFree, func() error {
+	return driverkit.RetryLocked(ctx, m.opts, timeout, why, "pg_stat_activity", lockNotFree, func() error {
 		return pgx.BeginFunc(ctx, m.conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(timeout.Milliseconds(), 1))); err != nil {
 				return err
@@ -361,7 +362,7 @@ func (m *migration) watchProgress(ctx context.Context, name string) (stop func()
 		return func() {}
 	}
 	pid := m.conn.Conn().PgConn().PID()
-	return storage.ReportEvery(ctx, progressEvery, func() {
+	return driverkit.ReportEvery(ctx, progressEvery, func() {
 		var phase string
 		var blocksDone, blocksTotal, tuplesDone, tuplesTotal, lockersDone, lockersTotal int64
 		err := m.s.pool.QueryRow(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total, lockers_done, lockers_total

@@ -26,6 +26,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -157,7 +158,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 
 func loadQueries(table schema.Table) (map[string]string, error) {
 	expand := func(q string) string { return dueAgainRules.Replace(schema.Expand(q, table)) }
-	queries, err := storage.LoadQueries(sqlFiles, "sql", expand)
+	queries, err := driverkit.LoadQueries(sqlFiles, "sql", expand)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +294,7 @@ func dueAfter(moment string) string {
 var createdRangeLine = regexp.MustCompile(`(?m)^\s*AND t\.created_at BETWEEN .*$`)
 
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
-func mustReadSQL(name string) string { return storage.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
+func mustReadSQL(name string) string { return driverkit.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
 
 // noDeadBefore is a condition, for block mode, that no DEAD event of key h.k
 // comes before the row alias names.
@@ -336,7 +337,7 @@ func (s *Store) location() string { return s.server().Location() }
 // tableMissing is the error for a table that is not in the database, with
 // where it was looked for and how to create it there.
 func (s *Store) tableMissing(what string) error {
-	return storage.TableMissing(what, s.table.String(), s.location())
+	return driverkit.TableMissing(what, s.table.String(), s.location())
 }
 
 // Pool exposes the connection pool, for tests and tools that need SQL the
@@ -382,7 +383,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if len(have) == 0 {
 		return s.tableMissing("")
 	}
-	return storage.CheckColumns(s.table.String(), s.location(), have, "seq")
+	return driverkit.CheckColumns(s.table.String(), s.location(), have, "seq")
 }
 
 // sessionErrors are the SQLSTATEs with which a statement fails on a healthy
@@ -420,13 +421,13 @@ func (s *Store) recycle(err error) {
 // the pool's connections when a session setting may have caused err.
 func (s *Store) queryError(what string, err error) error {
 	s.recycle(err)
-	return storage.QueryError(s.server(), s.table.String(), what, err, connFailure)
+	return driverkit.QueryError(s.server(), s.table.String(), what, err, connFailure)
 }
 
-// server names the database for storage.ConnError.
-func (s *Store) server() storage.Server {
+// server names the database for driverkit.ConnError.
+func (s *Store) server() driverkit.Server {
 	cfg := s.pool.Config().ConnConfig
-	return storage.Server{
+	return driverkit.Server{
 		Where: fmt.Sprintf("PostgreSQL at %s:%d", cfg.Host, cfg.Port),
 		User:  cfg.User, Database: cfg.Database, LoginHint: "pg_hba.conf", RawURL: s.rawURL,
 	}
@@ -436,22 +437,22 @@ func (s *Store) server() storage.Server {
 // or refused the login, as opposed to a statement it rejected, and which.
 // Login failures are server errors too, but they arrive wrapped in a
 // ConnectError.
-func connFailure(err error) (storage.ConnFailure, bool) {
+func connFailure(err error) (driverkit.ConnFailure, bool) {
 	var (
 		connErr *pgconn.ConnectError
 		pgErr   *pgconn.PgError
 	)
 	switch {
 	case err == nil:
-		return storage.CannotReach, false
+		return driverkit.CannotReach, false
 	case !errors.As(err, &connErr) && errors.As(err, &pgErr):
-		return storage.CannotReach, false
+		return driverkit.CannotReach, false
 	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"): // invalid authorization
-		return storage.LoginRefused, true
+		return driverkit.LoginRefused, true
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000": // invalid_catalog_name
-		return storage.NoDatabase, true
+		return driverkit.NoDatabase, true
 	}
-	return storage.CannotReach, true
+	return driverkit.CannotReach, true
 }
 
 // Listen waits on a connection of its own for notifications on the table's

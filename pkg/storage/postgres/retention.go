@@ -3,14 +3,14 @@ package postgres
 import (
 	"context"
 
-	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 )
 
 // WithRetentionLock runs fn while one pooled connection holds the table's
 // retention lock (a session-level advisory lock), so that one relay of a
 // table prunes at a time. fn's own statements run on other connections.
 func (s *Store) WithRetentionLock(ctx context.Context, fn func(context.Context) error) (bool, error) {
-	return storage.RunLocked(ctx, s.table.String(), func() (func(), error) {
+	return driverkit.RunLocked(ctx, s.table.String(), func() (func(), error) {
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
 			return nil, s.queryError("retention lock on", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/driverkit"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -56,7 +57,7 @@ type Writer struct {
 
 // NewWriter returns a Writer for table ("table" or "schema.table").
 func NewWriter(table string) (*Writer, error) {
-	return storage.WriterFor(table, schema.ParseTable, newWriter)
+	return driverkit.WriterFor(table, schema.ParseTable, newWriter)
 }
 
 func newWriter(t schema.Table) *Writer {

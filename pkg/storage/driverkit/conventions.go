@@ -1,4 +1,4 @@
-package storage
+package driverkit
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/redact"
-	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // What every driver does the same way: reading its SQL files, checking
@@ -119,7 +119,8 @@ func QueryError(srv Server, table, what string, err error, classify func(error) 
 
 // ConnError explains err, a failure to reach srv or to log in, with what
 // to check: the same words from every driver, without the password and
-// without the table, which is not the problem. It is marked Unreachable.
+// without the table, which is not the problem. It is marked
+// storage.Unreachable.
 func ConnError(srv Server, why ConnFailure, err error) error {
 	var msg string
 	switch why {
@@ -136,35 +137,7 @@ func ConnError(srv Server, why ConnFailure, err error) error {
 		msg = fmt.Sprintf("cannot reach %s as user %q (check STORAGE_URL and that the server is running)",
 			srv.Location(), srv.User)
 	}
-	return Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, srv.RawURL)))
-}
-
-// Producer is the part of a driver's producer writer (postgres.Writer,
-// mysql.Writer) that every driver shares: it prepares messages with
-// outbox.Prepare — ids, trace context, the header rules — and hands their
-// columns to the driver's insert, within the caller's transaction tx.
-type Producer[Tx any] struct {
-	insert func(ctx context.Context, tx Tx, c outbox.Columns) error
-}
-
-// NewProducer returns a Producer that writes through insert.
-func NewProducer[Tx any](insert func(ctx context.Context, tx Tx, c outbox.Columns) error) Producer[Tx] {
-	return Producer[Tx]{insert: insert}
-}
-
-// Write inserts events within tx, so that they commit or roll back with the
-// caller's business change. It fills in missing ids with UUIDv7s and adds
-// the W3C trace context of ctx (the traceparent header) unless an event
-// carries its own. No events: no statement.
-func (p Producer[Tx]) Write(ctx context.Context, tx Tx, events ...outbox.Message) error {
-	if len(events) == 0 {
-		return nil
-	}
-	c, err := outbox.Prepare(ctx, events)
-	if err != nil {
-		return err
-	}
-	return p.insert(ctx, tx, c)
+	return storage.Unreachable(fmt.Errorf("%s: %s", msg, redact.Error(err, srv.RawURL)))
 }
 
 // WriterFor is a driver's NewWriter: the writer newWriter makes for the
@@ -185,8 +158,8 @@ func WriterFor[T, W any](name string, parseTable func(string) (T, error), newWri
 // missing given what exists. The result compares the objects before and
 // after.
 func RunMigrate[C any](withLock func(fn func(C) error) error, objects func(C) ([]string, error),
-	apply func(c C, existing []string) error) (MigrateResult, error) {
-	var res MigrateResult
+	apply func(c C, existing []string) error) (storage.MigrateResult, error) {
+	var res storage.MigrateResult
 	err := withLock(func(c C) error {
 		before, err := objects(c)
 		if err != nil {
@@ -199,7 +172,7 @@ func RunMigrate[C any](withLock func(fn func(C) error) error, objects func(C) ([
 		if err != nil {
 			return err
 		}
-		res = MigrateResult{}
+		res = storage.MigrateResult{}
 		for _, obj := range after {
 			if slices.Contains(before, obj) {
 				res.Existed = append(res.Existed, obj)
@@ -230,7 +203,7 @@ const MigrateLockRetries = 60
 // MigrateLockRetries times, saying so through opts.Progress. what names
 // the statement; where says where to look for the transaction that holds
 // the lock.
-func RetryLocked(ctx context.Context, opts MigrateOptions, timeout time.Duration, what, where string,
+func RetryLocked(ctx context.Context, opts storage.MigrateOptions, timeout time.Duration, what, where string,
 	notFree func(error) bool, run func() error) error {
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
