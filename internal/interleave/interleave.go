@@ -64,12 +64,14 @@ type Model struct {
 	delivered  map[uuid.UUID]int
 	killed     map[uuid.UUID]bool
 	producers  map[string]int
-	// Ordered runs: each keyed event's transaction and place in it, when
-	// each claim of it ended, and when each settle that finished it
-	// (DELIVERED; DEAD under skip) began.
+	// Ordered runs: each keyed event's transaction and place in it; and
+	// for every event, when each claim of it ended, and when each settle
+	// that finished it (DELIVERED; DEAD under skip) began. Claims and
+	// settles are kept for every event because they may come before the
+	// producer, back from its COMMIT, has recorded the event's place.
 	txns, batches int
 	place         map[uuid.UUID]txnPlace
-	claims        map[uuid.UUID][]keyedClaim
+	claims        map[uuid.UUID][]eventClaim
 	finished      map[uuid.UUID][]time.Time
 }
 
@@ -86,8 +88,8 @@ type txnPlace struct {
 	key      string
 }
 
-// keyedClaim is a claim of a keyed event: when it ended, and its batch.
-type keyedClaim struct {
+// eventClaim is a claim of an event: when it ended, and its batch.
+type eventClaim struct {
 	end   time.Time
 	batch int
 }
@@ -98,7 +100,7 @@ func New() *Model {
 		committed: map[uuid.UUID]written{}, rolledBack: map[uuid.UUID]bool{},
 		first: map[uuid.UUID]claimed{}, delivered: map[uuid.UUID]int{}, killed: map[uuid.UUID]bool{},
 		producers: map[string]int{},
-		place:     map[uuid.UUID]txnPlace{}, claims: map[uuid.UUID][]keyedClaim{}, finished: map[uuid.UUID][]time.Time{},
+		place:     map[uuid.UUID]txnPlace{}, claims: map[uuid.UUID][]eventClaim{}, finished: map[uuid.UUID][]time.Time{},
 	}
 }
 
@@ -142,9 +144,9 @@ func (m *Model) Claimed(relay string, stamp, end time.Time, ids []uuid.UUID) {
 		if _, ok := m.first[id]; !ok {
 			m.first[id] = claimed{at: end, stamp: stamp, relay: relay}
 		}
-		if _, ok := m.place[id]; ok {
-			m.claims[id] = append(m.claims[id], keyedClaim{end: end, batch: m.batches})
-		}
+		// Every event's, keyed or not: a relay may claim (and settle) an
+		// event between its producer's COMMIT and Committed.
+		m.claims[id] = append(m.claims[id], eventClaim{end: end, batch: m.batches})
 	}
 }
 
@@ -170,9 +172,7 @@ func (m *Model) Settled(st storage.Settlement, began time.Time) {
 		}
 	}
 	for _, id := range finishing {
-		if _, ok := m.place[id]; ok {
-			m.finished[id] = append(m.finished[id], began)
-		}
+		m.finished[id] = append(m.finished[id], began)
 	}
 	for _, id := range st.Delivered {
 		m.delivered[id]++
@@ -266,7 +266,7 @@ func (m *Model) orderProblems() []string {
 				}
 				for _, c := range m.claims[b] {
 					if !slices.ContainsFunc(m.finished[a], func(at time.Time) bool { return at.Before(c.end) }) &&
-						!slices.ContainsFunc(m.claims[a], func(ac keyedClaim) bool { return ac.batch == c.batch }) {
+						!slices.ContainsFunc(m.claims[a], func(ac eventClaim) bool { return ac.batch == c.batch }) {
 						problems = append(problems, fmt.Sprintf("event %s (key %s, #%d of its transaction) claimed in batch %d at %s before #%d, %s, was finished: its claims %s, its finishing settles began %s",
 							b, m.place[b].key, m.place[b].nth, c.batch, c.end.Format(time.StampMicro), m.place[a].nth, a,
 							describeClaims(m.claims[a]), describeTimes(m.finished[a])))
@@ -278,7 +278,7 @@ func (m *Model) orderProblems() []string {
 	return problems
 }
 
-func describeClaims(cs []keyedClaim) string {
+func describeClaims(cs []eventClaim) string {
 	var parts []string
 	for _, c := range cs {
 		parts = append(parts, fmt.Sprintf("batch %d at %s", c.batch, c.end.Format(time.StampMicro)))
