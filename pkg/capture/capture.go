@@ -1,8 +1,9 @@
 // Package capture is the boundary between the relay and the logs it can
 // read events from instead of claiming rows (CAPTURE=wal): a Source opens a
 // Stream of committed transactions, in commit order, and is told when each
-// is settled, so that it acknowledges to the database only what can never
-// be needed again. pkg/capture/pgwal reads PostgreSQL's write-ahead log; a
+// is acknowledged (Txn.Ack: its events are settled, the relay's word for
+// their outcome being recorded), so that it tells the database to discard
+// only what can never be needed again. pkg/capture/pgwal reads PostgreSQL's write-ahead log; a
 // new log (MySQL's binlog, say) is one more package implementing Source.
 package capture
 
@@ -46,13 +47,13 @@ type Stream interface {
 	// closed when the stream ends, and Err then says why.
 	Txns() <-chan Txn
 	// CaughtUp is closed once every transaction that committed before the
-	// stream opened is settled: an event still fresh in the table then,
+	// stream opened is acknowledged: an event still fresh in the table then,
 	// written before the stream opened, is not in the stream (it came
 	// before the log position existed). Claims of such events must wait
 	// for it, or they take events the stream sends again.
 	CaughtUp() <-chan struct{}
 	Err() error
-	// Close ends the stream, acknowledging what was settled.
+	// Close ends the stream, confirming to the database what was acknowledged.
 	Close(ctx context.Context) error
 }
 
@@ -66,10 +67,10 @@ type Txn struct {
 	// log, a moment before other sessions see its rows (longer under
 	// synchronous replication): settling waits for it by this id.
 	Xid uint32
-	// Settle records that every event is durably settled (delivered,
-	// handed to the retry path, or DEAD). Safe from any goroutine; call
-	// it once.
-	Settle func()
+	// Ack acknowledges the transaction: every event of it is durably
+	// settled (delivered, handed to the retry path, or DEAD), and the log
+	// need not send it again. Safe from any goroutine; call it once.
+	Ack func()
 }
 
 // Errors of Source.Open.

@@ -104,7 +104,7 @@ type Capture struct {
 	opened bool   // a stream was open before: a new slot now is a gap filled from the table
 	server string // the database server of the last stream (capture.Start.Server)
 	// backfillTo is the highest seq of the stream's backfill while it
-	// lasts, for the held keys (holdBack); 0 otherwise.
+	// lasts, for the blocked keys (deferBlocked); 0 otherwise.
 	backfillTo atomic.Int64
 }
 
@@ -267,8 +267,8 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	// Everything written before the stream's position that is not
 	// delivered yet — all of it when the slot is new, what a previous
 	// backfill left otherwise — is claimed from the table up to the
-	// highest seq handed out now, once the stream has settled every
-	// transaction that committed before it opened: the stream sends again
+	// highest seq handed out now, once every transaction that committed
+	// before the stream opened is acknowledged: the stream sends again
 	// what it had not acknowledged, and those events are delivered by
 	// then, so none goes twice. Meanwhile the claims leave fresh events
 	// alone.
@@ -400,7 +400,7 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 }
 
 // split returns t, or, when it holds more events or bytes than a batch
-// takes, its parts in order: each is settled on its own, and t once every
+// takes, its parts in order: each is acknowledged on its own, and t once every
 // part is.
 func (c *Capture) split(t capture.Txn) []capture.Txn {
 	if len(t.Events) <= c.e.cfg.BatchSize && eventBytes(t.Events) <= c.e.cfg.MaxBatchBytes {
@@ -423,9 +423,9 @@ func (c *Capture) split(t capture.Txn) []capture.Txn {
 	var left atomic.Int64
 	left.Store(int64(len(parts)))
 	for i := range parts {
-		parts[i].Settle = func() {
+		parts[i].Ack = func() {
 			if left.Add(-1) == 0 {
-				t.Settle()
+				t.Ack()
 			}
 		}
 	}
@@ -527,14 +527,14 @@ type logOutcome struct {
 	dead      int
 	firstErr  error
 	// cut is set when a shutdown cut the publishes off: what went is
-	// recorded, and the transactions are not settled, so that the next
+	// recorded, and the transactions are not acknowledged, so that the next
 	// reader gets them again.
 	cut bool
 }
 
 // process publishes a batch of the log's events and hands its outcome to
 // be recorded: to the recorder, which gathers outcomes into fewer
-// statements, or — under ordering, where the next batch's held keys must
+// statements, or — under ordering, where the next batch's blocked keys must
 // see this one's failures — at once.
 func (c *Capture) process(publishing, settling context.Context, b logBatch, records chan<- logOutcome) {
 	events := make([]outbox.Event, 0, b.n)
@@ -547,7 +547,7 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 	var handOver []outbox.Event
 	if c.e.cfg.Ordering == storage.OrderingPartition {
 		var ok bool
-		events, handOver, ok = c.holdBack(ctx, b, events, seqs)
+		events, handOver, ok = c.deferBlocked(ctx, b, events, seqs)
 		if !ok {
 			return
 		}
@@ -620,7 +620,7 @@ func (c *Capture) recordLoop(ctx, settling context.Context, records <-chan logOu
 }
 
 // finish records a group of outcomes — one statement per kind for all —
-// and, once every record landed, settles their transactions.
+// and, once every record landed, acknowledges their transactions.
 func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	var all logOutcome
 	all.b.release = group[0].b.release
@@ -640,7 +640,7 @@ func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 			continue
 		}
 		for _, t := range o.b.txns {
-			t.Settle()
+			t.Ack()
 		}
 		c.e.obs.Finished(ctx, Outcome{Delivered: len(o.delivered), Failed: len(o.failed) - o.dead, Dead: o.dead, Released: len(o.deferred)})
 		if len(o.failed) > 0 {
@@ -666,7 +666,7 @@ func (c *Capture) publishUntilTaken(ctx context.Context, events []outbox.Event) 
 		c.e.broker.wait(ctx)
 		idx := make([]int, 0, len(events))
 		for i, err := range results {
-			if err != nil && (publisher.IsUnavailable(err) || errors.Is(err, errHeldBack)) {
+			if err != nil && (publisher.IsUnavailable(err) || errors.Is(err, errKeyBlocked)) {
 				idx = append(idx, i)
 			}
 		}
@@ -681,18 +681,18 @@ func (c *Capture) publishUntilTaken(ctx context.Context, events []outbox.Event) 
 	return results
 }
 
-// holdBack keeps the events whose key an earlier event holds (one due
+// deferBlocked keeps the events whose key is blocked by an earlier event (one due
 // again after a failure, one a claim holds, or a DEAD one under
 // ORDERING_ON_DEAD=block) from the publish: they are handed to the ordered
 // claims, which deliver a key's events in order. ok is false when shutdown
 // came first.
 //
 // It asks only once b's transactions are visible to other sessions: the
-// stream may deliver a commit before they are, and a read of held keys
+// stream may deliver a commit before they are, and a read of blocked keys
 // then misses the batch's own events that are the claims' (an event
 // stamped behind the clock is due again, not the log's), and publishes the
 // key's later events before them.
-func (c *Capture) holdBack(ctx context.Context, b logBatch, events []outbox.Event, seqs []int64) (send, hand []outbox.Event, ok bool) {
+func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.Event, seqs []int64) (send, hand []outbox.Event, ok bool) {
 	seen := map[string]bool{}
 	var keys []string
 	for i := range events {
@@ -704,12 +704,12 @@ func (c *Capture) holdBack(ctx context.Context, b logBatch, events []outbox.Even
 	if len(keys) == 0 {
 		return events, nil, true
 	}
-	var held map[string]int64
+	var blocked map[string]int64
 	wait := storageBackoffMin
 	for {
 		err := c.waitVisible(ctx, b)
 		if err == nil {
-			held, err = c.rec.HeldKeys(ctx, storage.HeldKeysParams{
+			blocked, err = c.rec.BlockedKeys(ctx, storage.BlockedKeysParams{
 				Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: c.backfillTo.Load()})
 		}
 		if err == nil {
@@ -718,13 +718,13 @@ func (c *Capture) holdBack(ctx context.Context, b logBatch, events []outbox.Even
 		if ctx.Err() != nil {
 			return nil, nil, false
 		}
-		c.log.Warn("finding held keys failed; retrying", "error", err, "retry_in", wait)
+		c.log.Warn("finding blocked keys failed; retrying", "error", err, "retry_in", wait)
 		sleep(ctx, wait)
 		wait = min(wait*2, storageBackoffMax)
 	}
 	send = events[:0:0]
 	for i := range events {
-		if s, ok := held[events[i].PartitionKey]; ok && s < seqs[i] {
+		if s, ok := blocked[events[i].PartitionKey]; ok && s < seqs[i] {
 			hand = append(hand, events[i])
 		} else {
 			send = append(send, events[i])

@@ -95,7 +95,7 @@ func (e *Engine) sendable(events []outbox.Event, results []error, idx []int) []i
 		case in[i] && (k == "" || !blocked[k]):
 			out = append(out, i)
 		case in[i]:
-			results[i] = errHeldBack
+			results[i] = errKeyBlocked
 		case k != "" && results[i] != nil:
 			blocked[k] = true
 		}
@@ -108,7 +108,7 @@ func (e *Engine) sendable(events []outbox.Event, results []error, idx []int) []i
 func redo(results []error, idx []int) []int {
 	var out []int
 	for _, i := range idx {
-		if publisher.IsDropped(results[i]) || errors.Is(results[i], errHeldBack) {
+		if publisher.IsDropped(results[i]) || errors.Is(results[i], errKeyBlocked) {
 			out = append(out, i)
 		}
 	}
@@ -177,9 +177,9 @@ func routable(events []outbox.Event) ([]outbox.Event, []int) {
 	return send, idx
 }
 
-// errHeldBack marks an event that was not sent because an earlier event
+// errKeyBlocked marks an event that was not sent because an earlier event
 // with its key was not delivered; it is released untouched.
-var errHeldBack = errors.New("held back behind an undelivered event with the same partition key")
+var errKeyBlocked = errors.New("blocked behind an undelivered event with the same partition key")
 
 // publishInKeyOrder sends a batch so that no event leaves before the
 // earlier events of its key are acknowledged: round r sends the r-th event
@@ -200,7 +200,7 @@ func (e *Engine) publishInKeyOrder(ctx context.Context, events []outbox.Event) [
 			keys = append(keys, ev.PartitionKey)
 		}
 		runs[ev.PartitionKey] = append(runs[ev.PartitionKey], i)
-		results[i] = errHeldBack
+		results[i] = errKeyBlocked
 	}
 	stopped := map[string]bool{}
 	for round := 0; ; round++ {

@@ -46,7 +46,7 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 		switch {
 		case err == nil:
 			o.delivered = append(o.delivered, ev.ID)
-		case errors.Is(err, errHeldBack):
+		case errors.Is(err, errKeyBlocked):
 			o.released = append(o.released, ev.ID)
 		case publisher.IsUnavailable(err) || ctx.Err() != nil:
 			// The broker could not take it, or shutdown cut it off: the

@@ -239,13 +239,13 @@ type RecordFailParams struct {
 	CreatedAt []time.Time
 }
 
-// HeldKeysParams asks which keys an earlier event holds (LogRecorder).
-type HeldKeysParams struct {
+// BlockedKeysParams asks which keys an earlier event blocks (LogRecorder).
+type BlockedKeysParams struct {
 	Keys   []string
 	OnDead DeadPolicy
 	// Backfill is the highest seq the claims backfill (the claims'
 	// FreshTo while positive): fresh events up to it are the claims' to
-	// deliver, so they hold their key too. 0: no backfill.
+	// deliver, so they block their key too. 0: no backfill.
 	Backfill int64
 }
 

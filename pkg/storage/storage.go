@@ -176,12 +176,13 @@ type LogRecorder interface {
 	// to the database's now: they become due again, and under ordering
 	// the claims deliver them in their key's order.
 	Defer(ctx context.Context, p RecordParams) (int, error)
-	// HeldKeys returns, for each of p.Keys that has one, the lowest seq of
-	// an event that holds the key: one due again (PENDING, available_at
-	// after created_at), one DELIVERING, or a DEAD one under p.OnDead
-	// block. A fresh PENDING row holds nothing — the log delivers it —
-	// unless the claims backfill it (seq up to p.Backfill).
-	HeldKeys(ctx context.Context, p HeldKeysParams) (map[string]int64, error)
+	// BlockedKeys returns, for each of p.Keys that has one, the lowest seq of
+	// an event that blocks the key (its later events must wait for it):
+	// one due again (PENDING, available_at after created_at), one
+	// DELIVERING, or a DEAD one under p.OnDead block. A fresh PENDING row
+	// blocks nothing — the log delivers it — unless the claims backfill it
+	// (seq up to p.Backfill).
+	BlockedKeys(ctx context.Context, p BlockedKeysParams) (map[string]int64, error)
 	// Visible reports whether every transaction of xids (32-bit ids of
 	// transactions that committed recently) is visible to new snapshots:
 	// a log may send a transaction a moment before its rows can be

@@ -34,10 +34,10 @@ const wait = 30 * time.Second
 // Run runs the suite against h.
 func Run(t *testing.T, h Harness) {
 	t.Run("CommitOrder", func(t *testing.T) { t.Parallel(); testCommitOrder(t, h.New(t)) })
-	t.Run("ReplaysWhatWasNotSettled", func(t *testing.T) { t.Parallel(); testReplay(t, h.New(t)) })
+	t.Run("ReplaysWhatWasNotAcknowledged", func(t *testing.T) { t.Parallel(); testReplay(t, h.New(t)) })
 	t.Run("OneReaderAtATime", func(t *testing.T) { t.Parallel(); testOneReader(t, h.New(t)) })
 	t.Run("ResetStartsANewPosition", func(t *testing.T) { t.Parallel(); testReset(t, h.New(t)) })
-	t.Run("CatchesUpOnceTheReplayIsSettled", func(t *testing.T) { t.Parallel(); testCaughtUp(t, h.New(t)) })
+	t.Run("CatchesUpOnceTheReplayIsAcknowledged", func(t *testing.T) { t.Parallel(); testCaughtUp(t, h.New(t)) })
 }
 
 // open opens s, retrying while the previous reader is being let go.
@@ -109,7 +109,7 @@ func testCommitOrder(t *testing.T, s Setup) {
 	requireIDs(t, next(t, st), b)
 }
 
-// A new stream sends again every transaction not settled in the last one,
+// A new stream sends again every transaction not acknowledged in the last one,
 // and none that was.
 func testReplay(t *testing.T, s Setup) {
 	st, _ := open(t, s.Source)
@@ -118,7 +118,7 @@ func testReplay(t *testing.T, s Setup) {
 	ta := next(t, st)
 	requireIDs(t, ta, a)
 	requireIDs(t, next(t, st), b)
-	ta.Settle()
+	ta.Ack()
 	if err := st.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +169,8 @@ func testReset(t *testing.T, s Setup) {
 
 // A new position has caught up at once. A reopened one catches up only
 // once every transaction committed before it opened — the replay of what
-// was not settled, and what was written while no stream was open — is
-// settled: the relay's backfill waits for it, or it would claim events the
+// was not acknowledged, and what was written while no stream was open — is
+// acknowledged: the relay's backfill waits for it, or it would claim events the
 // stream sends again.
 func testCaughtUp(t *testing.T, s Setup) {
 	st, _ := open(t, s.Source)
@@ -190,16 +190,16 @@ func testCaughtUp(t *testing.T, s Setup) {
 	requireIDs(t, ta, a)
 	tb := next(t, st2)
 	requireIDs(t, tb, b)
-	ta.Settle()
+	ta.Ack()
 	select {
 	case <-st2.CaughtUp():
-		t.Fatal("caught up with a transaction from before the stream opened not settled")
+		t.Fatal("caught up with a transaction from before the stream opened not acknowledged")
 	case <-time.After(500 * time.Millisecond):
 	}
-	tb.Settle()
+	tb.Ack()
 	select {
 	case <-st2.CaughtUp():
 	case <-time.After(wait):
-		t.Fatal("did not catch up once every transaction from before it opened was settled")
+		t.Fatal("did not catch up once every transaction from before it opened was acknowledged")
 	}
 }

@@ -2,7 +2,7 @@
 // write-ahead log through logical replication (the pgoutput plugin): every
 // committed insert, in commit order, without claiming a row or scanning the
 // table. It tells the server it may discard WAL only up to the end of the
-// oldest transaction whose events its caller has not settled (Txn.Settle),
+// oldest transaction its caller has not acknowledged (Txn.Ack),
 // so a crash or a takeover replays whole transactions from there and loses
 // none.
 //
@@ -155,10 +155,10 @@ type txn struct {
 	committed time.Time
 	events    []outbox.Event
 	seqs      []int64
-	// end is the end of the transaction in the WAL: once it is settled,
+	// end is the end of the transaction in the WAL: once it is acknowledged,
 	// the server may forget everything up to it.
-	end     pglogrepl.LSN
-	settled bool
+	end   pglogrepl.LSN
+	acked bool
 }
 
 // Reader streams an outbox table's committed inserts.
@@ -422,7 +422,7 @@ func (r *Reader) prepare(ctx context.Context) error {
 		return ErrSlotInUse
 	default:
 		r.slot.Start, _ = pglogrepl.ParseLSN(slot[0][3])
-		// The stream has caught up once it settled everything up to
+		// The stream has caught up once everything up to
 		// where the server's WAL is now.
 		now, err := r.query(ctx, "SELECT pg_current_wal_lsn()::text")
 		if err != nil {
@@ -517,11 +517,11 @@ func (r *Reader) query(ctx context.Context, sql string) ([][]string, error) {
 }
 
 // Txns delivers the committed transactions with outbox events; it is
-// closed when the stream ends (Err says why). The caller calls Settle on
+// closed when the stream ends (Err says why). The caller calls Ack on
 // each once its events are settled.
 func (r *Reader) Txns() <-chan capture.Txn { return r.out }
 
-// CaughtUp is closed once the reader has settled every transaction that
+// CaughtUp is closed once its caller has acknowledged every transaction that
 // committed before it opened (capture.Stream).
 func (r *Reader) CaughtUp() <-chan struct{} { return r.acks.caughtUp }
 
@@ -669,7 +669,7 @@ func (r *Reader) handle(ctx context.Context, d *decoder, data []byte) error {
 // position meanwhile so that a caller slow to take it (a broker outage)
 // does not look like a dead reader.
 func (r *Reader) emit(ctx context.Context, t *txn) error {
-	out := capture.Txn{Events: t.events, Seqs: t.seqs, Xid: t.xid, Settle: func() { r.acks.settle(t) }}
+	out := capture.Txn{Events: t.events, Seqs: t.seqs, Xid: t.xid, Ack: func() { r.acks.ack(t) }}
 	tick := time.NewTicker(r.cfg.StatusInterval)
 	defer tick.Stop()
 	for {
@@ -715,7 +715,7 @@ func (r *Reader) fail(ctx context.Context, err error) {
 }
 
 // acks decides how far the server may discard WAL: up to the end of the
-// last transaction before the oldest one not settled, or, when nothing is
+// last transaction before the oldest one not acknowledged, or, when nothing is
 // in flight, as far as the stream has reached.
 type acks struct {
 	mu sync.Mutex
@@ -724,8 +724,8 @@ type acks struct {
 	open []*txn
 	// receiving is true between a transaction's BEGIN and its COMMIT.
 	receiving bool
-	// confirmed is the end of the last settled transaction that no
-	// unsettled one precedes; received is the furthest position the
+	// confirmed is the end of the last acknowledged transaction that no
+	// unacknowledged one precedes; received is the furthest position the
 	// stream has reached.
 	confirmed, received pglogrepl.LSN
 	// target is the server's WAL position when an existing slot was
@@ -766,7 +766,7 @@ func (a *acks) commit(t *txn) {
 	a.received = max(a.received, t.end)
 }
 
-// commitEmpty is a transaction without outbox events: nothing to settle.
+// commitEmpty is a transaction without outbox events: nothing to acknowledge.
 func (a *acks) commitEmpty(end pglogrepl.LSN) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -782,10 +782,10 @@ func (a *acks) reached(lsn pglogrepl.LSN) {
 	}
 }
 
-func (a *acks) settle(t *txn) {
+func (a *acks) ack(t *txn) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	t.settled = true
+	t.acked = true
 }
 
 // safe is the position the server may discard WAL up to.
@@ -793,7 +793,7 @@ func (a *acks) safe() pglogrepl.LSN {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := 0
-	for n < len(a.open) && a.open[n].settled {
+	for n < len(a.open) && a.open[n].acked {
 		a.confirmed = max(a.confirmed, a.open[n].end)
 		n++
 	}

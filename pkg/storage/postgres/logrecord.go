@@ -115,16 +115,16 @@ func pickCreated(all []time.Time, idx []int) []pgtype.Timestamptz {
 	return out
 }
 
-// HeldKeys returns the lowest seq holding each of p.Keys that has one.
-func (s *Store) HeldKeys(ctx context.Context, p storage.HeldKeysParams) (map[string]int64, error) {
-	held := map[string]int64{}
+// BlockedKeys returns the lowest seq blocking each of p.Keys that has one.
+func (s *Store) BlockedKeys(ctx context.Context, p storage.BlockedKeysParams) (map[string]int64, error) {
+	blocked := map[string]int64{}
 	if len(p.Keys) == 0 {
-		return held, nil
+		return blocked, nil
 	}
-	rows, err := s.pool.Query(ctx, s.queries["held_keys"], p.Keys, p.OnDead == storage.DeadBlock, max(p.Backfill, 0))
+	rows, err := s.pool.Query(ctx, s.queries["blocked_keys"], p.Keys, p.OnDead == storage.DeadBlock, max(p.Backfill, 0))
 	if err != nil {
 		s.recycle(err)
-		return nil, fmt.Errorf("find held keys: %w", err)
+		return nil, fmt.Errorf("find blocked keys: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -133,15 +133,15 @@ func (s *Store) HeldKeys(ctx context.Context, p storage.HeldKeysParams) (map[str
 			seq int64
 		)
 		if err := rows.Scan(&key, &seq); err != nil {
-			return nil, fmt.Errorf("find held keys: %w", err)
+			return nil, fmt.Errorf("find blocked keys: %w", err)
 		}
-		held[key] = seq
+		blocked[key] = seq
 	}
 	if err := rows.Err(); err != nil {
 		s.recycle(err)
-		return nil, fmt.Errorf("find held keys: %w", err)
+		return nil, fmt.Errorf("find blocked keys: %w", err)
 	}
-	return held, nil
+	return blocked, nil
 }
 
 // LastSeq is the seq sequence's last value.

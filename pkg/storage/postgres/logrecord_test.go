@@ -13,7 +13,7 @@ import (
 
 // A fresh PENDING event holds its key only while the claims backfill it:
 // otherwise the log delivers it, in order, itself.
-func TestHeldKeysCountsFreshEventsOnlyDuringABackfill(t *testing.T) {
+func TestBlockedKeysCountFreshEventsOnlyDuringABackfill(t *testing.T) {
 	t.Parallel()
 	tb := pgtest.New(t)
 	ctx := context.Background()
@@ -22,14 +22,14 @@ func TestHeldKeysCountsFreshEventsOnlyDuringABackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := tb.Store.HeldKeys(ctx, storage.HeldKeysParams{Keys: []string{"k", "j"}})
+	held, err := tb.Store.BlockedKeys(ctx, storage.BlockedKeysParams{Keys: []string{"k", "j"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(held) != 0 {
 		t.Fatalf("fresh events held keys outside a backfill: %v", held)
 	}
-	held, err = tb.Store.HeldKeys(ctx, storage.HeldKeysParams{Keys: []string{"k", "j", "none"}, Backfill: last})
+	held, err = tb.Store.BlockedKeys(ctx, storage.BlockedKeysParams{Keys: []string{"k", "j", "none"}, Backfill: last})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
--- For each key of $1, the lowest seq of an event that holds it back from
--- the write-ahead log's delivery: one due again (retried, handed to the
+-- For each key of $1, the lowest seq of an event that blocks it from the
+-- write-ahead log's delivery: one due again (retried, handed to the
 -- claims), one a claim holds, or under ORDERING_ON_DEAD=block ($2) a DEAD
--- one. Fresh PENDING rows hold nothing — the log delivers them — except
+-- one. Fresh PENDING rows block nothing — the log delivers them — except
 -- during a backfill those with seq up to $3, which the claims deliver. One
 -- probe of the key-order indexes per key.
 SELECT k.key, h.seq
