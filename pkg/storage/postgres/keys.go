@@ -406,8 +406,8 @@ func (c *floorsClaim) claimArgs(p storage.ClaimParams) []any {
 		pgtype.FlatArray[int64](c.floors)}, c.walk.find.readArgs()...)
 }
 
-// visit records what the claim's walk found for a key (claim_ordered.sql's
-// walk_info rows).
+// visit records what the claim's walk found for a key (the rows
+// claim_ordered.sql adds under .Floors).
 func (c *floorsClaim) visit(key []byte, first pgtype.Int8, head bool) {
 	c.visits++
 	c.walk.visited(string(key), first.Int64, first.Valid, head)

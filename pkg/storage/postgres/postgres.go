@@ -9,12 +9,9 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -67,9 +64,6 @@ const PoolMaxConnLifetimeDefault = 5 * time.Minute
 // PoolMaxConnLifetimeJitterDefault spreads the replacement of connections
 // opened together (at start, or after a recycle) over a minute.
 const PoolMaxConnLifetimeJitterDefault = time.Minute
-
-//go:embed sql/*.sql sql/ordered/*.sql
-var sqlFiles embed.FS
 
 // Store is the PostgreSQL outbox table.
 type Store struct {
@@ -154,156 +148,6 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{pool: pool, table: table, queries: queries, writer: newWriter(table), rawURL: rawURL, connURL: u.String()}, nil
-}
-
-func loadQueries(table schema.Table) (map[string]string, error) {
-	expand := func(q string) string { return dueAgainRules.Replace(schema.Expand(q, table)) }
-	queries, err := driverkit.LoadQueries(sqlFiles, "sql", expand)
-	if err != nil {
-		return nil, err
-	}
-	// The unordered claims share their arms (claim_arms.sql); a held claim
-	// also reads each row's address, and the unkeyed part of an ordered
-	// claim only rows without a key.
-	arms := queries["claim_arms"]
-	delete(queries, "claim_arms")
-	claims := []struct{ name, from, columns, rows string }{
-		{"claim", "claim", armColumns, ""},
-		{"claim_held", "claim_held", "ctid AS row_id, tableoid AS row_table, " + armColumns, ""},
-		{"claim_unkeyed", "claim", armColumns, "AND coalesce(partition_key, '') = ''"},
-	}
-	armsOf := map[string]string{}
-	for _, c := range claims {
-		a := strings.NewReplacer("{{arm_columns}}", c.columns, "{{arm_rows}}", c.rows).Replace(arms)
-		armsOf[c.name] = strings.ReplaceAll(queries[c.from], "{{claim_arms}}", a)
-	}
-	maps.Copy(queries, armsOf)
-	// Ordered claims walk the keys one of two ways (sql/ordered/). Block
-	// mode stops a key at a DEAD event ahead of (or within) its run; the
-	// conditions are part of the text, not parameters, so each mode gets a
-	// plan of its own.
-	ordered := queries["claim_ordered"]
-	delete(queries, "claim_ordered")
-	walks := map[string]*strings.Replacer{
-		"claim_ordered": strings.NewReplacer(
-			"{{keyed_walk}}", expand(mustReadSQL("ordered/walk_index")),
-			"{{walk_info}}", ""),
-		"claim_ordered_keys": strings.NewReplacer(
-			"{{keyed_walk}}", expand(mustReadSQL("ordered/walk_floors")),
-			"{{walk_info}}", walkInfo),
-	}
-	for name, walk := range walks {
-		q := walk.Replace(ordered)
-		queries[name+"_skip"] = strings.NewReplacer(
-			"{{dead_holds_head}}", "",
-			"{{no_dead_before_row}}", "true",
-		).Replace(q)
-		queries[name+"_block"] = strings.NewReplacer(
-			"{{dead_holds_head}}", "AND "+noDeadBefore(table, "h"),
-			"{{no_dead_before_row}}", noDeadBefore(table, "run"),
-		).Replace(q)
-	}
-	// A held claim's settling statements find its rows by address in its
-	// transaction; RecordHeld by id alone after it ended, when the rows may
-	// have moved, and without the created_at range, which statistics that
-	// lag the inserts make look like a better way in than the primary key
-	// (its arguments end before the range's).
-	// ({{rows}}: by the array $1 of addresses within the table $2, whose
-	// rows, locked by the claim, no other row can replace; the _by_id
-	// variant is given no addresses, names $1 only for its type, and takes
-	// the array $2 of ids. {{row_match}}: the failures' join, row by row,
-	// each address checked against its id.)
-	for _, name := range []string{"held_delivered", "held_deleted", "held_failed", "held_released"} {
-		q := queries[name]
-		queries[name] = strings.NewReplacer(
-			"{{rows}}", "t.tableoid = $2::oid AND t.ctid = ANY($1::tid[])",
-			"{{row_match}}", "t.ctid = f.row_id AND t.event_id = f.event_id").Replace(q)
-		queries[name+"_by_id"] = createdRangeLine.ReplaceAllString(strings.NewReplacer(
-			"{{rows}}", "$1::tid[] IS NULL AND t.event_id = ANY($2::uuid[])",
-			"{{row_match}}", "t.event_id = f.event_id").Replace(q), "")
-	}
-	// The log reader's statements find rows by id and exact created_at
-	// (one partition); rows whose created_at it could not read go
-	// through the _any variant.
-	for _, name := range []string{"record_delivered", "record_deleted", "record_failed", "defer"} {
-		q := queries[name]
-		queries[name] = strings.ReplaceAll(q, "{{created_match}}", "t.created_at = f.created_at")
-		queries[name+"_any"] = strings.ReplaceAll(q, "{{created_match}}", "true")
-	}
-	return queries, nil
-}
-
-// armColumns are what each arm of an unordered claim reads of a row.
-const armColumns = `event_id, event_type, partition_key, payload, headers, attempts, created_at,
-           available_at, seq, COALESCE(writer_xid, '0'::xid8) AS writer,
-           octet_length(payload) + pg_column_size(headers) AS size`
-
-// walkInfo are the rows the floors' walk adds to the claimed ones
-// (claim_ordered.sql), one per key it visited: no event id, the key, the
-// seq of its first event after its floor that is not DELIVERED (NULL:
-// none) where the claimed rows have theirs, and whether it has a head
-// (keys.go reads them); the columns read into plain Go values as the
-// claimed rows have them.
-const walkInfo = `UNION ALL
-SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, least(w.head, w.dead), w.head IS NOT NULL, 0
-FROM walk w
-WHERE w.i > 0`
-
-// dueAgainRules writes, once for every statement that hands rows back to the
-// claims, when they are due again and what a failed attempt changes.
-//
-// A row handed back (released, failed, reaped, retried from DEAD) with a
-// back-off lies in due_at_idx, whose rows are PENDING with an
-// available_at after their created_at, where the claims find it once due
-// (docs/architecture.md, "The claim frontier"). So it is never due before
-// its created_at, which a producer may set ahead of the database's clock. {{due_now}} is due at once.
-// {{failed_attempt}} is the failure rule of every settle: count the
-// attempt, keep the error (f.error), and either bury the event (f.dead;
-// available_at stays) or make it due after the back-off (f.delay_us,
-// microseconds). The statements name their table t. statement_timestamp()
-// is the statement's moment also in a held claim's transaction, which
-// began before its batch was published.
-//
-// {{handed_back}}, which every hand-back writes (and {{failed_attempt}}
-// includes), makes the handing transaction the row's writer: the row is
-// claimable again only once that transaction commits, and the claim
-// frontier, which goes by writers, cannot have passed it before then
-// (docs/architecture.md, "The claim frontier").
-var dueAgainRules = strings.NewReplacer(
-	"{{due_now}}", dueAfter("statement_timestamp()"),
-	"{{handed_back}}", handedBack,
-	"{{failed_attempt}}", `status = CASE WHEN f.dead THEN 'DEAD' ELSE 'PENDING' END,
-    attempts = t.attempts + 1,
-    last_error = f.error,
-    available_at = CASE WHEN f.dead THEN t.available_at
-                        ELSE `+dueAfter("statement_timestamp() + f.delay_us * interval '1 microsecond'")+` END,
-    `+handedBack,
-)
-
-// handedBack makes the statement's transaction the row's writer.
-const handedBack = "writer_xid = pg_catalog.pg_current_xact_id()"
-
-// dueAfter is when a row handed back at moment is due: then, or just after
-// its created_at when that is later.
-func dueAfter(moment string) string {
-	return "greatest(" + moment + ", t.created_at + interval '1 microsecond')"
-}
-
-// createdRangeLine is the line of a held_*.sql statement that bounds
-// created_at by the claim's range.
-var createdRangeLine = regexp.MustCompile(`(?m)^\s*AND t\.created_at BETWEEN .*$`)
-
-// mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
-func mustReadSQL(name string) string { return driverkit.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
-
-// noDeadBefore is a condition, for block mode, that no DEAD event of key h.k
-// comes before the row alias names.
-func noDeadBefore(table schema.Table, alias string) string {
-	return fmt.Sprintf(`NOT EXISTS (
-          SELECT 1 FROM %[1]s d
-          WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
-            AND d.seq < %[2]s.seq)`,
-		table.Quoted(), alias)
 }
 
 // SQL returns a database/sql handle over the store's pool.

@@ -6,7 +6,7 @@
 -- which the relay moves its frontier. The batch comes back in write order
 -- (seq), so that events sharing a key are published in the order they were
 -- written.
-{{claim_arms}}, claimed AS (
+{% template "claim_arms" . %}, claimed AS (
     UPDATE {{table}} AS t
     SET status = 'DELIVERING', locked_by = $1, locked_at = now(), updated_at = now()
     FROM locked AS picked

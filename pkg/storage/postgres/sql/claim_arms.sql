@@ -1,3 +1,9 @@
+{% define "arm_columns" -%}
+{% if .Held %}ctid AS row_id, tableoid AS row_table, {% end %}event_id, event_type, partition_key, payload, headers, attempts, created_at,
+           available_at, seq, COALESCE(writer_xid, '0'::xid8) AS writer,
+           octet_length(payload) + pg_column_size(headers) AS size
+{%- end %}
+{% define "claim_arms" -%}
 -- The rows an unordered claim may take, read in three arms that never
 -- overlap (docs/architecture.md, "The claim frontier"). Every claim of rows
 -- whose order no key keeps reads them: claim.sql leases what it takes,
@@ -16,12 +22,13 @@
 --            only those up to seq $6.
 -- Each arm takes what the arms before it left of the batch ($2), and locks
 -- only rows it may take. $3 is the byte limit (payload + headers; 0: none).
--- {{arm_rows}} narrows every read: to the rows without a key for the
--- unkeyed part of an ordered claim (claim_unkeyed), to none else.
+-- Parameters (sqlParams in queries.go): .Held adds each row's
+-- address (claim_held.sql); .Unkeyed narrows every read to the rows
+-- without a key, for the unkeyed part of an ordered claim (claim_unkeyed).
 WITH again AS (
-    SELECT {{arm_columns}}, 0 AS arm
+    SELECT {% template "arm_columns" . %}, 0 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' {{arm_rows}} AND available_at > created_at AND available_at <= now()
+    WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
       AND (available_at, seq) > ($7::timestamptz, $8::bigint)
       AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
@@ -29,18 +36,18 @@ WITH again AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), watched AS (
-    SELECT {{arm_columns}}, 1 AS arm
+    SELECT {% template "arm_columns" . %}, 1 AS arm
     FROM {{table}}
     WHERE cardinality($9::text[]) > 0
-      AND status = 'PENDING' {{arm_rows}} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+      AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
       AND available_at <= now()
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
-    SELECT {{arm_columns}}, 2 AS arm
+    SELECT {% template "arm_columns" . %}, 2 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' {{arm_rows}} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+    WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
       AND seq <= $6::bigint AND available_at <= now()
       AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
       AND event_id NOT IN (SELECT event_id FROM again)
@@ -71,7 +78,7 @@ WITH again AS (
     (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
      FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
            FROM {{table}}
-           WHERE status = 'PENDING' {{arm_rows}} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+           WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
              AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
              AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
            ORDER BY COALESCE(writer_xid, '0'::xid8), seq
@@ -86,7 +93,7 @@ WITH again AS (
     (SELECT 'skip again', writer, seq, available_at
      FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq, available_at
            FROM {{table}}
-           WHERE status = 'PENDING' {{arm_rows}} AND available_at > created_at AND available_at <= now()
+           WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
              AND (available_at, seq) > ($7::timestamptz, $8::bigint)
              AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
              AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
@@ -105,7 +112,7 @@ WITH again AS (
      -- not read again at every claim.
      WHERE cardinality($9::text[]) > 0
        AND (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0)
-       AND status = 'PENDING' {{arm_rows}} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+       AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
        AND (available_at <= now() OR available_at <= created_at)
        AND event_id NOT IN (SELECT event_id FROM watched))
 ), locked AS (
@@ -117,3 +124,4 @@ WITH again AS (
     WINDOW w AS (ORDER BY arm, CASE WHEN arm = 0 THEN available_at END, CASE WHEN arm = 0 THEN seq END,
                           writer, seq ROWS UNBOUNDED PRECEDING)
 )
+{%- end %}

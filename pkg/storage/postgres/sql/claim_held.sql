@@ -11,7 +11,7 @@
 -- settling statements find it: no other statement can move a row while
 -- this transaction holds it. The last row, without an event id,
 -- carries the statement's snapshot. $1, the relay id, names no lease here.
-{{claim_arms}}
+{% template "claim_arms" . %}
 SELECT event_id, event_type, coalesce(partition_key, ''),
        CASE WHEN taken THEN payload END, CASE WHEN taken THEN headers END, attempts,
        CASE WHEN isfinite(created_at) THEN created_at END, seq,

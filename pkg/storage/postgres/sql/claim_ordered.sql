@@ -2,9 +2,8 @@
 -- claimed only when every earlier event with its key (in write order: seq)
 -- is DELIVERED or — with ORDERING_ON_DEAD=skip — DEAD; a key's events are
 -- claimed as a run in order. An empty partition_key counts as no key, like
--- NULL. Under ORDERING_ON_DEAD=block the driver fills in two conditions
--- that stop a key at a DEAD event (marked dead_holds_head and
--- no_dead_before_row below); under skip they are empty and true.
+-- NULL. Under ORDERING_ON_DEAD=block (.Block) the walks stop a key at a
+-- DEAD event; under skip they pass it.
 --
 -- This statement runs in the same transaction as, and after, a statement
 -- that takes an advisory lock, so its snapshot sees every claim committed
@@ -17,8 +16,8 @@
 -- Keys are compared in the "C" collation, the order of the key-order index
 -- and of the relay's cursor.
 --
--- The driver fills in one of two walks over the keys (the CTEs up to
--- keyed, in sql/ordered/): walk_index.sql finds the keys in key_seq_idx,
+-- One of two walks over the keys (the CTEs up to keyed, in sql/ordered/)
+-- goes here, by .Floors: walk_index.sql finds the keys in key_seq_idx,
 -- walk_floors.sql visits the keys the relay passes. Either ends in keyed:
 -- the runs to claim, in walk order. The walk over keys starts after the
 -- cursor and wraps around, so every key gets its turn; the driver works
@@ -40,7 +39,7 @@ WITH RECURSIVE room AS MATERIALIZED (
            count(*) = 0 AS empty
     FROM {{table}}
     WHERE status = 'DELIVERING' AND locked_at = now() AND locked_by = $1
-), {{keyed_walk}}, picked AS (
+), {% if .Floors %}{% template "walk_floors" . %}{% else %}{% template "walk_index" . %}{% end %}, picked AS (
     SELECT event_id, k, pos, row_number() OVER (ORDER BY rank) AS n
     FROM (SELECT * FROM keyed ORDER BY rank LIMIT (SELECT greatest(n, 0) FROM room)) c
 ), checked AS (
@@ -76,4 +75,14 @@ WITH RECURSIVE room AS MATERIALIZED (
         (SELECT count(*) FROM sized WHERE NOT fits)
  FROM claimed
  ORDER BY seq, event_id)
-{{walk_info}}
+{%- if .Floors %}
+-- The rows the floors' walk adds to the claimed ones, one per key it
+-- visited: no event id, the key, the seq of its first event after its
+-- floor that is not DELIVERED (NULL: none) where the claimed rows have
+-- theirs, and whether it has a head (keys.go reads them); the columns read
+-- into plain Go values as the claimed rows have them.
+UNION ALL
+SELECT NULL, NULL, w.k, NULL, NULL, 0, NULL, least(w.head, w.dead), w.head IS NOT NULL, 0
+FROM walk w
+WHERE w.i > 0
+{%- end %}

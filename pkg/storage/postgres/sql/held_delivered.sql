@@ -11,5 +11,5 @@
 -- before the batch was published.
 UPDATE {{table}} AS t
 SET status = 'DELIVERED', delivered_at = statement_timestamp(), updated_at = statement_timestamp()
-WHERE {{rows}} AND t.status = 'PENDING'
-  AND t.created_at BETWEEN $3 AND $4 -- see mark_delivered.sql
+WHERE {% if .ByAddress %}t.tableoid = $2::oid AND t.ctid = ANY($1::tid[]){% else %}$1::tid[] IS NULL AND t.event_id = ANY($2::uuid[]){% end %} AND t.status = 'PENDING'{% if .ByAddress %}
+  AND t.created_at BETWEEN $3 AND $4 -- see mark_delivered.sql{% end %}

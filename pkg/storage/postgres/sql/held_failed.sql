@@ -6,5 +6,5 @@ SET {{failed_attempt}},
     updated_at = statement_timestamp()
 FROM unnest($1::tid[], $2::uuid[], $3::text[], $4::bool[], $5::bigint[])
      AS f(row_id, event_id, error, dead, delay_us)
-WHERE {{row_match}} AND t.status = 'PENDING'
-  AND t.created_at BETWEEN $6 AND $7 -- see mark_delivered.sql
+WHERE {% if .ByAddress %}t.ctid = f.row_id AND {% end %}t.event_id = f.event_id AND t.status = 'PENDING'{% if .ByAddress %}
+  AND t.created_at BETWEEN $6 AND $7 -- see mark_delivered.sql{% end %}

@@ -1,5 +1,5 @@
 -- Settle failed events of one lease by the failure rule (dueAgainRules in
--- postgres.go): count the attempt, keep the error, and either schedule the
+-- queries.go): count the attempt, keep the error, and either schedule the
 -- retry or bury the event.
 UPDATE {{table}} AS t
 SET {{failed_attempt}},

@@ -1,5 +1,5 @@
 -- Hand events of one lease back untouched: the broker, not the event, failed.
--- Due at once (dueAgainRules in postgres.go), and written by this
+-- Due at once (dueAgainRules in queries.go), and written by this
 -- transaction, so that the claim frontier meets the rows again.
 UPDATE {{table}} AS t
 SET status = 'PENDING', available_at = {{due_now}}, {{handed_back}}, locked_by = NULL, locked_at = NULL,

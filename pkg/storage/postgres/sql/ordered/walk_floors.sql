@@ -1,3 +1,4 @@
+{% define "walk_floors" -%}
 -- The walk over keys of claim_ordered.sql that starts each key where the
 -- relay knows its events that are not DELIVERED begin (keys.go). Every
 -- delivered event leaves two dead entries in key_seq_idx (its PENDING and
@@ -13,9 +14,10 @@
 --
 -- The walk is a recursive query so that it stops, key by key, once the
 -- batch is full, and can be read twice: for the runs it claims, and for
--- what the relay learns of each key it visited (walk_info: the seq of the
--- first event after the floor that is not DELIVERED, the head's or a
--- DEAD one's before it, and whether there is a head). $6 is FreshTo as in
+-- what the relay learns of each key it visited (the rows claim_ordered.sql
+-- adds under .Floors: the seq of the first event after the floor that is
+-- not DELIVERED, the head's or a DEAD one's before it, and whether there
+-- is a head). $6 is FreshTo as in
 -- walk_index.sql (every seq: the relay uses this walk only when it claims
 -- every fresh row).
 --
@@ -64,7 +66,10 @@ candidates AS MATERIALIZED (
             SELECT bool_and(status = 'PENDING' AND available_at <= now() AND clear AND read)
                        OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS due
             FROM (
-                SELECT status, available_at, seq, {{no_dead_before_row}} AS clear,
+                SELECT status, available_at, seq, {% if .Block %}NOT EXISTS (
+          SELECT 1 FROM {{table}} d
+          WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
+            AND d.seq < run.seq){% else %}true{% end %} AS clear,
                        (COALESCE(writer_xid, '0'::xid8), seq) <= (c.read_writer, c.read_seq)
                        AND COALESCE(seq <= c.watched_seq[array_position(c.watched, COALESCE(writer_xid, '0'::xid8))], true) AS read
                 FROM {{table}} run
@@ -76,7 +81,10 @@ candidates AS MATERIALIZED (
         ) x
         WHERE h.status = 'PENDING' AND h.available_at <= now()
           AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
-          {{dead_holds_head}}
+          {% if .Block %}AND NOT EXISTS (
+          SELECT 1 FROM {{table}} d
+          WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
+            AND d.seq < h.seq){% end %}
     ) r ON true
     WHERE w.i < cardinality(c.ks) AND w.taken < (SELECT n FROM room)
 ), keyed AS (
@@ -97,3 +105,4 @@ candidates AS MATERIALIZED (
     ) r
     WHERE w.n > 0
 )
+{%- end %}

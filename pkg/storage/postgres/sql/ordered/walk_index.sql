@@ -1,3 +1,4 @@
+{% define "walk_index" -%}
 -- The walk over keys of claim_ordered.sql that finds the keys from
 -- key_seq_idx: it goes through the index key by key, from the cursor ($3,
 -- the last key the previous claim took) on and around, and takes each
@@ -56,7 +57,10 @@ after_cursor AS (
     FROM heads h
     WHERE h.status = 'PENDING' AND h.available_at <= now()
       AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
-      {{dead_holds_head}}
+      {% if .Block %}AND NOT EXISTS (
+          SELECT 1 FROM {{table}} d
+          WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
+            AND d.seq < h.seq){% end %}
 ), keyed AS (
     -- For each of those keys, the run of due PENDING events from the start,
     -- stopping at the first that is not, and at $5 events. A batch then
@@ -77,7 +81,10 @@ after_cursor AS (
                                 AND (seq <= $6::bigint OR available_at > created_at)) OVER w AS due
                 FROM (
                     SELECT event_id, status, available_at, created_at, seq,
-                           {{no_dead_before_row}} AS clear
+                           {% if .Block %}NOT EXISTS (
+          SELECT 1 FROM {{table}} d
+          WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
+            AND d.seq < run.seq){% else %}true{% end %} AS clear
                     FROM {{table}} run
                     WHERE partition_key COLLATE "C" = h.k AND status IN ('PENDING', 'DELIVERING')
                     ORDER BY seq
@@ -90,3 +97,4 @@ after_cursor AS (
         LIMIT (SELECT n FROM room)
     ) walked
 )
+{%- end %}
