@@ -13,7 +13,6 @@ import (
 	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -120,7 +119,7 @@ func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, cfg Capt
 	// they took the stream would send again. Its backfill claims what is
 	// not in the stream; a log that cannot open, or takes to open, for
 	// captureFallbackAfter hands every event to the claims.
-	e.freshTo.Store(storage.FreshNone)
+	e.fresh.set(freshToLog)
 	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), cfg: cfg, obs: cfg.Observer,
 		state: CaptureStarting}, nil
 }
@@ -161,7 +160,7 @@ func (c *Capture) Run(ctx context.Context) error {
 		waited := time.AfterFunc(captureFallbackAfter, func() {
 			opening.Lock()
 			defer opening.Unlock()
-			if waiting && c.e.freshTo.CompareAndSwap(storage.FreshNone, 0) {
+			if waiting && c.e.fresh.replace(freshToLog, freshAll) {
 				c.log.Warn("opening the log takes over " + captureFallbackAfter.String() + "; claiming every event from the table meanwhile")
 				c.e.Wake()
 			}
@@ -184,14 +183,14 @@ func (c *Capture) Run(ctx context.Context) error {
 			if st, _ := c.Status(); st != CaptureStandby {
 				c.log.Info("another relay reads the log; claiming only events due again")
 			}
-			c.e.freshTo.Store(storage.FreshNone)
+			c.e.fresh.set(freshToLog)
 			c.setState(CaptureStandby, nil)
 			sleep(ctx, retry)
 			continue
 		case errors.Is(err, capture.ErrLost):
 			c.log.Error("the log lost its position (the replication slot was invalidated); "+
 				"claiming every event from the table while it is made anew, so none is skipped", "error", err)
-			c.e.freshTo.Store(0)
+			c.e.fresh.set(freshAll)
 			c.e.Wake()
 			c.setState(CaptureLost, err)
 			if err := c.src.Reset(ctx); err != nil && ctx.Err() == nil {
@@ -205,7 +204,7 @@ func (c *Capture) Run(ctx context.Context) error {
 			if failingSince.IsZero() {
 				failingSince = time.Now()
 			}
-			if time.Since(failingSince) >= captureFallbackAfter && c.e.freshTo.Swap(0) != 0 {
+			if time.Since(failingSince) >= captureFallbackAfter && c.e.fresh.set(freshAll) != freshAll {
 				c.log.Error("the log has not opened for "+captureFallbackAfter.String()+"; claiming every event from the table until it does", "error", err)
 				c.e.Wake()
 			}
@@ -276,7 +275,7 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	if err != nil {
 		return err
 	}
-	c.e.freshTo.Store(storage.FreshNone)
+	c.e.fresh.set(freshToLog)
 	if upTo > 0 {
 		c.backfillTo.Store(upTo)
 		c.setState(CaptureBackfilling, nil)
@@ -286,7 +285,7 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 			case <-ctx.Done():
 				return
 			}
-			c.e.freshTo.Store(upTo)
+			c.e.fresh.set(freshBackfill(upTo))
 			c.e.Wake()
 			c.watchBackfill(ctx, upTo)
 		}()
@@ -469,14 +468,14 @@ func (c *Capture) watchBackfill(ctx context.Context, upTo int64) {
 			return
 		case <-t.C:
 		}
-		if c.e.freshTo.Load() != upTo {
+		if c.e.fresh.get() != freshBackfill(upTo) {
 			return // a new stream or a fallback took over
 		}
 		left, err := c.rec.FreshLeft(ctx, upTo)
 		if err != nil || left {
 			continue
 		}
-		if c.e.freshTo.CompareAndSwap(upTo, storage.FreshNone) {
+		if c.e.fresh.replace(freshBackfill(upTo), freshToLog) {
 			c.backfillTo.Store(0)
 			c.log.Info("backfill done: every event written before the stream's position is claimed or settled", "up_to_seq", upTo)
 			c.setState(CaptureStreaming, nil)
@@ -532,10 +531,9 @@ type logOutcome struct {
 	cut bool
 }
 
-// process publishes a batch of the log's events and hands its outcome to
-// be recorded: to the recorder, which gathers outcomes into fewer
-// statements, or — under ordering, where the next batch's blocked keys must
-// see this one's failures — at once.
+// process sends a batch of the log's events through the engine's pipeline
+// (logSource settles it). Under ordering the events whose key an earlier
+// event blocks are left out of the publish and handed to the claims.
 func (c *Capture) process(publishing, settling context.Context, b logBatch, records chan<- logOutcome) {
 	events := make([]outbox.Event, 0, b.n)
 	seqs := make([]int64, 0, b.n)
@@ -543,44 +541,62 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 		events = append(events, t.Events...)
 		seqs = append(seqs, t.Seqs...)
 	}
-	ctx := publishing
 	var handOver []outbox.Event
 	if c.e.cfg.Ordering == storage.OrderingPartition {
 		var ok bool
-		events, handOver, ok = c.deferBlocked(ctx, b, events, seqs)
+		events, handOver, ok = c.deferBlocked(publishing, b, events, seqs)
 		if !ok {
 			return
 		}
 	}
-	lo := logOutcome{b: b}
-	if len(events) > 0 {
-		pubCtx, endPublish := c.e.obs.StartPublish(ctx, events)
-		results := c.publishUntilTaken(pubCtx, events)
-		endPublish(results)
-		o := c.e.classify(ctx, events, results)
-		lo.delivered, lo.failed, lo.dead, lo.firstErr = o.delivered, o.failed, o.dead, o.firstErr
-		if ctx.Err() != nil && anyUnavailable(results) {
-			lo.failed, lo.dead, lo.cut = nil, 0, true
-		} else {
-			for _, id := range o.released {
-				// Held back behind an event of their key that failed.
-				handOver = append(handOver, byID(events, id))
-			}
-		}
-		if len(o.delivered) > 0 {
-			c.e.broker.worked()
+	src := &logSource{c: c, b: b, handOver: handOver, records: records, ctx: publishing, settleBy: settling}
+	c.e.process(&batch{events: events, ctx: publishing, settleBy: settling, source: src})
+}
+
+// logSource is a batch of the log's events as a source of the pipeline.
+// Nothing holds its rows while it is at the broker: the log sends it again
+// until it is acknowledged. Its outcome goes to the recorder, which gathers
+// outcomes into fewer statements, or — under ordering, where the next
+// batch's blocked keys must see this one's failures — is recorded at once.
+type logSource struct {
+	c        *Capture
+	b        logBatch
+	handOver []outbox.Event // deferred to the claims before the publish
+	records  chan<- logOutcome
+	ctx      context.Context
+	settleBy context.Context
+}
+
+func (s *logSource) keep() (stop func()) { return func() {} }
+
+// waitsOutOutages is true: an event the broker did not take is sent again
+// once it is back, not handed to the claims.
+func (s *logSource) waitsOutOutages() bool { return true }
+
+func (s *logSource) settle(o outcome) {
+	lo := logOutcome{b: s.b, delivered: o.delivered, failed: o.failed, dead: o.dead, firstErr: o.firstErr}
+	handOver := s.handOver
+	if s.ctx.Err() != nil && o.unavailable {
+		// The shutdown cut the publishes off: what went is recorded,
+		// and the transactions are not acknowledged, so that the next
+		// reader gets them again.
+		lo.failed, lo.dead, lo.cut = nil, 0, true
+	} else {
+		for _, id := range o.released {
+			// Held back behind an event of their key that failed.
+			handOver = append(handOver, outbox.Event{ID: id})
 		}
 	}
 	for i := range handOver {
 		lo.deferred = append(lo.deferred, handOver[i].ID)
 	}
-	if records == nil || lo.cut {
-		c.finish(ctx, settling, []logOutcome{lo})
+	if s.records == nil || lo.cut {
+		s.c.finish(s.ctx, s.settleBy, []logOutcome{lo})
 		return
 	}
 	select {
-	case records <- lo:
-	case <-settling.Done():
+	case s.records <- lo:
+	case <-s.settleBy.Done():
 	}
 }
 
@@ -642,10 +658,7 @@ func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 		for _, t := range o.b.txns {
 			t.Ack()
 		}
-		c.e.obs.Finished(ctx, Outcome{Delivered: len(o.delivered), Failed: len(o.failed) - o.dead, Dead: o.dead, Released: len(o.deferred)})
-		if len(o.failed) > 0 {
-			c.e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
-		}
+		c.e.finished(ctx, Outcome{Delivered: len(o.delivered), Failed: len(o.failed) - o.dead, Dead: o.dead, Released: len(o.deferred)}, o.firstErr)
 		wake = wake || len(o.failed) > 0 || len(o.deferred) > 0
 	}
 	if wake {
@@ -653,32 +666,6 @@ func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 		// deliver the deferred events after the failed ones.
 		c.e.Wake()
 	}
-}
-
-// publishUntilTaken publishes events and, while the broker is unavailable,
-// waits for it and sends what it did not take again: the log's events are
-// not handed back to the table for an outage, and nothing after them is
-// acknowledged meanwhile.
-func (c *Capture) publishUntilTaken(ctx context.Context, events []outbox.Event) []error {
-	results := c.e.publishBatch(ctx, events)
-	for ctx.Err() == nil && anyUnavailable(results) {
-		c.e.broker.close(firstUnavailable(results))
-		c.e.broker.wait(ctx)
-		idx := make([]int, 0, len(events))
-		for i, err := range results {
-			if err != nil && (publisher.IsUnavailable(err) || errors.Is(err, errKeyBlocked)) {
-				idx = append(idx, i)
-			}
-		}
-		again := make([]outbox.Event, len(idx))
-		for j, i := range idx {
-			again[j] = events[i]
-		}
-		for j, err := range c.e.publishBatch(ctx, again) {
-			results[idx[j]] = err
-		}
-	}
-	return results
 }
 
 // deferBlocked keeps the events whose key is blocked by an earlier event (one due
@@ -824,24 +811,4 @@ func (c *Capture) waitVisible(ctx context.Context, b logBatch) error {
 		}
 		pause = min(pause*2, 100*time.Millisecond)
 	}
-}
-
-func anyUnavailable(results []error) bool { return firstUnavailable(results) != nil }
-
-func firstUnavailable(results []error) error {
-	for _, err := range results {
-		if err != nil && publisher.IsUnavailable(err) {
-			return err
-		}
-	}
-	return nil
-}
-
-func byID(events []outbox.Event, id uuid.UUID) outbox.Event {
-	for i := range events {
-		if events[i].ID == id {
-			return events[i]
-		}
-	}
-	return outbox.Event{ID: id}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/relay/internal/config"
@@ -80,10 +79,10 @@ type Engine struct {
 	// cursor is where the next ordered claim's walk starts, as the last
 	// one returned it (Batch.After); only the claim loop touches it.
 	cursor string
-	// freshTo is the claims' storage.ClaimParams.FreshTo: 0 while the
-	// engine polls for everything; a Capture that reads the database's
-	// log sets it to leave fresh events to the log.
-	freshTo atomic.Int64
+	// fresh is which fresh events the claims take (ClaimParams.Fresh):
+	// all while the engine polls for everything; a Capture that reads the
+	// database's log leaves them to it.
+	fresh freshScope
 }
 
 // New returns an engine; zero fields of cfg take their defaults.
@@ -193,7 +192,7 @@ func (e *Engine) Run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			e.process(c)
+			e.process(&batch{events: c.batch.Events, ctx: c.ctx, settleBy: c.settleBy, source: c})
 		}()
 		// A batch cut short by its byte limit leaves events waiting too;
 		// the database measures headers a little differently, hence half,
@@ -246,8 +245,11 @@ func (e *Engine) shutdownContexts(ctx context.Context) (publishing, settling con
 	}
 }
 
-// claimed is a batch on its way from claim to settle.
+// claimed is a batch the engine claimed, as a source of the pipeline: its
+// lease or held transaction, kept while it is at the broker and settled
+// by the engine's statements.
 type claimed struct {
+	e     *Engine
 	batch storage.Batch
 	// at is when the lease was stamped (claimed or last renewed), by this
 	// process's clock: settling gives up LeaseTimeout after it.
@@ -265,8 +267,8 @@ type claimed struct {
 // claim takes the next batch. Its context is not cancelled by a shutdown
 // until the publishing time runs out: a claim cut off after the database
 // committed it would have to hand its rows back.
-func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
-	c := claimed{at: time.Now(), settleBy: settling}
+func (e *Engine) claim(publishing, settling context.Context) (*claimed, error) {
+	c := &claimed{e: e, at: time.Now(), settleBy: settling}
 	var end func(int, error)
 	c.ctx, end = e.obs.StartClaim(publishing)
 	claimCtx, cancel := context.WithTimeout(c.ctx, e.cfg.LeaseTimeout/2)
@@ -280,10 +282,10 @@ func (e *Engine) claim(publishing, settling context.Context) (claimed, error) {
 		After:    e.cursor,
 
 		SweepInterval: e.cfg.SweepInterval,
-		FreshTo:       e.freshTo.Load(),
+		Fresh:         e.fresh.get(),
 	}
 	var err error
-	if e.held != nil && p.FreshTo == 0 {
+	if e.held != nil && !p.Fresh.ToLog {
 		// While a Capture reads the log, claims take only what it does
 		// not deliver, and lease it by status.
 		var hb storage.HeldBatch
@@ -311,33 +313,46 @@ func (e *Engine) idle(ctx context.Context) {
 	}
 }
 
-// process publishes one claimed batch and settles every event in it.
-func (e *Engine) process(c claimed) {
-	ctx, events := c.ctx, c.batch.Events
-	pubCtx, endPublish := e.obs.StartPublish(ctx, events)
-	stopRenewing := e.keepLease(&c)
-	results := e.publishBatch(pubCtx, events)
-	stopRenewing()
-	endPublish(results)
-	o := e.classify(ctx, events, results)
-	e.settle(c, o)
-	e.obs.Finished(ctx, o.summary())
-	if e.cfg.Ordering == storage.OrderingPartition || c.batch.Full {
-		// Settling frees keys that the last claim had to pass over, and
-		// ends the transaction of a held claim cut by its byte limit,
-		// which held the rows past that limit locked until now.
-		e.Wake()
-	}
+// freshScope is the engine's storage.FreshEvents, which a Capture sets.
+type freshScope struct {
+	mu sync.Mutex
+	f  storage.FreshEvents
+}
 
-	switch {
-	case o.brokerErr != nil && ctx.Err() == nil:
-		e.broker.close(o.brokerErr)
-	case len(o.delivered) > 0:
-		e.broker.worked()
+// Which fresh events the claims take: all (polling), none (the log's), or
+// the log's backfill up to a seq.
+var (
+	freshAll   = storage.FreshEvents{}
+	freshToLog = storage.FreshEvents{ToLog: true}
+)
+
+func freshBackfill(upTo int64) storage.FreshEvents {
+	return storage.FreshEvents{ToLog: true, BackfillTo: upTo}
+}
+
+func (s *freshScope) get() storage.FreshEvents {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f
+}
+
+// set makes the claims take f, and returns what they took before.
+func (s *freshScope) set(f storage.FreshEvents) (was storage.FreshEvents) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was, s.f = s.f, f
+	return was
+}
+
+// replace makes the claims take f if they take old, and says whether.
+func (s *freshScope) replace(old, f storage.FreshEvents) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f != old {
+		return false
 	}
-	if len(o.failed) > 0 {
-		e.log.Warn("events failed", "failed", len(o.failed), "dead", o.dead, "first_error", o.firstErr)
-	}
+	s.f = f
+	return true
 }
 
 // sleep waits for d or the end of ctx.

@@ -229,3 +229,40 @@ func (e *Engine) publishInKeyOrder(ctx context.Context, events []outbox.Event) [
 		}
 	}
 }
+
+// publishUntilTaken publishes events and, while the broker is unavailable,
+// waits for it and sends what it did not take again (a source that
+// waitsOutOutages: the log's events are not handed back to the table for
+// an outage, and nothing after them is acknowledged meanwhile).
+func (e *Engine) publishUntilTaken(ctx context.Context, events []outbox.Event) []error {
+	results := e.publishBatch(ctx, events)
+	for ctx.Err() == nil && anyUnavailable(results) {
+		e.broker.close(firstUnavailable(results))
+		e.broker.wait(ctx)
+		idx := make([]int, 0, len(events))
+		for i, err := range results {
+			if err != nil && (publisher.IsUnavailable(err) || errors.Is(err, errKeyBlocked)) {
+				idx = append(idx, i)
+			}
+		}
+		again := make([]outbox.Event, len(idx))
+		for j, i := range idx {
+			again[j] = events[i]
+		}
+		for j, err := range e.publishBatch(ctx, again) {
+			results[idx[j]] = err
+		}
+	}
+	return results
+}
+
+func anyUnavailable(results []error) bool { return firstUnavailable(results) != nil }
+
+func firstUnavailable(results []error) error {
+	for _, err := range results {
+		if err != nil && publisher.IsUnavailable(err) {
+			return err
+		}
+	}
+	return nil
+}

@@ -23,6 +23,8 @@ type outcome struct {
 	firstErr  error // first retryable or permanent error, for the log
 	// brokerErr is set when the broker, not the events, failed.
 	brokerErr error
+	// unavailable: the broker was unavailable for some event.
+	unavailable bool
 }
 
 // summary is what the Observer is told of the outcome.
@@ -52,6 +54,7 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 			// The broker could not take it, or shutdown cut it off: the
 			// event did nothing wrong and keeps its attempts.
 			o.released = append(o.released, ev.ID)
+			o.unavailable = o.unavailable || publisher.IsUnavailable(err)
 			if o.brokerErr == nil {
 				o.brokerErr = err
 			}
@@ -80,14 +83,35 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 	return o
 }
 
-// settle records a batch's outcome, one statement per kind, each retried
-// until it lands (settleUntil): the engine knows the outcome, so it must not
-// leave rows DELIVERING for the reaper to find minutes later.
-func (e *Engine) settle(c claimed, o outcome) {
+// keep renews the batch's lease while it is at the broker (keepLease).
+func (c *claimed) keep() (stop func()) { return c.e.keepLease(c) }
+
+// waitsOutOutages is false: a claimed batch's events go back to the table
+// when the broker is out, and the engine pauses its claims.
+func (c *claimed) waitsOutOutages() bool { return false }
+
+// settle records the batch's outcome and reports it.
+func (c *claimed) settle(o outcome) {
+	c.record(o)
+	e := c.e
+	e.finished(c.ctx, o.summary(), o.firstErr)
+	if e.cfg.Ordering == storage.OrderingPartition || c.batch.Full {
+		// Settling frees keys that the last claim had to pass over, and
+		// ends the transaction of a held claim cut by its byte limit,
+		// which held the rows past that limit locked until now.
+		e.Wake()
+	}
+}
+
+// record writes the outcome, one statement per kind, each retried until it
+// lands (settleUntil): the engine knows the outcome, so it must not leave
+// rows DELIVERING for the reaper to find minutes later.
+func (c *claimed) record(o outcome) {
 	if c.tx != nil {
-		e.settleHeld(c, o)
+		c.settleHeld(o)
 		return
 	}
+	e := c.e
 	lease := c.batch.Lease
 	if len(o.delivered) > 0 {
 		// DELIVERED_RETENTION=0 deletes the rows instead, under the same
@@ -96,17 +120,17 @@ func (e *Engine) settle(c claimed, o outcome) {
 		if e.cfg.DeleteDelivered {
 			op, settle = OpDeleteDelivered, e.store.DeleteDelivered
 		}
-		e.settleUntil(c, op, len(o.delivered), func(ctx context.Context) (int, error) {
+		c.settleUntil(op, len(o.delivered), func(ctx context.Context) (int, error) {
 			return settle(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
 		})
 	}
 	if len(o.failed) > 0 {
-		e.settleUntil(c, OpMarkFailed, len(o.failed), func(ctx context.Context) (int, error) {
+		c.settleUntil(OpMarkFailed, len(o.failed), func(ctx context.Context) (int, error) {
 			return e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
 		})
 	}
 	if len(o.released) > 0 {
-		e.settleUntil(c, OpRelease, len(o.released), func(ctx context.Context) (int, error) {
+		c.settleUntil(OpRelease, len(o.released), func(ctx context.Context) (int, error) {
 			return e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
 		})
 	}
@@ -116,7 +140,8 @@ func (e *Engine) settle(c claimed, o outcome) {
 // When that fails, the transaction has ended without it and the rows are
 // PENDING as they were: the outcome is recorded anew, on the rows no claim
 // took meanwhile, so that delivered events are not delivered again.
-func (e *Engine) settleHeld(c claimed, o outcome) {
+func (c *claimed) settleHeld(o outcome) {
+	e := c.e
 	st := storage.Settlement{Delivered: o.delivered, Delete: e.cfg.DeleteDelivered, Failed: o.failed, Released: o.released}
 	op := e.heldOp(st)
 	ctx, cancel := detach(c.ctx, c.settleBy)
@@ -134,7 +159,7 @@ func (e *Engine) settleHeld(c claimed, o outcome) {
 	}
 	e.log.Warn("settling a held batch in its transaction failed; recording its outcome anew",
 		"events", st.Len(), "error", err)
-	e.settleUntil(c, op, st.Len(), func(ctx context.Context) (int, error) {
+	c.settleUntil(op, st.Len(), func(ctx context.Context) (int, error) {
 		return e.held.RecordHeld(ctx, c.batch.Lease, st)
 	})
 }
@@ -163,7 +188,8 @@ const settleGrace = 5 * time.Second
 // out (the reaper then takes the rows back) or the shutdown budget is spent.
 // Its context is not the batch's: a shutdown must not stop a settle that
 // can still land in time.
-func (e *Engine) settleUntil(c claimed, op string, n int, fn func(context.Context) (int, error)) {
+func (c *claimed) settleUntil(op string, n int, fn func(context.Context) (int, error)) {
+	e := c.e
 	ctx, cancel := detach(c.ctx, c.settleBy)
 	defer cancel()
 	deadline := later(c.at.Add(e.cfg.LeaseTimeout), time.Now().Add(settleGrace))

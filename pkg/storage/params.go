@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -76,21 +77,34 @@ type ClaimParams struct {
 	// depth. 0 means
 	// SweepIntervalDefault.
 	SweepInterval time.Duration
-	// FreshTo limits which fresh events — written and never handed back:
-	// available_at not after created_at — a claim may take, when the
-	// database's log (CAPTURE=wal) delivers them instead: 0 takes them all
-	// (polling), a positive value those with seq up to it (the backfill of
-	// what was written before the log reader's slot), FreshNone none (only
-	// events due again: retried, released, reaped, scheduled). Under
-	// OrderingPartition it applies to the first unfinished event of each
-	// key: a key whose head is due again is claimed with its whole run.
-	// Only drivers that implement LogRecorder honour it.
-	FreshTo int64
+	// Fresh says which fresh events a claim may take; the zero value, all
+	// of them. Only drivers that implement LogRecorder honour it.
+	Fresh FreshEvents
 }
 
-// FreshNone is ClaimParams.FreshTo for claims that leave every fresh event
-// to the database's log.
-const FreshNone int64 = -1
+// FreshEvents says which fresh events — written and never handed back:
+// available_at not after created_at — a claim may take. While the relay
+// polls, all; while the database's log (CAPTURE=wal) delivers them, none
+// but a backfill's. Events due again (retried, released, reaped,
+// scheduled) are the claims' either way. Under OrderingPartition it
+// applies to the first unfinished event of each key: a key whose head is
+// due again is claimed with its whole run.
+type FreshEvents struct {
+	// ToLog: the database's log delivers fresh events, not the claims.
+	ToLog bool
+	// BackfillTo, with ToLog, is the highest seq of the fresh events the
+	// claims deliver all the same: those written before the log reader's
+	// position existed (0: none).
+	BackfillTo int64
+}
+
+// UpTo is the highest seq of a fresh event the claim may take.
+func (f FreshEvents) UpTo() int64 {
+	if !f.ToLog {
+		return math.MaxInt64
+	}
+	return max(f.BackfillTo, 0)
+}
 
 // SweepIntervalDefault is ClaimParams.SweepInterval's default: events of
 // transactions that commit late wait at most this long (plus one claim).
@@ -244,7 +258,7 @@ type BlockedKeysParams struct {
 	Keys   []string
 	OnDead DeadPolicy
 	// Backfill is the highest seq the claims backfill (the claims'
-	// FreshTo while positive): fresh events up to it are the claims' to
+	// FreshEvents.BackfillTo): fresh events up to it are the claims' to
 	// deliver, so they block their key too. 0: no backfill.
 	Backfill int64
 }

@@ -110,13 +110,13 @@ func everything() frontierPlan {
 }
 
 // args are the plan's parameters $4, $5 and $7 to $11 of claim_arms.sql,
-// around freshTo ($6).
-func (pl frontierPlan) args(freshTo int64) []any {
+// around the highest seq of a fresh row it may take ($6, FreshEvents.UpTo).
+func (pl frontierPlan) args(freshUpTo int64) []any {
 	watch := make([]string, len(pl.watch))
 	for i, x := range pl.watch {
 		watch[i] = strconv.FormatUint(x, 10)
 	}
-	return []any{strconv.FormatUint(pl.start.xid, 10), pl.start.seq, freshTo, dueAt(pl.due), pl.due.seq,
+	return []any{strconv.FormatUint(pl.start.xid, 10), pl.start.seq, freshUpTo, dueAt(pl.due), pl.due.seq,
 		watch, strconv.FormatUint(pl.dueBound.xid, 10), pl.dueBound.seq}
 }
 

@@ -26,7 +26,7 @@ var _ storage.HeldQueue = (*Store)(nil)
 // ClaimHeld claims as Claim does, leaving the rows PENDING under the row
 // locks of the returned transaction.
 func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.Duration) (storage.HeldBatch, error) {
-	if p.Ordering == storage.OrderingPartition || p.FreshTo != 0 {
+	if p.Ordering == storage.OrderingPartition || p.Fresh.ToLog {
 		return storage.HeldBatch{}, errors.New("claim batch: a held claim is unordered and polls every event")
 	}
 	if idle < time.Millisecond {

@@ -402,7 +402,7 @@ type floorsClaim struct {
 // claimArgs are the arguments of the claim statement (claim_ordered.sql
 // with walk_floors.sql) for p.
 func (c *floorsClaim) claimArgs(p storage.ClaimParams) []any {
-	return append([]any{p.RelayID, p.Limit, pgtype.FlatArray[string](c.keys), p.MaxBytes, p.RunLimit, freshTo(p.FreshTo),
+	return append([]any{p.RelayID, p.Limit, pgtype.FlatArray[string](c.keys), p.MaxBytes, p.RunLimit, p.Fresh.UpTo(),
 		pgtype.FlatArray[int64](c.floors)}, c.walk.find.readArgs()...)
 }
 

@@ -63,7 +63,7 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	if n, err := tb.Store.Defer(ctx, storage.RecordParams{IDs: ids[1:2]}); err != nil || n != 1 {
 		t.Fatalf("Defer = %d, %v", n, err)
 	}
-	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, FreshTo: storage.FreshNone}
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, Fresh: storage.FreshEvents{ToLog: true}}
 	b, err := tb.Store.Claim(ctx, p)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[:2]}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2]).Scan(&p.FreshTo); err != nil {
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2]).Scan(&p.Fresh.BackfillTo); err != nil {
 		t.Fatal(err)
 	}
 	if b, err = tb.Store.Claim(ctx, p); err != nil {

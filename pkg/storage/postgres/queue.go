@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,10 +53,10 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	b := &pgx.Batch{}
 	claim := s.queries["claim"]
 	// st is the relay's claim state: nil when the log delivers the fresh
-	// rows (p.FreshTo), which a claim then reads from the beginning,
+	// rows (p.Fresh), which a claim then reads from the beginning,
 	// moving nothing (everything).
 	var st *claimState
-	if p.FreshTo == 0 {
+	if !p.Fresh.ToLog {
 		// One relay's claims come one after another; its state is held
 		// for the claim's round trip.
 		st = s.states.of(p.RelayID)
@@ -105,7 +104,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		claim = s.queries["claim_unkeyed"]
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 		keyed = "claim_ordered"
-		keyedArgs = []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, freshTo(p.FreshTo)}
+		keyedArgs = []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, p.Fresh.UpTo()}
 		if fromFloors != nil {
 			keyed = "claim_ordered_keys"
 			keyedArgs = fromFloors.claimArgs(p)
@@ -122,7 +121,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	b.Queue(s.queries["claim_plan"], planCacheMode(p.Ordering))
 	b.Queue(s.queries["claim_stamp"])
-	b.Queue(claim, append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(freshTo(p.FreshTo))...)...)
+	b.Queue(claim, append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(p.Fresh.UpTo())...)...)
 	if keyed != "" {
 		b.Queue(s.queries[keyed], keyedArgs...)
 	}
@@ -267,15 +266,6 @@ func mergeBySeq(a []outbox.Event, as []int64, b []outbox.Event, bs []int64) []ou
 		}
 	}
 	return append(append(out, a...), b...)
-}
-
-// freshTo is the highest seq of a fresh row a claim may take
-// (storage.ClaimParams.FreshTo): every one when 0.
-func freshTo(p int64) int64 {
-	if p == 0 {
-		return math.MaxInt64
-	}
-	return max(p, -1)
 }
 
 // walkEnd is where the next ordered claim's walk starts: the last key this

@@ -185,7 +185,7 @@ func claimFindsRowsHandedBack(t *testing.T, h Harness, lead time.Duration) {
 		// As beside CAPTURE=wal's stream, where claims take no fresh
 		// rows and never sweep: a row handed back is found as due again
 		// or never.
-		p.FreshTo = storage.FreshNone
+		p.Fresh = storage.FreshEvents{ToLog: true}
 		eventually.True(t, lead+10*time.Second, take, func() string {
 			return fmt.Sprintf("%d of the %d rows handed back claimed", len(got), len(want))
 		})
