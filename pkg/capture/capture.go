@@ -62,11 +62,12 @@ type Stream interface {
 type Txn struct {
 	Events []outbox.Event
 	Seqs   []int64
-	// Xid is the transaction's id in the database (PostgreSQL's 32-bit
-	// xid). A log may send a transaction as soon as its commit is in the
-	// log, a moment before other sessions see its rows (longer under
-	// synchronous replication): settling waits for it by this id.
-	Xid uint32
+	// ID names the transaction as the database's log does, in the form
+	// the database's storage.LogRecorder.Visible takes (PostgreSQL: its
+	// xid, in decimal). A log may send a transaction as soon as its commit
+	// is in the log, a moment before other sessions see its rows (longer
+	// under synchronous replication): settling waits for it by this id.
+	ID string
 	// Ack acknowledges the transaction: every event of it is durably
 	// settled (delivered, handed to the retry path, or DEAD), and the log
 	// need not send it again. Safe from any goroutine; call it once.

@@ -416,7 +416,7 @@ func (c *Capture) split(t capture.Txn) []capture.Txn {
 			bytes += n
 			end++
 		}
-		parts = append(parts, capture.Txn{Events: t.Events[start:end], Seqs: t.Seqs[start:end], Xid: t.Xid})
+		parts = append(parts, capture.Txn{Events: t.Events[start:end], Seqs: t.Seqs[start:end], ID: t.ID})
 		start = end
 	}
 	var left atomic.Int64
@@ -795,13 +795,13 @@ func (c *Capture) recordUntil(ctx, settling context.Context, b logBatch, op stri
 // waitVisible waits until every transaction of b is visible to new
 // snapshots.
 func (c *Capture) waitVisible(ctx context.Context, b logBatch) error {
-	xids := make([]uint32, len(b.txns))
+	ids := make([]string, len(b.txns))
 	for i, t := range b.txns {
-		xids[i] = t.Xid
+		ids[i] = t.ID
 	}
 	pause := time.Millisecond
 	for {
-		visible, err := c.rec.Visible(ctx, xids)
+		visible, err := c.rec.Visible(ctx, ids)
 		if err != nil || visible {
 			return err
 		}

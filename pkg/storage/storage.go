@@ -183,11 +183,11 @@ type LogRecorder interface {
 	// blocks nothing — the log delivers it — unless the claims backfill it
 	// (seq up to p.Backfill).
 	BlockedKeys(ctx context.Context, p BlockedKeysParams) (map[string]int64, error)
-	// Visible reports whether every transaction of xids (32-bit ids of
-	// transactions that committed recently) is visible to new snapshots:
-	// a log may send a transaction a moment before its rows can be
-	// settled.
-	Visible(ctx context.Context, xids []uint32) (bool, error)
+	// Visible reports whether every transaction of ids (as the
+	// database's log names them: capture.Txn.ID) is visible to new
+	// snapshots: a log may send a transaction a moment before its rows
+	// can be settled.
+	Visible(ctx context.Context, ids []string) (bool, error)
 	// FreshLeft reports whether a fresh PENDING row with seq up to upTo
 	// is left: the backfill up to upTo is done when none is.
 	FreshLeft(ctx context.Context, upTo int64) (bool, error)

@@ -669,7 +669,7 @@ func (r *Reader) handle(ctx context.Context, d *decoder, data []byte) error {
 // position meanwhile so that a caller slow to take it (a broker outage)
 // does not look like a dead reader.
 func (r *Reader) emit(ctx context.Context, t *txn) error {
-	out := capture.Txn{Events: t.events, Seqs: t.seqs, Xid: t.xid, Ack: func() { r.acks.ack(t) }}
+	out := capture.Txn{Events: t.events, Seqs: t.seqs, ID: strconv.FormatUint(uint64(t.xid), 10), Ack: func() { r.acks.ack(t) }}
 	tick := time.NewTicker(r.cfg.StatusInterval)
 	defer tick.Stop()
 	for {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -170,11 +171,15 @@ func (s *Store) FreshLeft(ctx context.Context, upTo int64) (bool, error) {
 	return left, nil
 }
 
-// Visible reports whether every transaction of xids is visible to a new
-// snapshot.
-func (s *Store) Visible(ctx context.Context, xids []uint32) (bool, error) {
-	ids := make([]int64, len(xids))
-	for i, x := range xids {
+// Visible reports whether every transaction of txns (xids in decimal, as
+// pgwal names them) is visible to a new snapshot.
+func (s *Store) Visible(ctx context.Context, txns []string) (bool, error) {
+	ids := make([]int64, len(txns))
+	for i, t := range txns {
+		x, err := strconv.ParseUint(t, 10, 32)
+		if err != nil {
+			return false, fmt.Errorf("wait for transactions to become visible: %q is no transaction id of PostgreSQL's log", t)
+		}
 		ids[i] = int64(x)
 	}
 	var visible bool
