@@ -6,7 +6,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 )
 
 // migrate --capture wal makes the publication CAPTURE=wal reads, and
@@ -17,7 +17,7 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 	db := c.CreateDatabase(t)
 	url := c.URL(db)
 	tb := pgtest.NewAt(t, url)
-	name := postgres.SlotDefault(tb.Store.TableName()) // the publication's too
+	name := tb.WAL(pgwal.Config{}).SlotName() // the publication's too
 	count := func(sql string) int {
 		var n int
 		if err := tb.Store.Pool().QueryRow(ctx, sql).Scan(&n); err != nil {

@@ -268,15 +268,11 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 		return usagef("--capture: only PostgreSQL has a write-ahead log to read; MySQL relays poll")
 	}
 	table := pg.TableName()
-	publication, slot := c.String("publication"), c.String("slot")
-	if publication == "" {
-		publication = postgres.PublicationDefault(table)
-	}
-	if slot == "" {
-		slot = postgres.SlotDefault(table)
-	}
+	own := pgwal.Config{ConnString: pg.ConnString(), Schema: table.Schema, Table: table.Name,
+		Slot: c.String("slot"), Publication: c.String("publication")}
+	publication, slot := own.PublicationName(), own.SlotName()
 	if mode == "wal" {
-		if err := pg.CreatePublication(c.Context, publication); err != nil {
+		if err := pgwal.CreatePublication(c.Context, own); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.App.ErrWriter, "relay-cli: publication %s ready; start the relays with CAPTURE=wal (the first makes replication slot %s)\n", publication, slot)
@@ -290,7 +286,7 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 	if err := pgwal.DropSlot(c.Context, conn, slot); err != nil {
 		return fmt.Errorf("%w (stop the relays running with CAPTURE=wal first)", err)
 	}
-	if err := pg.DropPublication(c.Context, publication); err != nil {
+	if err := pgwal.DropPublication(c.Context, own); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "relay-cli: dropped publication %s and replication slot %s; the relays poll with CAPTURE=poll\n", publication, slot)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/bytesize"
 
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
@@ -300,10 +301,10 @@ func walSlot(ctx context.Context, store storage.Storage, name string) (*slotJSON
 	if !ok {
 		return nil, nil
 	}
-	if name == "" {
-		name = postgres.SlotDefault(pg.TableName())
-	}
-	st, err := pg.SlotStatus(ctx, name)
+	table := pg.TableName()
+	cfg := pgwal.Config{ConnString: pg.ConnString(), Schema: table.Schema, Table: table.Name, Slot: name}
+	name = cfg.SlotName()
+	st, err := pgwal.ReadSlot(ctx, cfg)
 	if err != nil || !st.Exists {
 		return nil, err
 	}

@@ -10,29 +10,16 @@ import (
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
-// walStore is what CAPTURE=wal needs of the storage: PostgreSQL's.
+// walStore is what CAPTURE=wal needs of the storage: a recorder of what
+// the log delivered, and the connection and table pgwal reads the log of.
 type walStore interface {
 	storage.LogRecorder
-	WALSource(cfg pgwal.Config) pgwal.Source
-	CreatePublication(ctx context.Context, name string) error
-	SlotStatus(ctx context.Context, name string) (postgres.SlotStatus, error)
-	TableName() schema.Table
-}
-
-// walNames are the slot and publication CAPTURE=wal uses for table.
-func (c config) walNames(table schema.Table) (slot, publication string) {
-	slot, publication = c.WALSlotName, c.WALPublicationName
-	if slot == "" {
-		slot = postgres.SlotDefault(table)
-	}
-	if publication == "" {
-		publication = postgres.PublicationDefault(table)
-	}
-	return slot, publication
+	// ConnString is the storage URL as the database client takes it.
+	ConnString() string
+	Table() string
 }
 
 // walCapture is what CAPTURE=wal reads the log from and records through.
@@ -51,22 +38,34 @@ func openWAL(ctx context.Context, cfg config, store storage.Storage, log *slog.L
 	if !ok {
 		return walCapture{}, usageError{errors.New("CAPTURE=wal: this storage has no write-ahead log to read; use CAPTURE=poll")}
 	}
-	slot, publication := cfg.walNames(ws.TableName())
-	wcfg := cfg.walConfig(log)
-	wcfg.Slot, wcfg.Publication = slot, publication
-	src := ws.WALSource(wcfg)
+	table, err := schema.ParseTable(ws.Table())
+	if err != nil {
+		return walCapture{}, err
+	}
+	// The reader streams over WAL_STORAGE_URL when set; the publication
+	// and the slot's status go over the storage's own connection, the
+	// table owner's.
+	read := cfg.walConfig(log)
+	read.Schema, read.Table = table.Schema, table.Name
+	own := read
+	own.ConnString = ws.ConnString()
+	if read.ConnString == "" {
+		read.ConnString = own.ConnString
+	}
+	src := pgwal.Source{Config: read}
+	slot, publication := read.SlotName(), read.PublicationName()
 	if cfg.AutoMigrate {
 		// The server first: nothing is created in a database that cannot
 		// serve the reader.
-		if err := pgwal.CheckServer(ctx, src.Config); err != nil {
+		if err := pgwal.CheckServer(ctx, read); err != nil {
 			return walCapture{}, walSetupError(err)
 		}
-		if err := ws.CreatePublication(ctx, publication); err != nil {
+		if err := pgwal.CreatePublication(ctx, own); err != nil {
 			return walCapture{}, err
 		}
 		log.Info("publication ready", "publication", publication)
 	}
-	if err := pgwal.Check(ctx, src.Config); err != nil {
+	if err := pgwal.Check(ctx, read); err != nil {
 		return walCapture{}, walSetupError(err)
 	}
 	log.Info("reading new events from the write-ahead log", "slot", slot, "publication", publication)
@@ -74,7 +73,7 @@ func openWAL(ctx context.Context, cfg config, store storage.Storage, log *slog.L
 		source:   src,
 		recorder: ws,
 		retained: func(ctx context.Context) (int64, bool, error) {
-			st, err := ws.SlotStatus(ctx, slot)
+			st, err := pgwal.ReadSlot(ctx, own)
 			return st.RetainedBytes, st.Exists, err
 		},
 	}, nil

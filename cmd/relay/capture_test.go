@@ -10,8 +10,8 @@ import (
 	"github.com/outbox-relay/relay/internal/eventually"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // CAPTURE=wal on a database without wal_level=logical (the shared server
@@ -34,7 +34,7 @@ func TestCaptureWALConfigurationErrorsExit2(t *testing.T) {
 	// publication would outlive the test's schema on the shared server.
 	var pubs int
 	if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT count(*) FROM pg_publication WHERE pubname = $1",
-		postgres.PublicationDefault(tb.Store.TableName())).Scan(&pubs); err != nil || pubs != 0 {
+		tb.WAL(pgwal.Config{}).PublicationName()).Scan(&pubs); err != nil || pubs != 0 {
 		t.Fatalf("a publication was created for a database without logical WAL (%d, %v)", pubs, err)
 	}
 	code, _, stderr = runRelay(t, map[string]string{
@@ -58,9 +58,7 @@ func TestCaptureWALWithoutReplicationExits2(t *testing.T) {
 	c := pgcluster.Start(t, pgcluster.Options{})
 	db := c.CreateDatabase(t)
 	tb := pgtest.NewAt(t, c.URL(db))
-	if err := tb.Store.CreatePublication(context.Background(), postgres.PublicationDefault(tb.Store.TableName())); err != nil {
-		t.Fatal(err)
-	}
+	tb.CreatePublication(t, "")
 	schemaName, _, _ := strings.Cut(tb.Name, ".")
 	c.Exec(t, db, "CREATE ROLE relay_norepl LOGIN")
 	c.Exec(t, db, "GRANT USAGE ON SCHEMA "+schemaName+" TO relay_norepl")

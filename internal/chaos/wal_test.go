@@ -14,9 +14,9 @@ import (
 	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
+	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
-	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
 // The faults of CAPTURE=wal, each on a PostgreSQL cluster of its own with
@@ -203,7 +203,7 @@ func TestWALSlotDroppedByAnOperatorMidStream(t *testing.T) {
 	w.tb.InsertN(t, n/2, "wal.event")
 	// An operator ends the stream and drops the slot in one go, before the
 	// relay can take it again; what is written next is in no slot.
-	slot := postgres.SlotDefault(w.tb.Store.TableName())
+	slot := w.tb.WAL(pgwal.Config{}).SlotName()
 	w.cluster.Exec(t, w.db, strings.ReplaceAll(`DO $$
 		DECLARE pid int;
 		BEGIN

@@ -252,9 +252,7 @@ func (w *walBench) table(b *testing.B, publication bool) (*pgtest.Table, string)
 	pub := ""
 	if publication {
 		pub = "pub_" + schema
-		if err := tb.Store.CreatePublication(context.Background(), pub); err != nil {
-			b.Fatal(err)
-		}
+		tb.CreatePublication(b, pub)
 	}
 	// Registered after the store's Close, so it runs before it.
 	b.Cleanup(func() {
@@ -547,7 +545,7 @@ func (w *walBench) startRelay(b *testing.B, tb *pgtest.Table, pub string, mode r
 	if mode.wal {
 		// Before the engine runs: it leaves fresh events to the log from
 		// its first claim on.
-		c, err = relay.NewCapture(e, tb.Store.WALSource(pgwal.Config{Slot: walBenchSlot, Publication: pub, Logger: testLogger()}), r.rows, relay.CaptureConfig{})
+		c, err = relay.NewCapture(e, pgwal.Source{Config: tb.WAL(pgwal.Config{Slot: walBenchSlot, Publication: pub, Logger: testLogger()})}, r.rows, relay.CaptureConfig{})
 		if err != nil {
 			b.Fatal(err)
 		}

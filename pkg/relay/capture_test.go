@@ -38,9 +38,7 @@ func newWALTable(t *testing.T, settings ...string) *walTable {
 	c := pgcluster.Start(t, pgcluster.Options{Settings: settings})
 	db := c.CreateDatabase(t)
 	tb := pgtest.NewAt(t, c.URL(db))
-	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
-		t.Fatal(err)
-	}
+	tb.CreatePublication(t, "outbox_relay_events")
 	return &walTable{Table: tb, cluster: c, db: db, slot: "slot_" + db}
 }
 
@@ -252,8 +250,8 @@ func startWALObserved(t *testing.T, w *walTable, cfg relay.Config, pub publisher
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := w.Store.WALSource(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
-		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond, Logger: cfg.Logger})
+	src := pgwal.Source{Config: w.WAL(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
+		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond, Logger: cfg.Logger})}
 	c, err := relay.NewCapture(e, src, w.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
@@ -455,7 +453,7 @@ func TestWALRefusesADatabaseWithoutLogicalWAL(t *testing.T) {
 	t.Parallel()
 	// The shared server runs with wal_level=replica.
 	tb := pgtest.New(t)
-	src := tb.Store.WALSource(pgwal.Config{Slot: "never_made", Publication: "outbox_relay_events"})
+	src := pgwal.Source{Config: tb.WAL(pgwal.Config{Slot: "never_made", Publication: "outbox_relay_events"})}
 	_, _, err := src.Open(context.Background())
 	var setup *capture.SetupError
 	if !errors.As(err, &setup) {

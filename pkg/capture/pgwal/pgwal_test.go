@@ -25,11 +25,9 @@ type harness struct{ cluster *pgcluster.Cluster }
 func (h harness) New(t *testing.T) capturetest.Setup {
 	db := h.cluster.CreateDatabase(t)
 	tb := pgtest.NewAt(t, h.cluster.URL(db))
-	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
-		t.Fatal(err)
-	}
-	src := tb.Store.WALSource(pgwal.Config{Slot: "s_" + db, Publication: "outbox_relay_events",
-		StatusInterval: 50 * time.Millisecond, Heartbeat: -1})
+	tb.CreatePublication(t, "outbox_relay_events")
+	src := pgwal.Source{Config: tb.WAL(pgwal.Config{Slot: "s_" + db, Publication: "outbox_relay_events",
+		StatusInterval: 50 * time.Millisecond, Heartbeat: -1})}
 	return capturetest.Setup{
 		Source: src,
 		Insert: func(t testing.TB, n int) []uuid.UUID {
@@ -76,9 +74,7 @@ func onlyTheNextEventArrives(t *testing.T, slot, sql string) string {
 	c := pgcluster.Start(t, pgcluster.Options{})
 	db := c.CreateDatabase(t)
 	tb := pgtest.NewAt(t, c.URL(db))
-	if err := tb.Store.CreatePublication(context.Background(), "outbox_relay_events"); err != nil {
-		t.Fatal(err)
-	}
+	tb.CreatePublication(t, "outbox_relay_events")
 	var logs syncbuf.Buffer
 	r, err := pgwal.Open(context.Background(), pgwal.Config{ConnString: tb.Store.ConnString(), Schema: tb.Store.TableName().Schema,
 		Table: tb.Store.TableName().Name, Slot: slot, Publication: "outbox_relay_events", Heartbeat: -1,
@@ -108,9 +104,7 @@ func TestCheckRefusesAPublicationOfAnotherTable(t *testing.T) {
 	db := c.CreateDatabase(t)
 	a := pgtest.NewAt(t, c.URL(db))
 	b := pgtest.NewAt(t, c.URL(db))
-	if err := a.Store.CreatePublication(context.Background(), "shared_name"); err != nil {
-		t.Fatal(err)
-	}
+	a.CreatePublication(t, "shared_name")
 	err := pgwal.Check(context.Background(), pgwal.Config{ConnString: b.Store.ConnString(), Schema: b.Store.TableName().Schema,
 		Table: b.Store.TableName().Name, Slot: "s", Publication: "shared_name"})
 	var setup *capture.SetupError

@@ -65,7 +65,7 @@ type SetupError = capture.SetupError
 
 // Config says what to read and how. Zero fields take their defaults;
 // Validate names the fields that cannot work. ConnString and Table, which
-// have none, say where to read: the storage's WALSource sets them.
+// have none, say where to read: the relay sets them from its storage.
 type Config struct {
 	// ConnString is the database's URL as pgx takes it; the reader adds
 	// replication=database for its streaming connection.

@@ -11,7 +11,7 @@ import (
 
 // runTimeValues are the named values a statement's caller fills in when it
 // runs the statement; every other mark is filled in at load time.
-var runTimeValues = []string{"partition", "default", "filters", "order", "dir", "limit", "publication"}
+var runTimeValues = []string{"partition", "default", "filters", "order", "dir", "limit"}
 
 // Every statement is whole once loaded: its {% %} actions rendered and its
 // load-time values filled in, so that what the server runs is the file's
