@@ -20,7 +20,7 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 	name := tb.WAL(pgwal.Config{}).SlotName() // the publication's too
 	count := func(sql string) int {
 		var n int
-		if err := tb.Store.Pool().QueryRow(ctx, sql).Scan(&n); err != nil {
+		if err := tb.Pool().QueryRow(ctx, sql).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -140,7 +140,7 @@ func decode[T any](t *testing.T, r result) T {
 // ids lists the event ids in the table, sorted.
 func ids(t *testing.T, tb *pgtest.Table) []string {
 	t.Helper()
-	rows, err := tb.Store.Pool().Query(ctx, "SELECT event_id::text FROM "+tb.Name+" ORDER BY event_id")
+	rows, err := tb.Pool().Query(ctx, "SELECT event_id::text FROM "+tb.Name+" ORDER BY event_id")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type emittedRow struct {
 // emitted reads the table in insertion order.
 func emitted(t *testing.T, tb *pgtest.Table) []emittedRow {
 	t.Helper()
-	rows, err := tb.Store.Pool().Query(ctx, `SELECT event_id, event_type, partition_key, payload, headers::text,
+	rows, err := tb.Pool().Query(ctx, `SELECT event_id, event_type, partition_key, payload, headers::text,
 		created_at, available_at FROM `+tb.Name+` ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)

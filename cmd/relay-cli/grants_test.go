@@ -33,7 +33,7 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 		{"outbox_admin", "DELETE", true},
 	} {
 		var has bool
-		if err := tb.Store.Pool().QueryRow(ctx, "SELECT has_table_privilege($1, $2, $3)", c.role, tb.Name, c.privilege).Scan(&has); err != nil {
+		if err := tb.Pool().QueryRow(ctx, "SELECT has_table_privilege($1, $2, $3)", c.role, tb.Name, c.privilege).Scan(&has); err != nil {
 			t.Fatal(err)
 		}
 		if has != c.want {

@@ -22,7 +22,7 @@ func newTableName(tb *pgtest.Table) string {
 func tableExists(t *testing.T, tb *pgtest.Table, name string) bool {
 	t.Helper()
 	var exists bool
-	if err := tb.Store.Pool().QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+	if err := tb.Pool().QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
 		t.Fatal(err)
 	}
 	return exists

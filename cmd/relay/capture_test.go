@@ -33,7 +33,7 @@ func TestCaptureWALConfigurationErrorsExit2(t *testing.T) {
 	// Nothing was made for a mode the database cannot serve: a
 	// publication would outlive the test's schema on the shared server.
 	var pubs int
-	if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT count(*) FROM pg_publication WHERE pubname = $1",
+	if err := tb.Pool().QueryRow(context.Background(), "SELECT count(*) FROM pg_publication WHERE pubname = $1",
 		tb.WAL(pgwal.Config{}).PublicationName()).Scan(&pubs); err != nil || pubs != 0 {
 		t.Fatalf("a publication was created for a database without logical WAL (%d, %v)", pubs, err)
 	}

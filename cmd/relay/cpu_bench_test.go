@@ -136,12 +136,12 @@ func drainCPU(b *testing.B, c contender, publisherURL string, n int) (perEvent, 
 	// claims on a table it never analysed from default selectivities, and
 	// may then sort every PENDING row on each claim: the contender would be
 	// measured against the planner's guess instead of the relay's work.
-	if _, err := tb.Store.Pool().Exec(ctx, "ANALYZE "+tb.Name); err != nil {
+	if _, err := tb.Pool().Exec(ctx, "ANALYZE "+tb.Name); err != nil {
 		b.Fatal(err)
 	}
 	for {
 		var delivered int
-		if err := tb.Store.Pool().QueryRow(ctx, "SELECT count(*) FROM "+tb.Name+" WHERE status = 'DELIVERED'").Scan(&delivered); err != nil {
+		if err := tb.Pool().QueryRow(ctx, "SELECT count(*) FROM "+tb.Name+" WHERE status = 'DELIVERED'").Scan(&delivered); err != nil {
 			b.Fatal(err)
 		}
 		if delivered == n {
@@ -211,7 +211,13 @@ func cpuTable(b *testing.B) *pgtest.Table {
 		b.Fatal(err)
 	}
 	b.Cleanup(store.Close)
-	if _, err := store.Pool().Exec(ctx, schema.Expand(string(ddl), tbl), pgx.QueryExecModeSimpleProtocol); err != nil {
+	conn, err := pgx.Connect(ctx, store.ConnString())
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, schema.Expand(string(ddl), tbl), pgx.QueryExecModeSimpleProtocol)
+	conn.Close(ctx)
+	if err != nil {
 		b.Fatal(err)
 	}
 	if *cpuTableFrom == "upgraded" {
@@ -219,5 +225,5 @@ func cpuTable(b *testing.B) *pgtest.Table {
 			b.Fatal(err)
 		}
 	}
-	return &pgtest.Table{Store: store, URL: storeURL, Name: name}
+	return pgtest.Of(b, store, storeURL, name)
 }

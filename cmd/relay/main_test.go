@@ -329,7 +329,7 @@ func TestSIGTERMDrainsAndExits0(t *testing.T) {
 		t.Parallel()
 		tb := pgtest.New(t)
 		table := strings.TrimSuffix(tb.Name, ".openoutbox_events") + ".fresh_outbox"
-		testSIGTERMDrains(t, bin, pgtest.URL(), table, &pgtest.Table{Store: tb.Store, Name: table})
+		testSIGTERMDrains(t, bin, pgtest.URL(), table, pgtest.Of(t, tb.Store, "", table))
 	})
 	t.Run("MySQL", func(t *testing.T) {
 		t.Parallel()

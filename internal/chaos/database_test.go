@@ -138,7 +138,7 @@ func TestPostgresRestartMidDrain(t *testing.T) {
 	if _, err := store.Migrate(context.Background(), storage.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tb := &pgtest.Table{Store: store, URL: c.url, Name: "openoutbox_events"}
+	tb := pgtest.Of(t, store, c.url, "openoutbox_events")
 	srv := natstest.Start(t)
 	st := srv.Stream(t, jetstream.StreamConfig{Name: "RESTART", Subjects: []string{"restart.>"}, Duplicates: 10 * time.Minute})
 	const n = 30_000
@@ -165,7 +165,8 @@ func TestPostgresRestartMidDrain(t *testing.T) {
 }
 
 func countsOrNil(store *postgres.Store) map[outbox.Status]int {
-	rows, err := store.Pool().Query(context.Background(), "SELECT status, count(*) FROM openoutbox_events GROUP BY status")
+	db, _ := store.SQL()
+	rows, err := db.QueryContext(context.Background(), "SELECT status, count(*) FROM openoutbox_events GROUP BY status")
 	if err != nil {
 		return nil
 	}

@@ -164,7 +164,7 @@ func TestWALPostgresRestartMidStream(t *testing.T) {
 		func() string { return "first deliveries" })
 	w.cluster.Restart(t)
 	p.requireRunning(t)
-	w.tb.Store.Pool().Reset()
+	w.tb.Pool().Reset()
 	eventually.True(t, 30*time.Second, func() bool { return w.counts() != nil }, func() string { return "the server back" })
 	w.tb.InsertN(t, n/2, "wal.event")
 	w.requireAllDelivered(t, n, p)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/internal/console"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
@@ -156,7 +157,11 @@ func get(b *testing.B, client *http.Client, u string) string {
 // seed fills the table unless it already holds n rows, and analyzes it.
 func seed(b *testing.B, store *postgres.Store, n int64) {
 	ctx := context.Background()
-	pool := store.Pool()
+	pool, err := pgxpool.New(ctx, store.ConnString())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
 	t, err := schema.ParseTable(store.Table())
 	if err != nil {
 		b.Fatal(err)

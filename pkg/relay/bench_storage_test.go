@@ -150,14 +150,14 @@ func pgBenchTable(b *testing.B) benchTable {
 		},
 		walAt: func(b *testing.B) int64 {
 			var n int64
-			if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").Scan(&n); err != nil {
+			if err := tb.Pool().QueryRow(context.Background(), "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").Scan(&n); err != nil {
 				b.Fatal(err)
 			}
 			return n
 		},
 		bytes: func(b *testing.B) int64 {
 			var n int64
-			if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT pg_total_relation_size($1::regclass)", tb.Name).Scan(&n); err != nil {
+			if err := tb.Pool().QueryRow(context.Background(), "SELECT pg_total_relation_size($1::regclass)", tb.Name).Scan(&n); err != nil {
 				b.Fatal(err)
 			}
 			return n
@@ -167,7 +167,7 @@ func pgBenchTable(b *testing.B) benchTable {
 			delivered := 0
 			for {
 				var n int64
-				err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
+				err := pgx.BeginFunc(ctx, tb.Pool(), func(tx pgx.Tx) error {
 					rows, err := tx.Query(ctx, strings.ReplaceAll(`SELECT ctid FROM {{table}}
 						WHERE status = 'PENDING' AND available_at <= now()
 						ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, "{{table}}", tb.Name), batch)
@@ -197,7 +197,7 @@ func pgBenchTable(b *testing.B) benchTable {
 			claimed := 0
 			for {
 				var ids []any
-				err := pgx.BeginFunc(ctx, tb.Store.Pool(), func(tx pgx.Tx) error {
+				err := pgx.BeginFunc(ctx, tb.Pool(), func(tx pgx.Tx) error {
 					rows, err := tx.Query(ctx, strings.ReplaceAll(`UPDATE {{table}} SET status = 'DELIVERING', locked_by = 'loop',
 						locked_at = now(), updated_at = now()
 						WHERE event_id IN (SELECT event_id FROM {{table}} WHERE status = 'PENDING' AND available_at <= now()

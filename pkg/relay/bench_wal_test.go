@@ -270,7 +270,7 @@ func (w *walBench) table(b *testing.B, publication bool) (*pgtest.Table, string)
 func (w *walBench) quiesce(b *testing.B, tb *pgtest.Table) {
 	b.Helper()
 	var slots int
-	if err := tb.Store.Pool().QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots").Scan(&slots); err != nil {
+	if err := tb.Pool().QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots").Scan(&slots); err != nil {
 		b.Fatal(err)
 	}
 	if slots != 0 {
@@ -286,13 +286,13 @@ func (w *walBench) walCaughtUp(b *testing.B, tb *pgtest.Table) {
 	b.Helper()
 	ctx := context.Background()
 	var target string
-	if err := tb.Store.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+	if err := tb.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
 		b.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var done bool
-		err := tb.Store.Pool().QueryRow(ctx, `SELECT coalesce(bool_and(r.sent_lsn >= $1::pg_lsn), false)
+		err := tb.Pool().QueryRow(ctx, `SELECT coalesce(bool_and(r.sent_lsn >= $1::pg_lsn), false)
 			FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
 			WHERE s.slot_name = $2`, target, walBenchSlot).Scan(&done)
 		if err != nil {

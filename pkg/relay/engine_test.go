@@ -274,7 +274,7 @@ func TestRetryableErrorsBackOffThenGoDead(t *testing.T) {
 	// stamps updated_at in the same statement.
 	var gap float64
 	eventually.True(t, 10*time.Second, func() bool {
-		return tb.Store.Pool().QueryRow(context.Background(),
+		return tb.Pool().QueryRow(context.Background(),
 			"SELECT extract(epoch FROM available_at - updated_at) FROM "+tb.Name+
 				" WHERE status = 'PENDING' AND attempts > 0 LIMIT 1").Scan(&gap) == nil
 	}, func() string { return "an event waiting after a failed attempt" })

@@ -29,7 +29,7 @@ func loginAs(t *testing.T, tb *pgtest.Table, rawURL, group string) string {
 	name := group + "_" + hex.EncodeToString(b)
 	tb.Exec(t, "CREATE ROLE "+name+" LOGIN IN ROLE "+group)
 	t.Cleanup(func() {
-		if _, err := tb.Store.Pool().Exec(context.Background(), "DROP ROLE "+name); err != nil {
+		if _, err := tb.Pool().Exec(context.Background(), "DROP ROLE "+name); err != nil {
 			t.Errorf("drop role %s: %v", name, err)
 		}
 	})
@@ -54,10 +54,10 @@ func TestRelayRunsWithLeastPrivilege(t *testing.T) {
 	}
 	ctx := context.Background()
 	// A hardened database lets no role run a function unless granted.
-	if _, err := tb.Store.Pool().Exec(ctx, "REVOKE EXECUTE ON FUNCTION "+table.Object("event_id")+"() FROM PUBLIC"); err != nil {
+	if _, err := tb.Pool().Exec(ctx, "REVOKE EXECUTE ON FUNCTION "+table.Object("event_id")+"() FROM PUBLIC"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Store.Pool().Exec(ctx, schema.RenderGrants(table), pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := tb.Pool().Exec(ctx, schema.RenderGrants(table), pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("apply grants: %v", err)
 	}
 
@@ -115,7 +115,8 @@ func TestRelayRunsWithLeastPrivilege(t *testing.T) {
 		"INSERT INTO " + tb.Name + " (event_type, payload) VALUES ('x', '')",
 		"TRUNCATE " + tb.Name,
 	} {
-		_, err := store.Pool().Exec(ctx, sql)
+		db, _ := store.SQL()
+		_, err := db.ExecContext(ctx, sql)
 		if err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("%s as outbox_relay: %v, want permission denied", sql, err)
 		}

@@ -311,7 +311,7 @@ func TestPartitionBackoffHoldsBackItsKeyOnly(t *testing.T) {
 
 func rowsOfKey(t *testing.T, tb *pgtest.Table, key string) []pgtest.Row {
 	t.Helper()
-	rows, err := tb.Store.Pool().Query(context.Background(),
+	rows, err := tb.Pool().Query(context.Background(),
 		"SELECT event_id FROM "+tb.Name+" WHERE partition_key = $1", key)
 	if err != nil {
 		t.Fatal(err)

@@ -155,7 +155,7 @@ func TestEngineHonoursRetryAfter(t *testing.T) {
 	gaps := make([]float64, len(ids))
 	eventually.True(t, 30*time.Second, func() bool {
 		for i, id := range ids {
-			err := tb.Store.Pool().QueryRow(context.Background(),
+			err := tb.Pool().QueryRow(context.Background(),
 				"SELECT extract(epoch FROM available_at - updated_at) FROM "+tb.Name+
 					" WHERE event_id = $1 AND status = 'PENDING' AND attempts = 1", id).Scan(&gaps[i])
 			if err != nil {

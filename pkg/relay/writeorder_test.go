@@ -373,7 +373,7 @@ func (db *pgWriteOrder) transfer(ctx context.Context, key string, pause func()) 
 
 func (db *pgWriteOrder) written(t *testing.T) []writtenEvent {
 	t.Helper()
-	rows, err := db.Store.Pool().Query(context.Background(), "SELECT payload, created_at FROM "+db.Name)
+	rows, err := db.Pool().Query(context.Background(), "SELECT payload, created_at FROM "+db.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

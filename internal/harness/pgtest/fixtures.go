@@ -23,7 +23,7 @@ type Snapshot map[uuid.UUID]string
 // nothing (or exactly what it should).
 func (tb *Table) Snapshot(t testing.TB) Snapshot {
 	t.Helper()
-	rows, err := tb.Store.Pool().Query(context.Background(), "SELECT event_id, row_to_json(t)::text FROM "+tb.Name+" AS t")
+	rows, err := tb.Pool().Query(context.Background(), "SELECT event_id, row_to_json(t)::text FROM "+tb.Name+" AS t")
 	if err != nil {
 		t.Fatalf("pgtest: snapshot: %v", err)
 	}

@@ -175,7 +175,7 @@ func (c conformance) Insert(t testing.TB, cols outbox.Columns) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteColumns(context.Background(), postgres.PgxTx(c.tb.Store.Pool()), cols); err != nil {
+	if err := w.WriteColumns(context.Background(), postgres.PgxTx(c.tb.Pool()), cols); err != nil {
 		t.Fatalf("pgtest: insert %d events: %v", len(cols.IDs), err)
 	}
 }
@@ -227,7 +227,7 @@ func (c conformance) Set(t testing.TB, ch storagetest.Change, ids ...uuid.UUID) 
 
 func (c conformance) Rows(t testing.TB) []storage.Row {
 	t.Helper()
-	rows, err := c.tb.Store.Pool().Query(context.Background(), `SELECT event_id, event_type, partition_key, payload,
+	rows, err := c.tb.Pool().Query(context.Background(), `SELECT event_id, event_type, partition_key, payload,
 		headers, status, attempts, last_error, available_at, locked_by, locked_at, delivered_at, created_at,
 		updated_at, seq FROM `+c.tb.Name+` ORDER BY created_at, seq NULLS FIRST, event_id`)
 	if err != nil {
@@ -249,7 +249,7 @@ func (c conformance) Rows(t testing.TB) []storage.Row {
 func (c conformance) Now(t testing.TB) time.Time {
 	t.Helper()
 	var now time.Time
-	if err := c.tb.Store.Pool().QueryRow(context.Background(), "SELECT now()").Scan(&now); err != nil {
+	if err := c.tb.Pool().QueryRow(context.Background(), "SELECT now()").Scan(&now); err != nil {
 		t.Fatalf("pgtest: read the clock: %v", err)
 	}
 	return now
@@ -258,7 +258,7 @@ func (c conformance) Now(t testing.TB) time.Time {
 func (c conformance) Lock(t testing.TB, id uuid.UUID) func() {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := c.tb.Store.Pool().Begin(ctx)
+	tx, err := c.tb.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatalf("pgtest: lock %s: %v", id, err)
 	}
@@ -276,7 +276,7 @@ func (c conformance) Lock(t testing.TB, id uuid.UUID) func() {
 func (c conformance) InsertUncommitted(t testing.TB, cols outbox.Columns) func() {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := c.tb.Store.Pool().Begin(ctx)
+	tx, err := c.tb.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatalf("pgtest: begin: %v", err)
 	}

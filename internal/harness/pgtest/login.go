@@ -23,7 +23,7 @@ func (tb *Table) Login(t testing.TB, privileges string) (role, storageURL string
 	t.Cleanup(func() {
 		// Not tb.Exec: a cleanup must not stop the others.
 		for _, sql := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
-			if _, err := tb.Store.Pool().Exec(context.Background(), sql); err != nil {
+			if _, err := tb.Pool().Exec(context.Background(), sql); err != nil {
 				t.Errorf("pgtest: %s: %v", sql, err)
 			}
 		}

@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -40,7 +42,14 @@ type Table struct {
 	URL string
 	// Name is the schema-qualified table name.
 	Name string
+
+	pool func() *pgxpool.Pool
 }
+
+// Pool is a connection pool of the test's own to the table's database, for
+// the SQL a test runs beside the store: opened at the first call, closed
+// when the test ends.
+func (tb *Table) Pool() *pgxpool.Pool { return tb.pool() }
 
 // New creates a schema and a migrated outbox table in it. Both are dropped
 // when the test ends.
@@ -86,7 +95,23 @@ func newTableAt(t testing.TB, serverURL, partitionBy string) *Table {
 	if err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}
-	return &Table{Store: store, URL: storeURL, Name: name}
+	return Of(t, store, storeURL, name)
+}
+
+// Of is the Table of a store a test opened itself on a table it made: url
+// names the table as a storage URL (empty when the test does not need
+// it), name as SQL does.
+func Of(t testing.TB, store *postgres.Store, url, name string) *Table {
+	tb := &Table{Store: store, URL: url, Name: name}
+	tb.pool = sync.OnceValue(func() *pgxpool.Pool {
+		pool, err := pgxpool.New(context.Background(), store.ConnString())
+		if err != nil {
+			t.Fatalf("pgtest: open a pool: %v", err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	})
+	return tb
 }
 
 func randomHex(n int) string {
@@ -139,7 +164,7 @@ func (tb *Table) Insert(t testing.TB, events ...Event) []uuid.UUID {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteColumns(context.Background(), postgres.PgxTx(tb.Store.Pool()), c); err != nil {
+	if err := w.WriteColumns(context.Background(), postgres.PgxTx(tb.Pool()), c); err != nil {
 		t.Fatalf("pgtest: insert %d events: %v", len(events), err)
 	}
 	return c.IDs
@@ -177,7 +202,7 @@ func identifier(name string) pgx.Identifier {
 // Counts returns the number of rows in each status.
 func (tb *Table) Counts(t testing.TB) map[outbox.Status]int {
 	t.Helper()
-	rows, err := tb.Store.Pool().Query(context.Background(),
+	rows, err := tb.Pool().Query(context.Background(),
 		"SELECT status, count(*) FROM "+tb.Name+" GROUP BY status")
 	if err != nil {
 		t.Fatalf("pgtest: counts: %v", err)
@@ -212,7 +237,7 @@ func (tb *Table) Get(t testing.TB, id uuid.UUID) Row {
 	t.Helper()
 	var r Row
 	var lastErr, lockedBy *string
-	err := tb.Store.Pool().QueryRow(context.Background(),
+	err := tb.Pool().QueryRow(context.Background(),
 		"SELECT status, attempts, last_error, locked_by, available_at, delivered_at FROM "+tb.Name+" WHERE event_id = $1", id).
 		Scan(&r.Status, &r.Attempts, &lastErr, &lockedBy, &r.AvailableAt, &r.DeliveredAt)
 	if err != nil {
@@ -231,7 +256,7 @@ func (tb *Table) Get(t testing.TB, id uuid.UUID) Row {
 // replaced by the table name.
 func (tb *Table) Exec(t testing.TB, sql string, args ...any) int64 {
 	t.Helper()
-	tag, err := tb.Store.Pool().Exec(context.Background(), strings.ReplaceAll(sql, "{{table}}", tb.Name), args...)
+	tag, err := tb.Pool().Exec(context.Background(), strings.ReplaceAll(sql, "{{table}}", tb.Name), args...)
 	if err != nil {
 		t.Fatalf("pgtest: exec %q: %v", sql, err)
 	}
@@ -244,7 +269,7 @@ func (tb *Table) Exec(t testing.TB, sql string, args ...any) int64 {
 func (tb *Table) HoldWriter(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := tb.Store.Pool().Begin(ctx)
+	tx, err := tb.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatalf("pgtest: hold a writer: %v", err)
 	}
@@ -259,7 +284,7 @@ func (tb *Table) HoldWriter(t testing.TB) {
 func (tb *Table) Held(t testing.TB) int {
 	t.Helper()
 	var n int
-	err := tb.Store.Pool().QueryRow(context.Background(),
+	err := tb.Pool().QueryRow(context.Background(),
 		"SELECT (SELECT count(*) FROM "+tb.Name+" WHERE status = 'PENDING') - "+
 			"(SELECT count(*) FROM (SELECT 1 FROM "+tb.Name+" WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED) AS free)").
 		Scan(&n)
@@ -274,7 +299,7 @@ func (tb *Table) Held(t testing.TB) int {
 func (tb *Table) Settled(t testing.TB) bool {
 	t.Helper()
 	var busy bool
-	err := tb.Store.Pool().QueryRow(context.Background(),
+	err := tb.Pool().QueryRow(context.Background(),
 		"SELECT EXISTS (SELECT 1 FROM "+tb.Name+" WHERE status = 'PENDING') OR EXISTS (SELECT 1 FROM "+tb.Name+" WHERE status = 'DELIVERING')").
 		Scan(&busy)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -95,3 +97,6 @@ func (s *Store) WalksTheIndex(relayID string) bool {
 	defer st.mu.Unlock()
 	return st.keys != nil && time.Now().Before(st.keys.walkUntil)
 }
+
+// Pool exposes the connection pool to this package's tests.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -184,10 +184,6 @@ func (s *Store) tableMissing(what string) error {
 	return driverkit.TableMissing(what, s.table.String(), s.location())
 }
 
-// Pool exposes the connection pool, for tests and tools that need SQL the
-// Store does not offer.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // closeWait bounds Close.
 const closeWait = 2 * time.Second
 
