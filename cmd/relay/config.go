@@ -311,8 +311,8 @@ func (c config) validate() error {
 			add(fmt.Errorf("STORAGE_TABLE_NAME: %w", err))
 		}
 	}
-	switch {
-	case c.PublisherURL == "":
+	switch c.PublisherURL {
+	case "":
 		// Printing events to stdout and marking them delivered is no
 		// default: a typo in the variable's name would lose them all.
 		add(errors.New("PUBLISHER_URL is not set: name the broker, such as nats://nats:4222, kafka://kafka:9092 or amqp://rabbitmq:5672/ (stdout:// prints events, and only when asked for)"))

@@ -51,7 +51,7 @@ func (e unavailableError) Unwrap() error { return e.err }
 type droppedError struct{ err error }
 
 func (e droppedError) Error() string { return e.err.Error() }
-func (e droppedError) Unwrap() error { return unavailableError{e.err} }
+func (e droppedError) Unwrap() error { return unavailableError(e) }
 
 // Dropped marks err as the broker (or the network) closing the connection
 // while the event was in flight. It is Unavailable: the event is released

@@ -261,7 +261,7 @@ func startWALObserved(t *testing.T, w *walTable, cfg relay.Config, pub publisher
 	engineDone := make(chan struct{})
 	go func() { e.Run(ctx); close(engineDone) }()
 	go func() { err := c.Run(ctx); <-engineDone; r.done <- err }()
-	t.Cleanup(func() { r.stop(t) })
+	t.Cleanup(func() { _ = r.stop(t) })
 	return r
 }
 

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/relay/pkg/outbox"
@@ -193,10 +192,6 @@ func Payload(n, size int) []byte {
 		b = append(b, 'x')
 	}
 	return append(b, `"}`...)
-}
-
-func identifier(name string) pgx.Identifier {
-	return pgx.Identifier(strings.Split(name, "."))
 }
 
 // Counts returns the number of rows in each status.

@@ -216,7 +216,7 @@ func (s *Server) Start(t testing.TB) {
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
 
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	var last error
 	eventually.True(t, 30*time.Second, func() bool {
 		select {
@@ -240,7 +240,7 @@ func (s *Server) Stop(t testing.TB) {
 		t.Fatal("redistest: Stop: the server is not running")
 	}
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The server closes the connection instead of answering SHUTDOWN.

@@ -82,7 +82,7 @@ func onlyTheNextEventArrives(t *testing.T, slot, sql string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close(context.Background())
+	defer func() { _ = r.Close(context.Background()) }()
 	c.Exec(t, db, strings.ReplaceAll(sql, "{{table}}", tb.Name))
 	want := tb.Insert(t, pgtest.Event{})
 	select {
@@ -126,7 +126,7 @@ func TestStreamRefusesColumnsItCannotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close(context.Background())
+	defer func() { _ = r.Close(context.Background()) }()
 	c.Exec(t, db, "INSERT INTO odd (event_id, event_type) VALUES (gen_random_uuid(), 'x')")
 	select {
 	case _, ok := <-r.Txns():

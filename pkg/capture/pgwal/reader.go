@@ -266,7 +266,7 @@ func CheckServer(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	return (&Reader{cfg: cfg, conn: conn}).checkServer(ctx)
 }
 
@@ -283,7 +283,7 @@ func Check(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	r := &Reader{cfg: cfg, conn: conn}
 	if err := r.check(ctx); err != nil {
 		return err
@@ -832,7 +832,7 @@ func DropSlot(ctx context.Context, connString, slot string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "+
 		literal(slot)+" AND database = current_database()").ReadAll()
 	if err != nil {

@@ -104,7 +104,7 @@ func (c Config) query(ctx context.Context, sql string) ([][]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	return (&Reader{cfg: c, conn: conn}).query(ctx, sql)
 }
 

@@ -257,10 +257,10 @@ const maxTopicLen = 249
 // validTopic applies Kafka's rules for topic names, so that a bad event type
 // goes DEAD with a clear reason instead of a broker error code.
 func validTopic(topic string) error {
-	switch {
-	case topic == "":
+	switch topic {
+	case "":
 		return fmt.Errorf(`invalid topic "": Kafka topic names are 1 to %d characters of [a-zA-Z0-9._-]`, maxTopicLen)
-	case topic == "." || topic == "..":
+	case ".", "..":
 		return fmt.Errorf(`invalid topic %q: Kafka does not allow "." or ".." as a topic name`, topic)
 	}
 	// Every allowed character is one byte, so a rune that is not one of

@@ -65,7 +65,7 @@ func TestDefaultsAndValues(t *testing.T) {
 	}
 
 	// An empty value is no value, as drivers have always read it.
-	v, err = parse(t, s, "subject_prefix=app.&mode=safe&header=A:1&header=B:2&timeout=7d&heartbeat=1s&max_bytes=9&db=0&declare=true"+
+	_, err = parse(t, s, "subject_prefix=app.&mode=safe&header=A:1&header=B:2&timeout=7d&heartbeat=1s&max_bytes=9&db=0&declare=true"+
 		"&tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem&tls_insecure=true&secret_env=HOOK&max_bytes=")
 	if err == nil {
 		t.Fatal("max_bytes given twice: no error")

@@ -240,7 +240,7 @@ var (
 		"Connection name (`CLIENT SETNAME`) that `CLIENT LIST` shows; skipped when the ACL user may not set it; `client_name=` for none.").
 		Check(func(name string) error {
 			if strings.ContainsAny(name, " \t\r\n") {
-				return errors.New("Redis refuses client names with spaces")
+				return errors.New("the Redis server refuses client names with spaces")
 			}
 			return nil
 		})

@@ -67,7 +67,7 @@ func TestALongTransactionsEventIsClaimedOnceItEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
+	defer func() { _ = tx.Rollback(ctx) }()
 	var late uuid.UUID
 	if err := tx.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload) VALUES ('late', 'x') RETURNING event_id").Scan(&late); err != nil {
 		t.Fatal(err)

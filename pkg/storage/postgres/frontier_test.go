@@ -143,7 +143,7 @@ func TestAnEventStampedBehindTheClockByALongTransactionIsClaimedAtOnce(t *testin
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer tx.Rollback(ctx)
+				defer func() { _ = tx.Rollback(ctx) }()
 				if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
 					t.Fatal(err)
 				}
@@ -214,7 +214,7 @@ func TestACopyThatStreamsForLongIsClaimedWhole(t *testing.T) {
 		if _, err := io.WriteString(w, uuid.Must(uuid.NewV7()).String()+"\tsecond\t\\\\x02\n"); err != nil {
 			t.Fatal(err)
 		}
-		w.Close()
+		_ = w.Close()
 		if err := <-copied; err != nil {
 			t.Fatal(err)
 		}

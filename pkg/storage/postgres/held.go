@@ -59,7 +59,7 @@ func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, st storage.
 	b := &pgx.Batch{}
 	n := s.queueSettlement(b, lease, st, nil)
 	results := s.pool.SendBatch(ctx, b)
-	defer results.Close()
+	defer func() { _ = results.Close() }()
 	changed := 0
 	for range n {
 		tag, err := results.Exec()
@@ -226,7 +226,7 @@ func (t *heldTx) commit(ctx context.Context, b *pgx.Batch, read func(pgx.BatchRe
 	pipeline.Queue("COMMIT")
 	err := func() error {
 		results := t.conn.SendBatch(ctx, pipeline)
-		defer results.Close()
+		defer func() { _ = results.Close() }()
 		if _, err := results.Exec(); err != nil {
 			return err
 		}

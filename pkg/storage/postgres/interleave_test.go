@@ -192,7 +192,7 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(ctx)
+	defer func() { _ = tx.Rollback(ctx) }()
 	n := 1 + r.IntN(4)
 	ids := make([]uuid.UUID, n)
 	for i := range ids {
@@ -273,7 +273,7 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 				break
 			}
 		}
-		pw.Close()
+		_ = pw.Close()
 		if err := <-copied; err != nil {
 			return err
 		}

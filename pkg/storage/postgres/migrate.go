@@ -80,7 +80,7 @@ func (s *Store) migrate(ctx context.Context, base string, partitioned bool, opts
 	m.res.LockTimeout = opts.LockTimeoutOrDefault()
 	if err := m.run(ctx, base); err != nil {
 		// The session's settings and lock must not go back to the pool.
-		conn.Conn().PgConn().Close(context.WithoutCancel(ctx))
+		_ = conn.Conn().PgConn().Close(context.WithoutCancel(ctx))
 		return m.res, s.queryError("migrate table", err)
 	}
 	return m.res, nil

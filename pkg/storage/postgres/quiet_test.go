@@ -62,7 +62,7 @@ func TestAnOpenTransactionOnAQuietDatabaseHoldsThePositionBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(ctx)
+			defer func() { _ = tx.Rollback(ctx) }()
 			var late uuid.UUID
 			if err := tx.QueryRow(ctx, "INSERT INTO "+tb.Name+" (event_type, payload, partition_key) VALUES ('late', 'x', nullif($1, '')) RETURNING event_id",
 				mode.key).Scan(&late); err != nil {
