@@ -302,9 +302,9 @@ func walSlot(ctx context.Context, store storage.Storage, name string) (*slotJSON
 		return nil, nil
 	}
 	table := pg.TableName()
-	cfg := pgwal.Config{ConnString: pg.ConnString(), Schema: table.Schema, Table: table.Name, Slot: name}
-	name = cfg.SlotName()
-	st, err := pgwal.ReadSlot(ctx, cfg)
+	name = pgwal.Config{Schema: table.Schema, Table: table.Name, Slot: name}.SlotName()
+	db, _ := pg.SQL()
+	st, err := pgwal.ReadSlot(ctx, db, name)
 	if err != nil || !st.Exists {
 		return nil, err
 	}

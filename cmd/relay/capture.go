@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,8 @@ type walStore interface {
 	// ConnString is the storage URL as the database client takes it.
 	ConnString() string
 	Table() string
+	// SQL is the store's pool, which reads the slot's status.
+	SQL() (*sql.DB, string)
 }
 
 // walCapture is what CAPTURE=wal reads the log from and records through.
@@ -73,7 +76,8 @@ func openWAL(ctx context.Context, cfg config, store storage.Storage, log *slog.L
 		source:   src,
 		recorder: ws,
 		retained: func(ctx context.Context) (int64, bool, error) {
-			st, err := pgwal.ReadSlot(ctx, own)
+			db, _ := ws.SQL()
+			st, err := pgwal.ReadSlot(ctx, db, slot)
 			return st.RetainedBytes, st.Exists, err
 		},
 	}, nil

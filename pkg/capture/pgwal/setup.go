@@ -2,8 +2,9 @@ package pgwal
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -54,28 +55,21 @@ type SlotStatus struct {
 	RetainedBytes int64
 }
 
-// ReadSlot reads cfg's slot (NameDefault of the table unless cfg names
-// one) in cfg's database.
-func ReadSlot(ctx context.Context, cfg Config) (SlotStatus, error) {
-	var st SlotStatus
-	cfg, err := cfg.prepared()
-	if err != nil {
-		return st, err
-	}
-	rows, err := cfg.query(ctx, `SELECT active, coalesce(wal_status, ''),
+// ReadSlot reads the slot named slot in db's database, over db (the
+// store's pool: a gauge reads it at every scrape, which must not cost a
+// connection each time).
+func ReadSlot(ctx context.Context, db *sql.DB, slot string) (SlotStatus, error) {
+	st := SlotStatus{Exists: true}
+	err := db.QueryRowContext(ctx, `SELECT active, coalesce(wal_status, ''),
        coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END,
                                 restart_lsn), 0)::bigint
 FROM pg_replication_slots
-WHERE slot_name = `+literal(cfg.Slot)+` AND database = current_database()`)
+WHERE slot_name = $1 AND database = current_database()`, slot).Scan(&st.Active, &st.WALStatus, &st.RetainedBytes)
+	if errors.Is(err, sql.ErrNoRows) {
+		return SlotStatus{}, nil
+	}
 	if err != nil {
-		return st, fmt.Errorf("read replication slot %s: %w", cfg.Slot, err)
-	}
-	if len(rows) == 0 {
-		return st, nil
-	}
-	st.Exists, st.Active, st.WALStatus = true, rows[0][0] == "t", rows[0][1]
-	if st.RetainedBytes, err = strconv.ParseInt(rows[0][2], 10, 64); err != nil {
-		return st, fmt.Errorf("read replication slot %s: retained bytes %q: %w", cfg.Slot, rows[0][2], err)
+		return SlotStatus{}, fmt.Errorf("read replication slot %s: %w", slot, err)
 	}
 	return st, nil
 }
@@ -89,23 +83,17 @@ func (c Config) quotedTable() string {
 	return quote(c.Schema) + "." + quote(c.Table)
 }
 
-// exec runs sql on a connection of its own (not a replication one).
-func (c Config) exec(ctx context.Context, what, sql string) error {
-	if _, err := c.query(ctx, sql); err != nil {
+// exec runs stmt on a connection of its own (not a replication one).
+func (c Config) exec(ctx context.Context, what, stmt string) error {
+	conn, err := connect(ctx, c.ConnString, false)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, stmt).ReadAll(); err != nil {
 		return fmt.Errorf("%s for %s: %w", what, c.quotedTable(), err)
 	}
 	return nil
-}
-
-// query runs sql on a connection of its own (not a replication one) and
-// returns its rows as text.
-func (c Config) query(ctx context.Context, sql string) ([][]string, error) {
-	conn, err := connect(ctx, c.ConnString, false)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	return (&Reader{cfg: c, conn: conn}).query(ctx, sql)
 }
 
 // SlotName is the slot cfg reads: Slot, or NameDefault of the table.

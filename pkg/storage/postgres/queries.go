@@ -97,7 +97,8 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		return nil, err
 	}
 	for _, file := range parts {
-		if _, err := tmpl.New(strings.TrimSuffix(path.Base(file), ".sql")).Parse(expand(mustReadSQL(strings.TrimPrefix(file, "sql/")))); err != nil {
+		name := strings.TrimSuffix(path.Base(file), ".sql")
+		if _, err := tmpl.New(name).Parse(expand(driverkit.MustReadQuery(sqlFiles, file))); err != nil {
 			return nil, fmt.Errorf("sql file %s: %w", file, err)
 		}
 	}
@@ -121,9 +122,7 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 }
 
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
-func mustReadSQL(name string) string {
-	return driverkit.MustReadQuery(sqlFiles, "sql/"+strings.TrimSuffix(name, ".sql")+".sql")
-}
+func mustReadSQL(name string) string { return driverkit.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
 
 // dueAgainRules writes, once for every statement that hands rows back to the
 // claims, when they are due again and what a failed attempt changes.
