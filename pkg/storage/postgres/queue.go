@@ -99,7 +99,13 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			}
 			limit = st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0)
 		} else {
-			limit = p.Limit / 2
+			// Beside the log the claim reads from the beginning and keeps
+			// no frontier, but the split still alternates its odd row: a
+			// plain half gave the rows without a key none at BATCH_SIZE=1.
+			ls := s.states.of(p.RelayID)
+			ls.mu.Lock()
+			limit = ls.unkeyedLimit(p.Limit, true)
+			ls.mu.Unlock()
 		}
 		claim = s.queries["claim_unkeyed"]
 		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
