@@ -125,14 +125,22 @@ $$;
 -- (see Indexes in schema.go and the end of `relay-cli migrate --print`),
 -- so that building them never stops the application's writes.
 
--- A row's writer is the transaction that inserts it, whatever the INSERT
--- names: an application that copies rows (INSERT … SELECT * from an
--- archive, a restore by hand) or sets writer_xid itself would otherwise
--- place its rows behind every relay's claim frontier, where only a sweep
--- finds them. The WHEN clause skips the function for the rows the
--- column's default filled, so a usual insert pays one comparison. (A CHECK
--- would also refuse updates and a logical replica's inserts; column grants
--- bind no table owner.)
+-- A row's writer is the transaction that last made it claimable, whatever
+-- the statement names: an application that copies rows (INSERT … SELECT *
+-- from an archive, a restore by hand), sets writer_xid itself, updates a
+-- row so that claims must look at it again, or a logical replica's apply
+-- worker, which carries the publisher's values and ids from another
+-- cluster, would otherwise place rows behind every relay's claim frontier,
+-- where only a sweep finds them, or far ahead of it. So the triggers fire
+-- on INSERT and on an UPDATE that leaves a row PENDING and changes what
+-- claims go by (its writer, status, schedule, created_at or key), and
+-- ALWAYS: ordinary triggers do not fire while session_replication_role is
+-- replica, as the apply worker runs. An update of attempts or last_error
+-- alone keeps the row's place. The WHEN clauses skip the function for the
+-- rows the column's default or a hand-back filled and for every update
+-- that takes a row out of PENDING (a claim, a settle), so the usual write
+-- pays a comparison or two. (A CHECK would also refuse the updates and the
+-- replica's inserts; column grants bind no table owner.)
 CREATE OR REPLACE FUNCTION {{schema}}"{{name}}_writer"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -153,17 +161,53 @@ BEGIN
             WHEN (NEW.writer_xid IS DISTINCT FROM pg_catalog.pg_current_xact_id())
             EXECUTE FUNCTION {{schema}}"{{name}}_writer"();
     END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_trigger
+        WHERE tgrelid = '{{table}}'::regclass AND tgname = '{{name}}_writer_update'
+    ) THEN
+        CREATE TRIGGER "{{name}}_writer_update"
+            BEFORE UPDATE ON {{table}}
+            FOR EACH ROW
+            WHEN (NEW.status = 'PENDING'
+                  AND NEW.writer_xid IS DISTINCT FROM pg_catalog.pg_current_xact_id()
+                  AND (OLD.status <> 'PENDING'
+                       OR NEW.writer_xid IS DISTINCT FROM OLD.writer_xid
+                       OR NEW.available_at IS DISTINCT FROM OLD.available_at
+                       OR NEW.created_at IS DISTINCT FROM OLD.created_at
+                       OR NEW.partition_key IS DISTINCT FROM OLD.partition_key))
+            EXECUTE FUNCTION {{schema}}"{{name}}_writer"();
+    END IF;
+    -- ALWAYS, the writer trigger of an earlier version included.
+    IF EXISTS (
+        SELECT 1 FROM pg_trigger
+        WHERE tgrelid = '{{table}}'::regclass AND tgname = '{{name}}_writer' AND tgenabled <> 'A'
+    ) THEN
+        ALTER TABLE {{table}} ENABLE ALWAYS TRIGGER "{{name}}_writer";
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM pg_trigger
+        WHERE tgrelid = '{{table}}'::regclass AND tgname = '{{name}}_writer_update' AND tgenabled <> 'A'
+    ) THEN
+        ALTER TABLE {{table}} ENABLE ALWAYS TRIGGER "{{name}}_writer_update";
+    END IF;
 END
 $$;
 
 -- Wake relays as soon as events are committed: one notification per
 -- inserting statement, delivered when its transaction commits. The channel
 -- is the table's schema-qualified name however a relay spells it (cut to
--- PostgreSQL's 63-byte limit on channel names).
+-- PostgreSQL's 63-byte limit on channel names). A transaction that has
+-- notified cannot PREPARE TRANSACTION, so a two-phase producer (XA, JTA)
+-- sets outbox.notify to off, for its transaction, role or database; the
+-- relays see its transactions end through pg_prepared_xacts instead
+-- (docs/architecture.md, "Wakeups"). The trigger is not ALWAYS: a
+-- subscription with two_phase applies by PREPARE too.
 CREATE OR REPLACE FUNCTION {{schema}}"{{name}}_notify"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, 63), '');
+    IF current_setting('outbox.notify', true) IS DISTINCT FROM 'off' THEN
+        PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, 63), '');
+    END IF;
     RETURN NULL;
 END
 $$;

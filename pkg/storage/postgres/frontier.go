@@ -298,6 +298,14 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 	if fresh.n < limit-again.n-watched.n {
 		to = writePlace{xid: r.snap.xmax}
 	}
+	// Never past xmax: a row there names a writer that had no id when the
+	// snapshot was taken, which only a row whose writer no trigger set can
+	// (triggers disabled by hand or by a restore). Passing it would put
+	// every later transaction behind the frontier; read again, it is taken
+	// like any fresh row.
+	if limit := (writePlace{xid: r.snap.xmax}); limit.before(to) {
+		to = limit
+	}
 	if p := r.skipFresh; p != nil && !to.before(*p) {
 		to = writePlace{xid: p.xid, seq: p.seq - 1}
 	}

@@ -216,6 +216,10 @@ func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
 	if r.fresh < pl.most {
 		to = writePlace{xid: r.snap.xmax}
 	}
+	// Never past xmax, as the claim frontier (frontier.done).
+	if limit := (writePlace{xid: r.snap.xmax}); limit.before(to) {
+		to = limit
+	}
 	if !f.at.before(to) {
 		return
 	}

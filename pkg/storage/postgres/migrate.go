@@ -230,7 +230,7 @@ func (m *migration) base(ddl string) func(context.Context, []string) error {
 	return func(ctx context.Context, before []string) error {
 		blocks, why := blocksNo, "the table, its sequence, columns, functions and triggers: all present, nothing changes"
 		var missing []string
-		for _, obj := range []string{"column seq", "column writer_xid", "trigger " + m.s.table.Name + "_notify", "trigger " + m.s.table.Name + "_writer"} {
+		for _, obj := range []string{"column seq", "column writer_xid", "trigger " + m.s.table.Name + "_notify", "trigger " + m.s.table.Name + "_writer", "trigger " + m.s.table.Name + "_writer_update"} {
 			if !slices.Contains(before, obj) {
 				missing = append(missing, obj)
 			}

@@ -299,8 +299,10 @@ func connFailure(err error) (driverkit.ConnFailure, bool) {
 // channel, which the schema's trigger sends when a transaction inserts
 // events, and calls onNotify for each. It calls onNotify once as soon as it
 // listens, because events may have been committed while no one was
-// listening. It returns nil when ctx ends and an error when the connection
-// fails; the caller reconnects.
+// listening. Two-phase transactions cannot notify: while the server can
+// prepare them, it also calls onNotify when one it saw prepared ends
+// (preparedWatch). It returns nil when ctx ends and an error when the
+// connection fails; the caller reconnects.
 func (s *Store) Listen(ctx context.Context, onNotify func()) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -325,6 +327,18 @@ func (s *Store) Listen(ctx context.Context, onNotify func()) error {
 			return nil
 		}
 		return s.queryError("listen on", err)
+	}
+	// The first look comes before the first onNotify, so that a
+	// transaction prepared by then is watched from the start.
+	var prepared preparedWatch
+	if _, canPrepare, err := prepared.look(ctx, s); canPrepare || err != nil {
+		watching, stopWatching := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			prepared.watch(watching, s, onNotify)
+		}()
+		defer func() { stopWatching(); <-watched }()
 	}
 	onNotify()
 	for {

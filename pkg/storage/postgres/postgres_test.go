@@ -152,7 +152,7 @@ func TestMigrateFreshSchema(t *testing.T) {
 	}
 	want := []string{
 		"table outbox", "column seq", "column writer_xid", "sequence outbox_seq", "function outbox_notify()", "trigger outbox_notify",
-		"function outbox_writer()", "trigger outbox_writer",
+		"function outbox_writer()", "trigger outbox_writer", "trigger outbox_writer_update",
 		"function outbox_event_id()", "default event_id",
 		"index outbox_pkey", "index outbox_pending_seq_idx", "index outbox_frontier_idx", "index outbox_due_at_idx",
 		"index outbox_key_seq_idx", "index outbox_key_writer_idx", "index outbox_key_dead_seq_idx", "index outbox_delivering_idx", "index outbox_late_idx", "index outbox_dead_idx",

@@ -19,7 +19,11 @@ UNION ALL
 SELECT 'sequence ' || c.relname FROM pg_class c
 WHERE c.oid = to_regclass($2)
 UNION ALL
-SELECT 'trigger ' || t.tgname FROM pg_trigger t
+-- A writer trigger that is not ALWAYS (an earlier version's) is named as
+-- such, so that migrate enables it and says so.
+SELECT 'trigger ' || t.tgname
+       || CASE WHEN t.tgfoid = to_regprocedure($6) AND t.tgenabled <> 'A' THEN ' (not ALWAYS)' ELSE '' END
+FROM pg_trigger t
 WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal
 UNION ALL
 SELECT 'function ' || p.proname || '()' FROM pg_proc p
