@@ -69,7 +69,7 @@ func runInterleavings(t *testing.T, ordered bool) {
 		t.Logf("ORDERING=partition, ORDERING_ON_DEAD=%s", m.OnDead)
 	}
 
-	c := pgcluster.Start(t, pgcluster.Options{})
+	c := pgcluster.Start(t, pgcluster.Options{Settings: []string{"max_prepared_transactions = 10"}})
 	tb := pgtest.NewAt(t, c.URL(c.CreateDatabase(t)))
 	slowCommits(t, tb, "INSERT", 0.3)
 
@@ -212,17 +212,46 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 		hold = time.Duration(r.IntN(3000)) * time.Millisecond
 	}
 	kind := []string{"insert", "values", "select", "copy"}[r.IntN(4)]
-	m.Produced(kind)
+	// How the transaction ends, and what it does to its rows' writer
+	// besides inserting them: nothing mostly; an UPDATE of writer_xid to
+	// a value of no transaction of this cluster's, far behind or far
+	// ahead; rows applied as a logical replica applies them (its triggers
+	// off but the ALWAYS ones, the publisher's ids in the column); or a
+	// two-phase commit, which sends no notification.
+	writer := []string{"", "", "", "", "", "", "update", "replica", "prepared"}[r.IntN(9)]
+	if writer != "" {
+		m.Produced(writer)
+	}
+	switch writer {
+	case "replica":
+		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+			return err
+		}
+	case "prepared":
+		if _, err := tx.Exec(ctx, "SET LOCAL outbox.notify = off"); err != nil {
+			return err
+		}
+	}
 	// Under ORDERING=partition most transactions write under one key, of
 	// a few: their events must go out in the order written.
 	key := ""
 	if m.Ordered && r.IntN(4) != 0 {
 		key = fmt.Sprintf("k%d", r.IntN(6))
 	}
+	// The writer a replica's row carries: another cluster's id.
+	foreign := []string{"'0'", "'5'", "'" + farAhead + "'", "'1099511627776'"}[r.IntN(4)]
 	row := func(i int) string {
+		if writer == "replica" {
+			return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s, '%s', %s::xid8)", ids[i], typ, created, available, key, foreign)
+		}
 		return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s, '%s')", ids[i], typ, created, available, key)
 	}
 	cols := "(event_id, event_type, payload, created_at, available_at, partition_key)"
+	if writer == "replica" {
+		kind = "values"
+		cols = "(event_id, event_type, payload, created_at, available_at, partition_key, writer_xid)"
+	}
+	m.Produced(kind)
 	// $1 is the client's clock before BEGIN, as an ORM stamps created_at.
 	args := []any{clientClock}
 	switch kind {
@@ -294,18 +323,40 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if kind != "insert" && hold > 0 {
+	if writer == "update" {
+		if _, err := tx.Exec(ctx, "UPDATE "+tb.Name+" SET writer_xid = "+foreign+" WHERE event_id = ANY($1)", ids); err != nil {
+			return err
+		}
+	}
+	if kind != "insert" && hold > 0 && writer != "prepared" {
 		time.Sleep(hold)
 	}
-	if r.IntN(10) == 0 {
+	rollBack := r.IntN(10) == 0
+	if writer == "prepared" {
+		// Prepared, the transaction leaves its session; it stays running
+		// for the hold, and ends by its id.
+		gid := "p" + ids[0].String()
+		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'"); err != nil {
+			return err
+		}
+		time.Sleep(hold)
+		end := "COMMIT PREPARED '" + gid + "'"
+		if rollBack {
+			end = "ROLLBACK PREPARED '" + gid + "'"
+		}
+		if _, err := conn.Exec(ctx, end); err != nil {
+			return err
+		}
+	} else if rollBack {
 		if err := tx.Rollback(ctx); err != nil {
 			return err
 		}
+	} else if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if rollBack {
 		m.RolledBack(ids)
 		return nil
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
 	}
 	m.Committed(ids, due, key, time.Now())
 	return nil
@@ -324,7 +375,7 @@ func runRelays(t *testing.T, tb *pgtest.Table, m *interleave.Model, slot int, r 
 		// Ordered claims are never held.
 		held := !m.Ordered && (slot == 1 || slot == 2 && incarnation%2 == 1)
 		relayID := fmt.Sprintf("r%d.%d", slot, incarnation)
-		killed := runRelay(t, store, m, relayID, held, r, stop)
+		killed := runRelay(t, store, m, relayID, slot, held, r, stop)
 		store.Close()
 		if !killed {
 			return
@@ -333,9 +384,16 @@ func runRelays(t *testing.T, tb *pgtest.Table, m *interleave.Model, slot int, r 
 }
 
 // runRelay claims until stop or until it is killed (true).
-func runRelay(t *testing.T, s *postgres.Store, m *interleave.Model, relayID string, held bool, r *rand.Rand, stop <-chan struct{}) bool {
+func runRelay(t *testing.T, s *postgres.Store, m *interleave.Model, relayID string, slot int, held bool, r *rand.Rand, stop <-chan struct{}) bool {
 	ctx := context.Background()
-	p := storage.ClaimParams{RelayID: relayID, Limit: 5 + r.IntN(16), SweepInterval: 24 * time.Hour}
+	// Batches of one and two too, where a split of the batch must give
+	// each part its turn; never on slot 0, so that the run's producers
+	// are not left behind a single relay's smallest batches.
+	limit := 5 + r.IntN(16)
+	if slot > 0 && r.IntN(3) == 0 {
+		limit = 1 + r.IntN(2)
+	}
+	p := storage.ClaimParams{RelayID: relayID, Limit: limit, SweepInterval: 24 * time.Hour}
 	if m.Ordered {
 		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.OnDead, 1+r.IntN(4)
 	}
