@@ -320,7 +320,7 @@ func runRelays(t *testing.T, tb *mysqltest.Table, m *interleave.Model, slot int,
 			t.Errorf("relay %d: %v", slot, err)
 			return
 		}
-		killed := runRelay(t, store, m, fmt.Sprintf("r%d.%d", slot, incarnation), sweep, r, stop)
+		killed := runRelay(t, store, m, fmt.Sprintf("r%d.%d", slot, incarnation), slot, sweep, r, stop)
 		store.Close()
 		if !killed {
 			return
@@ -329,9 +329,14 @@ func runRelays(t *testing.T, tb *mysqltest.Table, m *interleave.Model, slot int,
 }
 
 // runRelay claims until stop or until it is killed (true).
-func runRelay(t *testing.T, s *mysql.Store, m *interleave.Model, relayID string, sweep time.Duration, r *rand.Rand, stop <-chan struct{}) bool {
+func runRelay(t *testing.T, s *mysql.Store, m *interleave.Model, relayID string, slot int, sweep time.Duration, r *rand.Rand, stop <-chan struct{}) bool {
 	ctx := context.Background()
-	p := storage.ClaimParams{RelayID: relayID, Limit: 5 + r.IntN(16), SweepInterval: sweep}
+	// Batches of one and two too, as PostgreSQL's test draws them.
+	limit := 5 + r.IntN(16)
+	if slot > 0 && r.IntN(3) == 0 {
+		limit = 1 + r.IntN(2)
+	}
+	p := storage.ClaimParams{RelayID: relayID, Limit: limit, SweepInterval: sweep}
 	if m.Ordered {
 		p.Ordering, p.OnDead, p.RunLimit = storage.OrderingPartition, m.OnDead, 1+r.IntN(4)
 	}
