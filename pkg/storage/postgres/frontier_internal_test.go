@@ -50,6 +50,23 @@ func TestAFullReadMovesTheFrontierToItsLastRowOnly(t *testing.T) {
 	}
 }
 
+func TestAFullReadEndingFarAheadMovesTheFrontierToXmaxOnly(t *testing.T) {
+	var f frontier
+	pl := f.plan(time.Hour, stamp)
+	f.done(pl, 2, stamp, claimed(snapshot{xmin: 100, xmax: 120, running: []uint64{110}}, writePlace{105, 1}, writePlace{1 << 62, 2}), false)
+	if f.at != (writePlace{xid: 120}) {
+		t.Errorf("at = %+v, want (120, 0): no writer at or above xmax had an id, so the frontier may not pass it", f.at)
+	}
+	if _, ok := f.watch[110]; !ok {
+		t.Error("writer 110, running and passed, is not watched")
+	}
+	var k keyFrontier
+	k.done(keyFindPlan{most: 2}, keyRead{snap: snapshot{xmin: 100, xmax: 120}, fresh: 2, last: writePlace{1 << 62, 2}})
+	if k.at != (writePlace{xid: 120}) {
+		t.Errorf("key frontier at = %+v, want (120, 0)", k.at)
+	}
+}
+
 func TestTheFrontierStopsBeforeARowTheClaimCouldNotTake(t *testing.T) {
 	var f frontier
 	pl := f.plan(time.Hour, stamp)
