@@ -129,6 +129,9 @@ lint:
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99
 # and COMMIT → ack p50/p99
 # (PostgreSQL: LISTEN/NOTIFY; MySQL: POLL_INTERVAL=100ms).
+# MODE=prepared: the latency benchmark for a two-phase producer (outbox.notify
+# off, PREPARE, PREPARED_GAP, COMMIT PREPARED) on a private cluster with
+# max_prepared_transactions: COMMIT PREPARED → ack p50/p99/max.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 # MODE=memory-large: the same with 150 events of 10 MB into null://, which
@@ -165,10 +168,13 @@ MODE ?= throughput
 STORAGE ?= postgres
 WAL_DURATION ?= 60s
 KEYS ?= 0
+PREPARED_GAP ?= 10ms
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
 ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay -storage $(STORAGE)
+else ifeq ($(MODE),prepared)
+	$(GO) test -run '^$$' -bench 'LatencyPrepared$$' -benchtime 1x ./pkg/relay -prepared.gap $(PREPARED_GAP)
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),memory-large)
