@@ -23,7 +23,7 @@ type pubWatch struct {
 	err error
 }
 
-func startPubWatch(ctx context.Context, connString string, every time.Duration, query, opened string, log *slog.Logger) *pubWatch {
+func startPubWatch(ctx context.Context, connString string, every time.Duration, name, query, opened string, log *slog.Logger) *pubWatch {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &pubWatch{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -70,7 +70,7 @@ func startPubWatch(ctx context.Context, connString string, every time.Duration, 
 				what = "does not exist"
 			}
 			w.mu.Lock()
-			w.err = fmt.Errorf("publication %s (identity %s, now %q): %w", what, opened, now, ErrPublicationChanged)
+			w.err = fmt.Errorf("publication %s %s (identity %s, now %q): %w", name, what, opened, now, ErrPublicationChanged)
 			w.mu.Unlock()
 			return
 		}

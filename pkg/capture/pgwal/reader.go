@@ -600,7 +600,7 @@ func (r *Reader) stream(ctx context.Context) {
 		hb = startHeartbeat(ctx, r.cfg.ConnString, r.cfg.Heartbeat, r.log)
 		defer hb.stop()
 	}
-	r.pubWatch = startPubWatch(ctx, r.cfg.ConnString, r.cfg.PublicationCheck, r.publicationIdentitySQL(), r.publication, r.log)
+	r.pubWatch = startPubWatch(ctx, r.cfg.ConnString, r.cfg.PublicationCheck, r.cfg.Publication, r.publicationIdentitySQL(), r.publication, r.log)
 	defer r.pubWatch.stop()
 	d := decoder{schema: r.cfg.Schema, table: r.cfg.Table, relations: map[uint32]*relation{}, strs: map[string]string{}}
 	// Reads wait on the connection's deadline, not on a context: pgconn
