@@ -46,6 +46,27 @@ func TestMigrateCaptureMakesAndDropsThePublication(t *testing.T) {
 	if js.WALSlot == nil || js.WALSlot.Name != name || js.WALSlot.WALStatus == "" {
 		t.Errorf("stats --json wal_slot = %+v", js.WALSlot)
 	}
+	if !strings.Contains(st.stdout, "publication "+name+": ok") {
+		t.Errorf("stats does not show the publication as ok:\n%s", st.stdout)
+	}
+	// A publication dropped under the slot: stats says what the relays
+	// do and what to run.
+	c.Exec(t, db, "DROP PUBLICATION "+name)
+	gone := decode[struct {
+		WALSlot *struct {
+			Publication struct {
+				Exists bool `json:"exists"`
+			} `json:"publication"`
+		} `json:"wal_slot"`
+	}](t, ok(t, cmd{args: []string{"stats", "--storage-url", url, "--table", tb.Name, "--json"}}.run(t)))
+	if gone.WALSlot == nil || gone.WALSlot.Publication.Exists {
+		t.Errorf("stats --json with the publication dropped: %+v", gone.WALSlot)
+	}
+	st = ok(t, cmd{args: []string{"stats", "--storage-url", url, "--table", tb.Name}}.run(t))
+	if !strings.Contains(st.stdout, "does not exist: relays claim every event from the table; run relay-cli migrate --capture wal") {
+		t.Errorf("stats does not say the publication is gone:\n%s", st.stdout)
+	}
+	ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "wal"}}.run(t))
 	ok(t, cmd{args: []string{"migrate", "--storage-url", url, "--table", tb.Name, "--capture", "poll"}}.run(t))
 	if n := count("SELECT count(*) FROM pg_publication WHERE pubname = '"+name+"'") +
 		count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+name+"'"); n != 0 {

@@ -71,7 +71,7 @@ func consoleCommand() *cli.Command {
 			h, err := console.New(store, console.Config{ReadOnly: c.Bool("read-only"), Password: password,
 				Refresh: refresh, Logger: logger,
 				Slot: func(ctx context.Context) (*console.Slot, error) {
-					s, err := walSlot(ctx, store, slotName)
+					s, err := walSlot(ctx, store, slotName, "")
 					if s == nil || err != nil {
 						return nil, err
 					}

@@ -37,6 +37,7 @@ func statsCommand() *cli.Command {
 			&cli.StringFlag{Name: "dead-retention", EnvVars: []string{"DEAD_RETENTION"},
 				Usage: "the relays' DEAD_RETENTION (`DURATION`), read from the environment as the relay reads it"},
 			slotFlag(),
+			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` of CAPTURE=wal (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -131,10 +132,35 @@ type statsJSON struct {
 
 // slotJSON is the CAPTURE=wal slot in stats --json.
 type slotJSON struct {
-	Name          string `json:"name"`
-	Active        bool   `json:"active"`
-	WALStatus     string `json:"wal_status"`
-	RetainedBytes int64  `json:"retained_bytes"`
+	Name string `json:"name"`
+	// Publication is the publication the slot is read with; a slot whose
+	// publication is missing or does not hold the table serves nothing,
+	// and relays claim every event from the table until it is fixed.
+	Publication   publicationJSON `json:"publication"`
+	Active        bool            `json:"active"`
+	WALStatus     string          `json:"wal_status"`
+	RetainedBytes int64           `json:"retained_bytes"`
+}
+
+// publicationJSON is the CAPTURE=wal publication in stats --json.
+type publicationJSON struct {
+	Name           string `json:"name"`
+	Exists         bool   `json:"exists"`
+	PublishesTable bool   `json:"publishes_table"`
+	Inserts        bool   `json:"publishes_inserts_via_root"`
+}
+
+// state says what the publication means for the slot, in words.
+func (p publicationJSON) state() string {
+	switch {
+	case !p.Exists:
+		return "does not exist: relays claim every event from the table; run relay-cli migrate --capture wal"
+	case !p.PublishesTable:
+		return "does not hold the table: relays claim every event from the table; run relay-cli migrate --capture wal"
+	case !p.Inserts:
+		return "does not publish inserts via the table: relays claim every event from the table; see docs/operations.md"
+	}
+	return "ok"
 }
 
 // retentionSettings are the relays' DELIVERED_RETENTION and DEAD_RETENTION
@@ -220,7 +246,7 @@ type leaseJSON struct {
 
 func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, watching bool) error {
 	out := c.App.Writer
-	slot, err := walSlot(c.Context, store, c.String("slot"))
+	slot, err := walSlot(c.Context, store, c.String("slot"), c.String("publication"))
 	if err != nil {
 		return err
 	}
@@ -287,8 +313,8 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 		if slot.Active {
 			state = "a relay streams from it"
 		}
-		_, err := fmt.Fprintf(out, "\nreplication slot %s (CAPTURE=wal): %s; keeps %s of WAL; wal_status %s\n",
-			slot.Name, state, bytesize.Format(slot.RetainedBytes), slot.WALStatus)
+		_, err := fmt.Fprintf(out, "\nreplication slot %s (CAPTURE=wal): %s; keeps %s of WAL; wal_status %s\npublication %s: %s\n",
+			slot.Name, state, bytesize.Format(slot.RetainedBytes), slot.WALStatus, slot.Publication.Name, slot.Publication.state())
 		return err
 	}
 	return nil
@@ -296,19 +322,25 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 
 // walSlot reads the CAPTURE=wal slot name (default the table's) of a
 // PostgreSQL table; nil when there is none (a polled table, or MySQL).
-func walSlot(ctx context.Context, store storage.Storage, name string) (*slotJSON, error) {
+func walSlot(ctx context.Context, store storage.Storage, name, publication string) (*slotJSON, error) {
 	pg, ok := store.(*postgres.Store)
 	if !ok {
 		return nil, nil
 	}
 	table := pg.TableName()
-	name = pgwal.Config{Schema: table.Schema, Table: table.Name, Slot: name}.SlotName()
+	cfg := pgwal.Config{Schema: table.Schema, Table: table.Name, Slot: name, Publication: publication}
+	name = cfg.SlotName()
 	db, _ := pg.SQL()
 	st, err := pgwal.ReadSlot(ctx, db, name)
 	if err != nil || !st.Exists {
 		return nil, err
 	}
-	return &slotJSON{Name: name, Active: st.Active, WALStatus: st.WALStatus, RetainedBytes: st.RetainedBytes}, nil
+	pub, err := pgwal.ReadPublication(ctx, db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &slotJSON{Name: name, Active: st.Active, WALStatus: st.WALStatus, RetainedBytes: st.RetainedBytes,
+		Publication: publicationJSON{Name: cfg.PublicationName(), Exists: pub.Exists, PublishesTable: pub.PublishesTable, Inserts: pub.Inserts}}, nil
 }
 
 func writeStatsText(out io.Writer, table string, st storage.Stats, ret retentionSettings) error {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +117,56 @@ func TestCaptureWALIsObserved(t *testing.T) {
 	if v, ok := last.value("openoutbox_wal_slot_recreated_total"); !ok || v != 0 {
 		t.Errorf("openoutbox_wal_slot_recreated_total = %g (present %v), want 0", v, ok)
 	}
+}
+
+// Issue 42, case 3: a publication dropped under a running relay. The relay
+// keeps running (it used to exit), /readyz says what happened and what to
+// run, and once migrate makes the publication again it streams from a new
+// slot and /readyz is ok.
+func TestCaptureWALDroppedPublicationIsInReadyzAndHeals(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	db := c.CreateDatabase(t)
+	tb := pgtest.NewAt(t, c.URL(db))
+	r := startRelay(t, map[string]string{
+		"STORAGE_URL":          storage.URLWithTable(c.URL(db), tb.Name),
+		"STORAGE_AUTO_MIGRATE": "true",
+		"CAPTURE":              "wal",
+		"PUBLISHER_URL":        "null://",
+	})
+	ready := func() string {
+		resp, err := http.Get("http://" + r.addr + "/readyz")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Checks map[string]string `json:"checks"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return body.Checks["capture"]
+	}
+	eventually.True(t, 30*time.Second, func() bool { return ready() == "ok" },
+		func() string { return "/readyz capture ok; relay log:\n" + r.log.String() })
+	name := tb.WAL(pgwal.Config{}).PublicationName()
+	c.Exec(t, db, "DROP PUBLICATION "+name)
+	var last string
+	eventually.True(t, 30*time.Second, func() bool {
+		last = ready()
+		return strings.Contains(last, "publication "+name+" does not exist") && strings.Contains(last, "relay-cli migrate --capture wal")
+	}, func() string {
+		return "/readyz naming the dropped publication, last: " + last + "\nrelay log:\n" + r.log.String()
+	})
+	select {
+	case code := <-r.done:
+		t.Fatalf("the relay exited (%d) when its publication was dropped", code)
+	default:
+	}
+	if err := pgwal.CreatePublication(context.Background(), tb.WAL(pgwal.Config{})); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 60*time.Second, func() bool { last = ready(); return last == "ok" },
+		func() string {
+			return "/readyz ok again after migrate, last: " + last + "\nrelay log:\n" + r.log.String()
+		})
 }

@@ -175,6 +175,20 @@ func (c *Capture) Run(ctx context.Context) error {
 		case err == nil:
 		case ctx.Err() != nil:
 			return nil
+		case errors.As(err, &setup) && c.opened:
+			// The setup changed under a running relay (the publication
+			// dropped): exiting would stop the claims too. Every event is
+			// claimed from the table until an operator applies the fix;
+			// the next open then makes a new slot.
+			if c.e.fresh.set(freshAll) != freshAll {
+				c.e.Wake()
+			}
+			c.setState(CaptureFailing, err)
+			c.log.Error("the log cannot be read until an operator acts; claiming every event from the table meanwhile",
+				"error", err, "retry_in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, storageBackoffMax)
+			continue
 		case errors.As(err, &setup):
 			c.setState(CaptureFailing, err)
 			return err
@@ -188,17 +202,7 @@ func (c *Capture) Run(ctx context.Context) error {
 			sleep(ctx, retry)
 			continue
 		case errors.Is(err, capture.ErrLost):
-			c.log.Error("the log lost its position (the replication slot was invalidated); "+
-				"claiming every event from the table while it is made anew, so none is skipped", "error", err)
-			c.e.fresh.set(freshAll)
-			c.e.Wake()
-			c.setState(CaptureLost, err)
-			if err := c.src.Reset(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("could not drop the lost replication slot; retrying", "error", err)
-				sleep(ctx, backoff)
-				backoff = min(backoff*2, storageBackoffMax)
-			}
-			c.opened = true // the new slot starts after a gap
+			c.lost(ctx, err, &backoff)
 			continue
 		default:
 			if failingSince.IsZero() {
@@ -240,6 +244,12 @@ func (c *Capture) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if errors.Is(err, capture.ErrLost) {
+			// The publication changed under the stream: the slot cannot
+			// serve what follows, a new one can.
+			c.lost(ctx, err, &backoff)
+			continue
+		}
 		c.setState(CaptureFailing, err)
 		if errors.As(err, &setup) {
 			// The table or the server changed under the stream (a
@@ -256,6 +266,24 @@ func (c *Capture) Run(ctx context.Context) error {
 		backoff = min(backoff*2, storageBackoffMax)
 	}
 	return nil
+}
+
+// lost handles a log position that cannot serve any more (a slot
+// invalidated, a publication changed under it): every event is claimed
+// from the table, the slot is dropped, and the next open makes a new one,
+// whose backfill then leaves fresh events to it again.
+func (c *Capture) lost(ctx context.Context, err error, backoff *time.Duration) {
+	c.log.Error("the log lost its position; claiming every event from the table while the replication slot is made anew, so none is skipped",
+		"error", err)
+	c.e.fresh.set(freshAll)
+	c.e.Wake()
+	c.setState(CaptureLost, err)
+	if err := c.src.Reset(ctx); err != nil && ctx.Err() == nil {
+		c.log.Error("could not drop the lost replication slot; retrying", "error", err)
+		sleep(ctx, *backoff)
+		*backoff = min(*backoff*2, storageBackoffMax)
+	}
+	c.opened = true // the new slot starts after a gap
 }
 
 // stream relays one open stream until it ends or ctx does.

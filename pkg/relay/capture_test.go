@@ -737,3 +737,60 @@ func TestWALACleanRestartSendsNothingTwice(t *testing.T) {
 		t.Errorf("the broker got %d events, %d distinct, want 40 once each", got, distinct)
 	}
 }
+
+// Issue 42, case 3: a table taken out of the publication and added back.
+// The slot decodes nothing written while the table was out, and no error
+// says so: the relay must notice the change while it streams, deliver
+// those events from the table, and send nothing twice.
+func TestWALTableDroppedFromThePublicationAndAddedBackIsHealed(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 30, "before")
+	waitFor(t, "the first events delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 30 })
+	w.exec(t, "ALTER PUBLICATION outbox_relay_events DROP TABLE "+w.Name)
+	w.InsertN(t, 40, "while.out")
+	w.exec(t, "ALTER PUBLICATION outbox_relay_events ADD TABLE "+w.Name)
+	w.InsertN(t, 20, "after")
+	waitFor(t, "every event delivered", 60*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 90 })
+	if got, distinct := len(pub.events()), pub.distinct(); got != distinct || distinct != 90 {
+		t.Errorf("the broker got %d events, %d distinct, want 90 once each", got, distinct)
+	}
+	waitFor(t, "the stream to carry on", 60*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 10, "later")
+	waitFor(t, "the new slot to stream", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 100 })
+}
+
+// Issue 42, case 3: the publication dropped under a running relay, then
+// made again as `relay-cli migrate --capture wal` makes it. The old slot
+// can never see the new publication ("publication does not exist" for
+// good): the relay keeps running, claims from the table meanwhile, and
+// remakes the slot itself once the publication is back.
+func TestWALDroppedPublicationThenMigrateIsHealed(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 30, "before")
+	waitFor(t, "the first events delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 30 })
+	w.exec(t, "DROP PUBLICATION outbox_relay_events")
+	w.InsertN(t, 40, "while.dropped")
+	waitFor(t, "the events written meanwhile delivered from the table", 60*time.Second, func() bool {
+		return w.Counts(t)[outbox.StatusDelivered] == 70
+	})
+	if st, err := r.capture.Status(); st == relay.CaptureStreaming || err == nil {
+		t.Errorf("capture says %s (%v) with its publication gone", st, err)
+	}
+	if err := pgwal.CreatePublication(context.Background(), w.WAL(pgwal.Config{Publication: "outbox_relay_events"})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to start again", 60*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 20, "after")
+	waitFor(t, "every event delivered", 60*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 90 })
+	if got, distinct := len(pub.events()), pub.distinct(); got != distinct || distinct != 90 {
+		t.Errorf("the broker got %d events, %d distinct, want 90 once each", got, distinct)
+	}
+}

@@ -58,7 +58,19 @@ var (
 	// and the WAL it needed is gone; events written meanwhile are only in
 	// the table.
 	ErrSlotLost = fmt.Errorf("replication slot was invalidated, the WAL it needed is gone: %w", capture.ErrLost)
+	// ErrPublicationChanged: the publication was dropped, made again,
+	// altered, or the table left it (perhaps to come back) while the slot
+	// existed. The slot decodes with the catalogue as of its own position,
+	// so it either fails for good ("publication does not exist") or
+	// silently skipped the inserts of the gap: the position is as good as
+	// lost, and the events are still in the table.
+	ErrPublicationChanged = fmt.Errorf("the publication changed under the replication slot: %w", capture.ErrLost)
 )
+
+// PublicationCheckDefault is how often a streaming reader reads the
+// publication's identity: one catalogue query per interval on a
+// connection of its own.
+const PublicationCheckDefault = 2 * time.Second
 
 // SetupError is capture's: a setting an operator must change.
 type SetupError = capture.SetupError
@@ -84,7 +96,11 @@ type Config struct {
 	// is not. 0 means HeartbeatDefault; HeartbeatOff (any negative value)
 	// turns heartbeats off.
 	Heartbeat time.Duration
-	Logger    *slog.Logger
+	// PublicationCheck is how often a streaming reader checks that the
+	// publication is the one it opened with. 0 means
+	// PublicationCheckDefault.
+	PublicationCheck time.Duration
+	Logger           *slog.Logger
 }
 
 // Validate reports every field that cannot work, by its Go name: a slot
@@ -95,6 +111,7 @@ func (c Config) Validate() error {
 	v.Expect("Slot", c.Slot == "" || Identifier(c.Slot), "%q: use lowercase letters, digits and underscores (at most 63)", c.Slot)
 	v.Expect("Publication", c.Publication == "" || Identifier(c.Publication), "%q: use lowercase letters, digits and underscores (at most 63)", c.Publication)
 	v.Expect("StatusInterval", c.StatusInterval >= 0, "must be positive, got %s", c.StatusInterval)
+	v.Expect("PublicationCheck", c.PublicationCheck >= 0, "must be positive, got %s", c.PublicationCheck)
 	return v.Err()
 }
 
@@ -103,6 +120,7 @@ func (c Config) withDefaults() Config {
 	config.Default(&c.Publication, NameDefault(c.Schema, c.Table))
 	config.Default(&c.StatusInterval, StatusIntervalDefault)
 	config.Default(&c.Heartbeat, HeartbeatDefault)
+	config.Default(&c.PublicationCheck, PublicationCheckDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -175,6 +193,10 @@ type Reader struct {
 	err  error // why the stream ended; read after done closes
 	// warnedAt is when warnClaimedNotStreamed last spoke.
 	warnedAt time.Time
+	// publication is the publication's identity when the stream opened
+	// (publicationIdentitySQL); pubWatch reports a change of it.
+	publication string
+	pubWatch    *pubWatch
 }
 
 // Open connects, checks that the database can do what the reader needs,
@@ -374,7 +396,34 @@ func (r *Reader) checkPublication(ctx context.Context) error {
 			Fix:     fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert', publish_via_partition_root = true), or drop it and %s", r.cfg.Publication, fix),
 		}
 	}
+	id, err := r.query(ctx, r.publicationIdentitySQL())
+	if err != nil {
+		return r.setupError(err, "read the publication's identity")
+	}
+	r.publication = identity(id)
 	return nil
+}
+
+// publicationIdentitySQL reads what changes whenever the publication does
+// in a way the slot cannot follow: its row's oid (dropped and made again),
+// its row's xmin (any ALTER PUBLICATION … SET, RENAME or OWNER rewrites
+// the row), and the oid of the table's membership row (a table dropped
+// from the publication and added back gets a new one). Comparing
+// identities catches a change however quickly it was undone: no timing
+// is involved, only how soon the next check runs.
+func (r *Reader) publicationIdentitySQL() string {
+	return "SELECT p.oid::text || '/' || p.xmin::text || '/' || coalesce((SELECT pr.oid::text FROM pg_publication_rel pr " +
+		"WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass(" + literal(r.tableName()) + ")), " +
+		"CASE WHEN p.puballtables THEN 'all' ELSE 'none' END) FROM pg_publication p WHERE p.pubname = " + literal(r.cfg.Publication)
+}
+
+// identity is publicationIdentitySQL's answer; "" when the publication
+// does not exist.
+func identity(rows [][]string) string {
+	if len(rows) == 0 {
+		return ""
+	}
+	return rows[0][0]
 }
 
 // versionNum reads SHOW server_version_num's answer; 0 when there is none.
@@ -482,6 +531,10 @@ func (r *Reader) setupError(err error, doing string) error {
 		switch {
 		case pgErr.Code == "55006":
 			return ErrSlotInUse
+		case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication"):
+			// The slot reached a position past the publication's drop:
+			// it fails so at every start, whatever was made since.
+			return fmt.Errorf("%s: %w", pgErr.Message, ErrPublicationChanged)
 		case pgErr.Code == "55000" && strings.Contains(pgErr.Message, "wal_level"):
 			return &SetupError{Problem: pgErr.Message, Fix: "set wal_level = logical and restart PostgreSQL, or use CAPTURE=poll"}
 		case pgErr.Code == "55000" && (strings.Contains(pgErr.Message, "invalidated") || strings.Contains(pgErr.Message, "no longer")):
@@ -547,6 +600,8 @@ func (r *Reader) stream(ctx context.Context) {
 		hb = startHeartbeat(ctx, r.cfg.ConnString, r.cfg.Heartbeat, r.log)
 		defer hb.stop()
 	}
+	r.pubWatch = startPubWatch(ctx, r.cfg.ConnString, r.cfg.PublicationCheck, r.cfg.Publication, r.publicationIdentitySQL(), r.publication, r.log)
+	defer r.pubWatch.stop()
 	d := decoder{schema: r.cfg.Schema, table: r.cfg.Table, relations: map[uint32]*relation{}, strs: map[string]string{}}
 	// Reads wait on the connection's deadline, not on a context: pgconn
 	// watches a context with a goroutine per call, a cost per message.
@@ -573,6 +628,10 @@ func (r *Reader) stream(ctx context.Context) {
 		}
 		if ctx.Err() != nil {
 			r.finish()
+			return
+		}
+		if err := r.pubWatch.changed(); err != nil {
+			r.fail(ctx, err)
 			return
 		}
 		msg, err := r.conn.ReceiveMessage(context.Background())

@@ -102,3 +102,36 @@ func (c Config) SlotName() string { return c.withDefaults().Slot }
 // PublicationName is the publication cfg reads: Publication, or
 // NameDefault of the table.
 func (c Config) PublicationName() string { return c.withDefaults().Publication }
+
+// PublicationStatus is the publication as operators watch it: a slot can
+// serve the relay only while it is as the reader opened it.
+type PublicationStatus struct {
+	Exists bool
+	// PublishesTable is true when the table is in it (or it is FOR ALL
+	// TABLES).
+	PublishesTable bool
+	// Inserts is true when it publishes inserts through the table itself
+	// (publish includes insert, publish_via_partition_root).
+	Inserts bool
+}
+
+// readPublicationSQL reads a publication ($1) and whether it holds the
+// table ($2, as SQL names it).
+const readPublicationSQL = `SELECT p.pubinsert AND p.pubviaroot,
+       p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2))
+FROM pg_publication p
+WHERE p.pubname = $1`
+
+// ReadPublication reads cfg's publication over db (the store's pool).
+func ReadPublication(ctx context.Context, db *sql.DB, cfg Config) (PublicationStatus, error) {
+	cfg = cfg.withDefaults()
+	st := PublicationStatus{Exists: true}
+	err := db.QueryRowContext(ctx, readPublicationSQL, cfg.Publication, cfg.quotedTable()).Scan(&st.Inserts, &st.PublishesTable)
+	if errors.Is(err, sql.ErrNoRows) {
+		return PublicationStatus{}, nil
+	}
+	if err != nil {
+		return PublicationStatus{}, fmt.Errorf("read publication %s: %w", cfg.Publication, err)
+	}
+	return st, nil
+}
