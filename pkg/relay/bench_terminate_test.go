@@ -56,7 +56,7 @@ func drainKilling(b *testing.B, tb benchTable, pub publisher.Publisher, kills in
 	b.StopTimer()
 	n := *benchEvents
 	tb.fillOneWriter(b, n, "bench.event")
-	q := &roundObserver{}
+	q := &killObserver{settled: make(chan struct{}, 1)}
 	e, err := relay.New(relay.Config{
 		RelayID:            "bench",
 		BatchSize:          *benchBatch,
@@ -79,10 +79,11 @@ func drainKilling(b *testing.B, tb benchTable, pub publisher.Publisher, kills in
 		for k := 1; k <= kills; k++ {
 			next := int64(n * k / (kills + 1))
 			for q.delivered.Load() < next {
-				if ctx.Err() != nil {
+				select {
+				case <-ctx.Done():
 					return
+				case <-q.settled:
 				}
-				time.Sleep(time.Millisecond) // a benchmark's pacing, not a test's wait
 			}
 			// A held claim is at the broker for milliseconds: look until
 			// one is.
@@ -110,4 +111,18 @@ func drainKilling(b *testing.B, tb benchTable, pub publisher.Publisher, kills in
 	<-killerDone
 	<-done
 	return took, int(ended.Load())
+}
+
+// killObserver is roundObserver, signalling settled after every batch.
+type killObserver struct {
+	roundObserver
+	settled chan struct{}
+}
+
+func (o *killObserver) Finished(ctx context.Context, out relay.Outcome) {
+	o.roundObserver.Finished(ctx, out)
+	select {
+	case o.settled <- struct{}{}:
+	default:
+	}
 }
