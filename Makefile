@@ -142,6 +142,9 @@ lint:
 # MODE=delete: draining into null:// and NATS with DELIVERED_RETENTION=0
 # (rows deleted at settle) beside the same drains marking rows DELIVERED,
 # into null:// also with LEASE_MODE=status (claims leased, not held).
+# MODE=terminate: EVENTS written by one bulk transaction drained into
+# NATS with held claims, without and then with 10 pg_terminate_backend of
+# the claiming connections during the drain: both times and their ratio.
 # MODE=horizon: three rounds of EVENTS into null:// on one table, without
 # and then with a transaction holding a snapshot (vacuum, purge) back for
 # all three: rate, mean claim time and CPU per event of the database.
@@ -197,6 +200,8 @@ else ifeq ($(MODE),wal)
 else ifeq ($(MODE),upgrade)
 	$(GO) test -run '^$$' -bench 'Upgrade$$' -benchtime 1x -timeout 60m -v ./pkg/storage/postgres -upgrade.rows $(ROWS)
 	$(GO) test -run '^$$' -bench 'Upgrade$$' -benchtime 1x -timeout 60m -v ./pkg/storage/mysql -upgrade.rows $(ROWS)
+else ifeq ($(MODE),terminate)
+	$(GO) test -run '^$$' -bench 'DrainTerminate$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else ifeq ($(MODE),delete)
 	$(GO) test -run '^$$' -bench 'Drain(Null(Status)?|NATS)(Delete)?$$' -benchtime $(BENCHTIME) -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else

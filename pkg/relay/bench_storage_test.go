@@ -75,6 +75,15 @@ type benchTable struct {
 	// snapshot (and so vacuum or purge) back until release is called: an
 	// analytics query, or a session left idle in transaction.
 	hold func(b *testing.B) (release func())
+	// fillOneWriter empties the table and writes n 200-byte events in one
+	// statement, one writer, as a bulk transaction does (PostgreSQL; nil
+	// on MySQL).
+	fillOneWriter func(b *testing.B, n int, eventType string)
+	// killHeld ends with pg_terminate_backend one session of this table's
+	// held claims that is in its transaction, holding row locks (idle
+	// there while its batch is at the broker, or settling), and says
+	// whether it found one (PostgreSQL; nil on MySQL).
+	killHeld func(b *testing.B) bool
 }
 
 func newBenchTable(b *testing.B) benchTable {
@@ -110,6 +119,29 @@ func pgBenchTable(b *testing.B) benchTable {
 		},
 		insertOne: func(b *testing.B, eventType string) {
 			tb.Exec(b, "INSERT INTO {{table}} (event_type, payload) VALUES ($1, $2)", eventType, pgtest.Payload(0, 200))
+		},
+		fillOneWriter: func(b *testing.B, n int, eventType string) {
+			tb.Exec(b, "TRUNCATE {{table}}")
+			tb.Exec(b, "INSERT INTO {{table}} (event_type, payload) SELECT $1, $2 FROM generate_series(1, $3)",
+				eventType, pgtest.Payload(0, 200), n)
+			tb.Exec(b, "VACUUM ANALYZE {{table}}")
+		},
+		killHeld: func(b *testing.B) bool {
+			// Only sessions whose last statement names this table's
+			// schema (as the table's name is quoted there or not): other
+			// sessions of the shared server are someone else's.
+			var killed bool
+			err := tb.Pool().QueryRow(context.Background(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false)
+				FROM (SELECT pid FROM pg_stat_activity
+				      WHERE datname = current_database() AND pid <> pg_backend_pid()
+				        AND (state = 'idle in transaction' OR state = 'active' AND backend_xid IS NOT NULL)
+				        AND xact_start IS NOT NULL AND strpos(query, $1) > 0
+				      ORDER BY state = 'idle in transaction' DESC
+				      LIMIT 1) AS s`, strings.Split(tb.Name, ".")[0]).Scan(&killed)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return killed
 		},
 		settled:   func(b *testing.B) bool { return tb.Settled(b) },
 		delivered: func(b *testing.B) int { return tb.Counts(b)[outbox.StatusDelivered] },

@@ -29,11 +29,12 @@ type frontier struct {
 	// that rows the fresh reads passed before they were due are read after.
 	at  writePlace
 	due dueKey
-	// watch are the writers passed while they were running, or whose rows
-	// a claim locked but left (past its byte limit), with how many held
-	// claims still hold such rows: a watched writer is dropped only once a
-	// claim saw it ended, read all its due rows and no claim holds any.
-	watch map[uint64]int
+	// watch are the writers passed while they were running, whose rows a
+	// claim locked but left (past its byte limit), or whose rows a held
+	// claim that ended without a commit had locked: a watched writer is
+	// dropped only once a claim saw it ended, read all its due rows from
+	// its place and no claim holds any.
+	watch map[uint64]watchPlace
 	// sweeps: every SweepInterval a claim reads the fresh rows again from
 	// where the frontier was at the sweep before, and every
 	// fullSweepEvery-th from the beginning, as defence in depth. Nothing
@@ -69,6 +70,28 @@ func (s *sweepSchedule) due(interval time.Duration, now time.Time, at writePlace
 	return from, true
 }
 
+// watchPlace is where the watched arm reads a watched writer's rows from,
+// and how many held claims still hold rows of it that they left. The
+// writer's rows below from are behind the frontier, as if it were not
+// watched (invariant I): the other arms read them. from only moves
+// forward over rows the watched arm read, and back to the lowest row a
+// claim left or, ending without a commit, had locked: rereading from the
+// writer's first row at every claim stepped over the dead index entries
+// of every row of it already delivered (issue 42).
+type watchPlace struct {
+	holds int
+	from  int64
+}
+
+// watchFrom watches writer x from seq at most.
+func (f *frontier) watchFrom(x uint64, seq int64) {
+	w, ok := f.watch[x]
+	if !ok || seq < w.from {
+		w.from = seq
+	}
+	f.watch[x] = w
+}
+
 // writePlace is a place in the fresh rows' order: writer, then seq.
 type writePlace struct {
 	xid uint64
@@ -85,6 +108,7 @@ type frontierPlan struct {
 	start, dueBound writePlace
 	due             dueKey
 	watch           []uint64
+	watchFrom       []int64
 	sweep           bool
 }
 
@@ -99,7 +123,11 @@ func (f *frontier) plan(sweepInterval time.Duration, now time.Time) frontierPlan
 		w = append(w, x)
 	}
 	slices.Sort(w)
-	return frontierPlan{start: f.at, dueBound: f.at, due: f.due, watch: w}
+	from := make([]int64, len(w))
+	for i, x := range w {
+		from[i] = f.watch[x].from
+	}
+	return frontierPlan{start: f.at, dueBound: f.at, due: f.due, watch: w, watchFrom: from}
 }
 
 // everything is the plan of a claim beside the database's log, which
@@ -109,15 +137,19 @@ func everything() frontierPlan {
 	return frontierPlan{dueBound: writePlace{xid: math.MaxUint64, seq: math.MaxInt64}}
 }
 
-// args are the plan's parameters $4, $5 and $7 to $11 of claim_arms.sql,
+// args are the plan's parameters $4, $5 and $7 to $12 of claim_arms.sql,
 // around the highest seq of a fresh row it may take ($6, FreshEvents.UpTo).
 func (pl frontierPlan) args(freshUpTo int64) []any {
 	watch := make([]string, len(pl.watch))
 	for i, x := range pl.watch {
 		watch[i] = strconv.FormatUint(x, 10)
 	}
+	from := pl.watchFrom
+	if from == nil {
+		from = []int64{}
+	}
 	return []any{strconv.FormatUint(pl.start.xid, 10), pl.start.seq, freshUpTo, dueAt(pl.due), pl.due.seq,
-		watch, strconv.FormatUint(pl.dueBound.xid, 10), pl.dueBound.seq}
+		watch, strconv.FormatUint(pl.dueBound.xid, 10), pl.dueBound.seq, from}
 }
 
 // snapshot is a claim statement's snapshot (pg_current_snapshot()).
@@ -170,16 +202,28 @@ type frontierRead struct {
 	snap snapshot
 	// arms by arm number: 0 again, 1 watched, 2 fresh.
 	arms [3]armRead
-	// left are the writers of rows the claim locked but did not take;
-	// writers those of every row it locked.
-	left    map[uint64]bool
-	writers []uint64
+	// left are the writers of rows the claim locked but did not take,
+	// locked those of every row it locked, each with the lowest seq of
+	// such a row; watchedLast the watched arm's writers, each with the
+	// highest seq of a row of it the arm returned.
+	left, locked, watchedLast map[uint64]int64
 	// skipFresh and skipDue are the first rows within what the fresh and
 	// again arms read that another transaction's lock kept from them;
-	// skipWatched the watched writers with such rows (claim_arms.sql).
+	// skipWatched the watched writers with such rows, each with the lowest
+	// seq of one (claim_arms.sql).
 	skipFresh   *writePlace
 	skipDue     *dueKey
-	skipWatched map[uint64]bool
+	skipWatched map[uint64]int64
+}
+
+// lower records seq for x in m, keeping the lowest.
+func lower(m *map[uint64]int64, x uint64, seq int64) {
+	if *m == nil {
+		*m = map[uint64]int64{}
+	}
+	if v, ok := (*m)[x]; !ok || seq < v {
+		(*m)[x] = seq
+	}
 }
 
 // fact records a row of the claim's that is no event: its snapshot, or
@@ -195,10 +239,7 @@ func (r *frontierRead) fact(fact string, writer uint64, seq int64, dueAt time.Ti
 	case fact == "skip again":
 		r.skipDue = &dueKey{at: dueAt, seq: seq}
 	case fact == "skip watched":
-		if r.skipWatched == nil {
-			r.skipWatched = map[uint64]bool{}
-		}
-		r.skipWatched[writer] = true
+		lower(&r.skipWatched, writer, seq)
 	default:
 		return fmt.Errorf("claim: unknown row %q", fact)
 	}
@@ -209,20 +250,24 @@ func (r *frontierRead) fact(fact string, writer uint64, seq int64, dueAt time.Ti
 func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, taken bool) {
 	a := &r.arms[arm]
 	a.n++
-	r.writers = append(r.writers, writer)
+	lower(&r.locked, writer, seq)
 	switch arm {
 	case 0:
 		a.lastDue = laterDue(a.lastDue, dueKey{at: dueAt, seq: seq})
+	case 1:
+		if r.watchedLast == nil {
+			r.watchedLast = map[uint64]int64{}
+		}
+		if v, ok := r.watchedLast[writer]; !ok || seq > v {
+			r.watchedLast[writer] = seq
+		}
 	case 2:
 		if p := (writePlace{writer, seq}); a.lastFresh.before(p) {
 			a.lastFresh = p
 		}
 	}
 	if !taken {
-		if r.left == nil {
-			r.left = map[uint64]bool{}
-		}
-		r.left[writer] = true
+		lower(&r.left, writer, seq)
 	}
 }
 
@@ -231,36 +276,43 @@ func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, t
 // keeps its locks: the writers of rows it left stay watched until the
 // returned function is called, when its transaction has ended. If it
 // ended without a commit (abandoned), every row it locked is PENDING as
-// it was, behind the frontier: their writers are watched again, and the
-// next claim takes them.
+// it was, behind the frontier: their writers are watched again from the
+// lowest row of each it had locked, and the next claim takes them.
 func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierRead, held bool) (release func(abandoned bool)) {
 	if f.watch == nil {
-		f.watch = map[uint64]int{}
+		f.watch = map[uint64]watchPlace{}
 	}
 	release = func(bool) {}
+	if !pl.sweep {
+		f.watchedRead(pl, limit, r)
+	}
+	// Rows left (past the byte limit) are read again from the lowest of
+	// each writer: at once, or, while a held claim holds them, pinned
+	// until it ends.
+	for x, seq := range r.left {
+		f.watchFrom(x, seq)
+	}
 	if held {
 		for x := range r.left {
-			f.watch[x]++
+			w := f.watch[x]
+			w.holds++
+			f.watch[x] = w
 		}
-		left, writers := r.left, r.writers
+		left, locked := r.left, r.locked
 		release = func(abandoned bool) {
-			for x := range left {
-				if f.watch[x] > 0 {
-					f.watch[x]--
+			for x, seq := range left {
+				// Pinned, so still watched; its place may have moved on
+				// past the rows the claim held, which are as they were.
+				if w, ok := f.watch[x]; ok && w.holds > 0 {
+					w.holds--
+					f.watch[x] = w
 				}
+				f.watchFrom(x, seq)
 			}
 			if abandoned {
-				for _, x := range writers {
-					if _, ok := f.watch[x]; !ok {
-						f.watch[x] = 0
-					}
+				for x, seq := range locked {
+					f.watchFrom(x, seq)
 				}
-			}
-		}
-	} else {
-		for x := range r.left {
-			if _, ok := f.watch[x]; !ok {
-				f.watch[x] = 0
 			}
 		}
 	}
@@ -282,10 +334,13 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 	}
 	f.due = laterDue(f.due, due)
 	// Watched writers: dropped once ended and every due row of theirs
-	// was read (the read stopped short) and none is held or was left.
+	// from their place was read (the read stopped short) and none is held
+	// or was left.
 	if watched.n < limit-again.n {
 		for _, x := range pl.watch {
-			if r.snap.ended(x) && f.watch[x] == 0 && !r.left[x] && !r.skipWatched[x] {
+			_, left := r.left[x]
+			_, skipped := r.skipWatched[x]
+			if r.snap.ended(x) && f.watch[x].holds == 0 && !left && !skipped {
 				delete(f.watch, x)
 			}
 		}
@@ -315,10 +370,50 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 	for _, x := range r.snap.running {
 		if x >= f.at.xid && x < to.xid {
 			if _, ok := f.watch[x]; !ok {
-				f.watch[x] = 0
+				f.watch[x] = watchPlace{}
 			}
 		}
 	}
 	f.at = to
 	return release
+}
+
+// watchedRead moves the watched writers' places over what the watched arm
+// read: each to just after the last row of it the arm returned, and never
+// past a row of it that a lock kept from the arm, or that was not due and
+// is outside the due index. The arm reads in (writer, seq) order, each
+// writer from its place; when it stopped at its limit, the second read
+// (skip watched) saw only the first such row in that order, so writers
+// after its writer keep their places. Rows it returned and took are the
+// claim's (an abandoned held claim sets the place back), those it left are
+// read again (done).
+func (f *frontier) watchedRead(pl frontierPlan, limit int, r frontierRead) {
+	toEnd := r.arms[1].n < limit-r.arms[0].n
+	var firstSkip uint64
+	skipped := false
+	if !toEnd {
+		for x := range r.skipWatched {
+			if !skipped || x < firstSkip {
+				firstSkip, skipped = x, true
+			}
+		}
+	}
+	for _, x := range pl.watch {
+		if skipped && x > firstSkip {
+			break
+		}
+		last, read := r.watchedLast[x]
+		w, ok := f.watch[x]
+		if !read || !ok || !r.snap.ended(x) {
+			continue
+		}
+		to := last + 1
+		if s, ok := r.skipWatched[x]; ok && s < to {
+			to = s
+		}
+		if to > w.from {
+			w.from = to
+			f.watch[x] = w
+		}
+	}
 }

@@ -113,7 +113,7 @@ func TestAWatchedWriterIsDroppedOnlyWhenEndedReadAndNotHeld(t *testing.T) {
 	}
 	release(false)
 	// Ended, but a lock kept one of its rows from the read: kept.
-	f.done(f.plan(time.Hour, stamp), 10, stamp, frontierRead{snap: snapshot{xmin: 70, xmax: 70}, skipWatched: map[uint64]bool{50: true}}, false)
+	f.done(f.plan(time.Hour, stamp), 10, stamp, frontierRead{snap: snapshot{xmin: 70, xmax: 70}, skipWatched: map[uint64]int64{50: 3}}, false)
 	if _, ok := f.watch[50]; !ok {
 		t.Fatal("a writer with a row a lock kept from the read was dropped")
 	}
@@ -155,5 +155,109 @@ func TestASweepMovesNothing(t *testing.T) {
 	f.done(pl, 10, stamp, claimed(snapshot{xmin: 900, xmax: 900}, writePlace{800, 1}), false)
 	if f.at != (writePlace{}) || !f.due.at.IsZero() {
 		t.Errorf("a sweep moved the frontier to %+v, due %+v", f.at, f.due)
+	}
+}
+
+// watchedRows is a frontierRead of watched rows (arm 1), all taken, of
+// writer x at seqs, under snap.
+func watchedRows(snap snapshot, x uint64, seqs ...int64) frontierRead {
+	var r frontierRead
+	r.snap = snap
+	for _, s := range seqs {
+		r.row(1, x, s, time.Time{}, true)
+	}
+	return r
+}
+
+func TestAnAbandonedHeldClaimWatchesItsWriterFromItsLowestRow(t *testing.T) {
+	var f frontier
+	ended := snapshot{xmin: 200, xmax: 200}
+	// The fresh arm goes through writer 100's rows, two claims of two.
+	f.done(f.plan(time.Hour, stamp), 2, stamp, claimed(ended, writePlace{100, 1}, writePlace{100, 2}), true)(false)
+	release := f.done(f.plan(time.Hour, stamp), 2, stamp, claimed(ended, writePlace{100, 3}, writePlace{100, 4}), true)
+	release(true)
+	if w, ok := f.watch[100]; !ok || w.from != 3 {
+		t.Fatalf("watch[100] = %+v, %v; want from 3, the lowest row the abandoned claim locked", w, ok)
+	}
+	pl := f.plan(time.Hour, stamp)
+	if len(pl.watch) != 1 || pl.watchFrom[0] != 3 {
+		t.Fatalf("planned watch %v from %v, want 100 from 3", pl.watch, pl.watchFrom)
+	}
+	// The watched arm takes them again, up to its limit: the place moves
+	// on behind them.
+	f.done(pl, 2, stamp, watchedRows(ended, 100, 3, 4), true)(false)
+	if w := f.watch[100]; w.from != 5 {
+		t.Errorf("from = %d after the watched arm took 3 and 4, want 5", w.from)
+	}
+	// Abandoned again, that claim's rows go back, and never forward.
+	release = f.done(f.plan(time.Hour, stamp), 2, stamp, watchedRows(ended, 100, 5, 6), true)
+	if w := f.watch[100]; w.from != 7 {
+		t.Errorf("from = %d after the watched arm took 5 and 6, want 7", w.from)
+	}
+	release(true)
+	if w := f.watch[100]; w.from != 5 {
+		t.Errorf("from = %d after the claim of 5 and 6 was abandoned, want 5", w.from)
+	}
+	// Read to the end, nothing held, ended: dropped.
+	f.done(f.plan(time.Hour, stamp), 10, stamp, watchedRows(ended, 100, 5, 6), false)
+	if _, ok := f.watch[100]; ok {
+		t.Error("a writer whose rows were all read from its place is still watched")
+	}
+}
+
+func TestAWatchedWritersPlaceStopsAtARowALockKeptFromTheArm(t *testing.T) {
+	var f frontier
+	ended := snapshot{xmin: 200, xmax: 200}
+	f.watch = map[uint64]watchPlace{100: {}, 110: {}}
+	// At its limit: rows of 100 and 110 returned, the first row a lock
+	// kept from the arm is 100's 4. 110's place cannot move: rows of it
+	// may have been skipped too, past what the second read saw.
+	r := watchedRows(ended, 100, 1, 2, 3, 5)
+	r.row(1, 110, 20, time.Time{}, true)
+	r.skipWatched = map[uint64]int64{100: 4}
+	f.done(f.plan(time.Hour, stamp), 5, stamp, r, false)
+	if w := f.watch[100]; w.from != 4 {
+		t.Errorf("100 from %d, want 4: the row a lock kept", w.from)
+	}
+	if w := f.watch[110]; w.from != 0 {
+		t.Errorf("110 from %d, want 0: after the first skipped row nothing is known", w.from)
+	}
+	// Read to the end: every skipped row is known, each writer moves.
+	r = watchedRows(ended, 100, 5)
+	r.row(1, 110, 20, time.Time{}, true)
+	r.row(1, 110, 21, time.Time{}, true)
+	r.skipWatched = map[uint64]int64{100: 4}
+	f.done(f.plan(time.Hour, stamp), 10, stamp, r, false)
+	if w := f.watch[100]; w.from != 4 {
+		t.Errorf("100 from %d, want 4 still", w.from)
+	}
+	if w, ok := f.watch[110]; ok {
+		t.Errorf("110 still watched from %d, its rows all read", w.from)
+	}
+	// A running writer's place does not move (its rows are not visible).
+	f.watch[120] = watchPlace{}
+	f.done(f.plan(time.Hour, stamp), 10, stamp, watchedRows(snapshot{xmin: 120, xmax: 130, running: []uint64{120}}, 120, 1), false)
+	if w := f.watch[120]; w.from != 0 {
+		t.Errorf("running 120 from %d, want 0", w.from)
+	}
+}
+
+func TestRowsAHeldClaimLeftAreReadAgainFromTheLowest(t *testing.T) {
+	var f frontier
+	ended := snapshot{xmin: 200, xmax: 200}
+	f.watch = map[uint64]watchPlace{100: {from: 1}}
+	r := watchedRows(ended, 100, 1, 2)
+	r.row(1, 100, 3, time.Time{}, false)
+	r.row(1, 100, 4, time.Time{}, false)
+	release := f.done(f.plan(time.Hour, stamp), 10, stamp, r, true)
+	if w := f.watch[100]; w.from != 3 || w.holds != 1 {
+		t.Errorf("watch[100] = %+v, want from 3, held once: the rows left", w)
+	}
+	// Another claim reads past them (its own lock keeps them from it, and
+	// a bug could move on): the release sets the place back.
+	f.watch[100] = watchPlace{from: 9, holds: 1}
+	release(false)
+	if w := f.watch[100]; w.from != 3 || w.holds != 0 {
+		t.Errorf("watch[100] = %+v after the release, want from 3, not held", w)
 	}
 }

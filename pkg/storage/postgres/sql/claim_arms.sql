@@ -3,6 +3,10 @@
            available_at, seq, COALESCE(writer_xid, '0'::xid8) AS writer,
            octet_length(payload) + pg_column_size(headers) AS size
 {%- end %}
+{% define "watched_row" -%}
+(COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+ AND seq >= ($12::bigint[])[array_position($9::text[]::xid8[], COALESCE(writer_xid, '0'::xid8))])
+{%- end %}
 {% define "claim_arms" -%}
 -- The rows an unordered claim may take, read in three arms that never
 -- overlap (docs/architecture.md, "The claim frontier"). Every claim of rows
@@ -12,13 +16,16 @@
 -- it claimable (writer_xid; NULL, a row from before the column, reads as 0).
 --   again    rows of the due index (available_at after created_at) that are
 --            due, after the due position ($7, $8) in its order, whose writer
---            the frontier has passed (at or before ($10, $11)) and is not
---            watched: scheduled rows and rows backing off, which the fresh
+--            the frontier has passed (at or before ($10, $11)) and that
+--            the watched arm does not read: scheduled rows and rows backing off, which the fresh
 --            arm passed before they were due;
---   watched  the due rows of the writers in $9: transactions that were
---            running when the frontier passed their ids;
---   fresh    due rows after the frontier ($4, $5) in writer order, those of
---            watched writers aside; with the database's log (CAPTURE=wal)
+--   watched  the due rows of the writers in $9 from their places ($12, the
+--            lowest seq each may still have untaken; rows below it are
+--            the other arms'): transactions that were running when the
+--            frontier passed their ids, or whose rows a claim left or
+--            abandoned (watched_row);
+--   fresh    due rows after the frontier ($4, $5) in writer order, those the
+--            watched arm reads aside; with the database's log (CAPTURE=wal)
 --            only those up to seq $6.
 -- Each arm takes what the arms before it left of the batch ($2), and locks
 -- only rows it may take. $3 is the byte limit (payload + headers; 0: none).
@@ -31,7 +38,7 @@ WITH again AS (
     WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
       AND (available_at, seq) > ($7::timestamptz, $8::bigint)
       AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
-      AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+      AND NOT {% template "watched_row" %}
     ORDER BY available_at, seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -39,8 +46,13 @@ WITH again AS (
     SELECT {% template "arm_columns" . %}, 1 AS arm
     FROM {{table}}
     WHERE cardinality($9::text[]) > 0
-      AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
+      AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND {% template "watched_row" %}
       AND available_at <= now()
+      -- The lowest place, as where the index scan starts in every watched
+      -- writer: the per-writer bound above is a filter, and the scan would
+      -- still step over the entries of each writer's rows behind it (a
+      -- row comparison would not set the start next to the = ANY).
+      AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
     FOR UPDATE SKIP LOCKED
@@ -49,7 +61,7 @@ WITH again AS (
     FROM {{table}}
     WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
       AND seq <= $6::bigint AND available_at <= now()
-      AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+      AND NOT {% template "watched_row" %}
       AND event_id NOT IN (SELECT event_id FROM again)
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
     LIMIT greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
@@ -80,9 +92,13 @@ WITH again AS (
            FROM {{table}}
            WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
              AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
-             AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+             AND NOT {% template "watched_row" %}
            ORDER BY COALESCE(writer_xid, '0'::xid8), seq
-           LIMIT (SELECT count(*) FROM fresh) + 1) AS r
+           -- None when the arms before left the fresh arm nothing to take:
+           -- the read would step over the rows the watched arm reads (all
+           -- the rest of a large writer's) for a row it cannot report.
+           LIMIT CASE WHEN greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0) > 0
+                      THEN (SELECT count(*) FROM fresh) + 1 ELSE 0 END) AS r
      WHERE event_id NOT IN (SELECT event_id FROM fresh)
        AND ((SELECT count(*) FROM fresh)
               < greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
@@ -96,7 +112,7 @@ WITH again AS (
            WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
              AND (available_at, seq) > ($7::timestamptz, $8::bigint)
              AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
-             AND COALESCE(writer_xid, '0'::xid8) <> ALL($9::text[]::xid8[])
+             AND NOT {% template "watched_row" %}
            ORDER BY available_at, seq
            LIMIT (SELECT count(*) FROM again) + 1) AS r
      WHERE event_id NOT IN (SELECT event_id FROM again)
@@ -105,16 +121,25 @@ WITH again AS (
      ORDER BY available_at, seq
      LIMIT 1)
     UNION ALL
-    (SELECT DISTINCT 'skip watched', COALESCE(writer_xid, '0'::xid8), 0::bigint, NULL::timestamptz
-     FROM {{table}}
-     -- Only when the watched arm read to the end: one that stopped at its
-     -- limit drops no writer, and the rest of a large writer's rows are
-     -- not read again at every claim.
-     WHERE cardinality($9::text[]) > 0
-       AND (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0)
-       AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
-       AND (available_at <= now() OR available_at <= created_at)
-       AND event_id NOT IN (SELECT event_id FROM watched))
+    -- The watched writers' rows from their places: when the watched arm
+    -- read to the end, all of them, for the lowest such row of each
+    -- writer; when it stopped at its limit, one row more than it returned,
+    -- as for the fresh arm, for the first such row (frontier.watchedRead),
+    -- so that the rest of a large writer's rows are not read at every
+    -- claim.
+    (SELECT 'skip watched', writer, min(seq), NULL::timestamptz
+     FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
+           FROM {{table}}
+           WHERE cardinality($9::text[]) > 0
+             AND greatest($2 - (SELECT count(*) FROM again), 0) > 0
+             AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND {% template "watched_row" %}
+             AND (available_at <= now() OR available_at <= created_at)
+             AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
+           ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+           LIMIT CASE WHEN (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0) THEN NULL
+                      ELSE (SELECT count(*) FROM watched) + 1 END) AS r
+     WHERE event_id NOT IN (SELECT event_id FROM watched)
+     GROUP BY writer)
 ), locked AS (
     -- Taken within the byte limit: a running total in the arms' order, so
     -- that what a claim leaves is a tail of each arm (the first row is
