@@ -102,3 +102,20 @@ func TestNotificationBurstsAreDebounced(t *testing.T) {
 		t.Fatalf("%d claims for %d single-row inserts over %s, want at most %d", store.claims.Load(), n, took, most)
 	}
 }
+
+// With the poll an hour away, only the engine's wait for the next due row
+// (storage.DueWatcher) can deliver a scheduled event: its insert wakes the
+// engine before the event is due, and the claim then finds nothing.
+func TestScheduledEventWakesTheRelayWhenDue(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	srv := natstest.Start(t)
+	srv.Stream(t, jetstream.StreamConfig{Name: "DUE", Subjects: []string{"due.>"}})
+	r := start(t, relay.Config{PollInterval: pollForever}, tb.Store, openNATS(t, srv, ""))
+	listen(t, r, tb.Store)
+
+	for i := range 3 {
+		tb.Insert(t, pgtest.Event{Type: "due.event", AvailableIn: 300 * time.Millisecond})
+		waitCounts(t, tb, 10*time.Second, map[outbox.Status]int{outbox.StatusDelivered: i + 1})
+	}
+}
