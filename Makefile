@@ -129,6 +129,9 @@ lint:
 # MODE=latency: one event per transaction at 100/s, created_at → ack p50/p95/p99
 # and COMMIT → ack p50/p99
 # (PostgreSQL: LISTEN/NOTIFY; MySQL: POLL_INTERVAL=100ms).
+# MODE=scheduled: events due 50 ms-1 s after their insert, 20/s, on
+# PostgreSQL: available_at -> ack p50/p99, polling only against asking when
+# the next row comes due; and the cost of that question on an idle table.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 # MODE=memory-large: the same with 150 events of 10 MB into null://, which
@@ -169,6 +172,9 @@ BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)
 bench: services
 ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay -storage $(STORAGE)
+else ifeq ($(MODE),scheduled)
+	$(GO) test -run '^$$' -bench 'ScheduledNATS$$' -benchtime 1x ./pkg/relay
+	$(GO) test -run '^$$' -bench 'NextDueIdle$$' -benchtime 5000x ./pkg/storage/postgres
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),memory-large)
