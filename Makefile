@@ -132,6 +132,9 @@ lint:
 # MODE=prepared: the latency benchmark for a two-phase producer (outbox.notify
 # off, PREPARE, PREPARED_GAP, COMMIT PREPARED) on a private cluster with
 # max_prepared_transactions: COMMIT PREPARED → ack p50/p99/max.
+# MODE=scheduled: events due 50 ms-1 s after their insert, 20/s, on
+# PostgreSQL: available_at -> ack p50/p99, polling only against asking when
+# the next row comes due; and the cost of that question on an idle table.
 # MODE=ordering: a 100-key backlog with ORDERING=partition and with none.
 # MODE=memory: the relay binary drains 1,000,000 events; peak and quarterly RSS.
 # MODE=memory-large: the same with 150 events of 10 MB into null://, which
@@ -178,6 +181,9 @@ ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay -storage $(STORAGE)
 else ifeq ($(MODE),prepared)
 	$(GO) test -run '^$$' -bench 'LatencyPrepared$$' -benchtime 1x ./pkg/relay -prepared.gap $(PREPARED_GAP)
+else ifeq ($(MODE),scheduled)
+	$(GO) test -run '^$$' -bench 'ScheduledNATS$$' -benchtime 1x ./pkg/relay
+	$(GO) test -run '^$$' -bench 'NextDueIdle$$' -benchtime 5000x ./pkg/storage/postgres
 else ifeq ($(MODE),memory)
 	$(GO) test -run '^$$' -bench 'DrainMemory$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),memory-large)

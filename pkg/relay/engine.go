@@ -68,7 +68,10 @@ type Engine struct {
 	log  *slog.Logger
 	obs  Observer
 
-	wake   chan struct{}
+	wake chan struct{}
+	// due tells when the next scheduled or backed-off row comes due; nil
+	// when the storage cannot, and the poll finds such rows.
+	due    storage.DueWatcher
 	health *health
 	notify debouncer
 	broker *brokerGate
@@ -106,6 +109,7 @@ func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, err
 		v.Expect("LeaseMode", false, "lock: this storage cannot hold claims (PostgreSQL can); use auto or status")
 		return nil, v.Err()
 	}
+	e.due, _ = store.(storage.DueWatcher)
 	e.notify = debouncer{wait: cfg.NotifyDebounce, wake: e.Wake}
 	brokerLog := e.log
 	if cfg.Broker != "" {
@@ -302,15 +306,44 @@ func (e *Engine) claim(publishing, settling context.Context) (*claimed, error) {
 	return c, err
 }
 
-// idle waits for a wakeup, the poll interval, or the end of ctx.
+// idle waits for a wakeup, the next row to come due, the poll interval, or
+// the end of ctx.
 func (e *Engine) idle(ctx context.Context) {
-	t := time.NewTimer(e.cfg.PollInterval)
+	t := time.NewTimer(e.untilDue(ctx))
 	defer t.Stop()
 	select {
 	case <-e.wake:
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// untilDue is how long an idle engine waits before it claims again: until
+// the next scheduled or backed-off row comes due, where the storage says
+// (DueWatcher), and at most PollInterval, which still covers what it does
+// not say and a lookup that fails. The storage measures the wait on the
+// database's clock, the claim's, and the timer runs on this process's
+// monotonic one, so a skew between the clocks neither delays the claim nor
+// makes the engine spin on a row it thinks is overdue.
+func (e *Engine) untilDue(ctx context.Context) time.Duration {
+	wait := e.cfg.PollInterval
+	if e.due == nil {
+		return wait
+	}
+	// A database that does not answer holds the engine no longer than a
+	// poll would have.
+	lookup, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	d, ok, err := e.due.NextDue(lookup)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			e.log.Debug("next due time unknown; polling", "error", err)
+		}
+	case ok:
+		wait = min(wait, d)
+	}
+	return wait
 }
 
 // freshScope is the engine's storage.FreshEvents, which a Capture sets.

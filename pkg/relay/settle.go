@@ -101,6 +101,12 @@ func (c *claimed) settle(o outcome) {
 		// which held the rows past that limit locked until now.
 		e.Wake()
 	}
+	if e.due != nil && len(o.failed) > o.dead {
+		// A retry comes due after its back-off, which the engine, idle
+		// since, would otherwise wait a poll for: the claim it wakes finds
+		// nothing due and asks the storage when the retry is (idle).
+		e.Wake()
+	}
 }
 
 // record writes the outcome, one statement per kind, each retried until it

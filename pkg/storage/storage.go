@@ -220,6 +220,23 @@ type Notifier interface {
 	Listen(ctx context.Context, onNotify func()) error
 }
 
+// DueWatcher is offered by a storage that can tell the relay when its next
+// scheduled or backed-off row comes due, so that the relay wakes for it
+// instead of waiting out its poll (PostgreSQL, from due_at_idx). It is
+// optional: the relay finds it at start with a type assertion and polls
+// where it is missing.
+type DueWatcher interface {
+	// NextDue returns how long, by the database's clock, until the
+	// earliest PENDING row that is not due yet comes due, and false when
+	// no such row is known. The wait is a duration, not a time, so that
+	// the relay waits it on its own monotonic clock and a skew between the
+	// two clocks delays nothing. It is always positive: a row already due
+	// is the claim's to find, never a reason to wake again at once. A
+	// driver may leave out rows it cannot find cheaply (the relay's poll
+	// still finds them).
+	NextDue(ctx context.Context) (wait time.Duration, ok bool, err error)
+}
+
 // SQLDatabase is offered by a storage that database/sql reaches. Tools that
 // keep tables of their own next to the outbox — the consumer inbox's
 // relay-cli commands — use it, so that they need no database client of
