@@ -79,6 +79,10 @@ type Engine struct {
 	// broker drop its connection; claims wait meanwhile.
 	isolation sync.RWMutex
 
+	// claimedAt is the database's time (now()) of the last claim: the rows
+	// due by then were its to find, and those due since are the idle
+	// engine's to wake for (untilDue). Only the claim loop touches it.
+	claimedAt time.Time
 	// cursor is where the next ordered claim's walk starts, as the last
 	// one returned it (Batch.After); only the claim loop touches it.
 	cursor string
@@ -299,6 +303,9 @@ func (e *Engine) claim(publishing, settling context.Context) (*claimed, error) {
 		c.batch, err = e.store.Claim(claimCtx, p)
 	}
 	end(len(c.batch.Events), err)
+	if err == nil && !c.batch.Lease.LockedAt.IsZero() {
+		e.claimedAt = c.batch.Lease.LockedAt
+	}
 	if err == nil && e.cfg.Ordering == storage.OrderingPartition {
 		// The driver knows where its walk over keys ended.
 		e.cursor = c.batch.After
@@ -334,7 +341,7 @@ func (e *Engine) untilDue(ctx context.Context) time.Duration {
 	// poll would have.
 	lookup, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	d, ok, err := e.due.NextDue(lookup)
+	d, ok, err := e.due.NextDue(lookup, e.claimedAt)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {

@@ -227,14 +227,18 @@ type Notifier interface {
 // where it is missing.
 type DueWatcher interface {
 	// NextDue returns how long, by the database's clock, until the
-	// earliest PENDING row that is not due yet comes due, and false when
-	// no such row is known. The wait is a duration, not a time, so that
-	// the relay waits it on its own monotonic clock and a skew between the
-	// two clocks delays nothing. It is always positive: a row already due
-	// is the claim's to find, never a reason to wake again at once. A
-	// driver may leave out rows it cannot find cheaply (the relay's poll
-	// still finds them).
-	NextDue(ctx context.Context) (wait time.Duration, ok bool, err error)
+	// earliest PENDING row that comes due after since (the database time,
+	// now(), of the relay's last claim) comes due, and false when no such
+	// row is known. A row due at or before since was that claim's to find;
+	// one due after it but due already by now gives a wait of 0: it came
+	// due between the claim and the question, and the claim never saw it
+	// due. (Asking for rows due after now() alone lost exactly those,
+	// until the next poll.) A relay therefore cannot spin: each claim
+	// moves since past what it could take. The wait is a duration, not a
+	// time, so that the relay waits it on its own monotonic clock and a
+	// skew between the two clocks delays nothing. A driver may leave out
+	// rows it cannot find cheaply (the relay's poll still finds them).
+	NextDue(ctx context.Context, since time.Time) (wait time.Duration, ok bool, err error)
 }
 
 // SQLDatabase is offered by a storage that database/sql reaches. Tools that

@@ -23,7 +23,7 @@ func BenchmarkNextDueIdle(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for range b.N {
-				if _, ok, err := tb.Store.NextDue(ctx); err != nil || ok {
+				if _, ok, err := tb.Store.NextDue(ctx, time.Time{}); err != nil || ok {
 					b.Fatalf("NextDue: ok=%v err=%v", ok, err)
 				}
 			}
