@@ -5,6 +5,7 @@ import (
 	"flag"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,23 +82,22 @@ func (a *ackClock) percentile(p float64) time.Duration {
 	return percentile(a.latencies, p)
 }
 
-// BenchmarkLatencyNATS inserts one event per transaction at -latency.rate
-// per second and reports the created_at → acknowledgement latency
-// percentiles. On PostgreSQL the relay listens for notifications; on MySQL,
-// which cannot notify, it polls every -latency.poll.
-func BenchmarkLatencyNATS(b *testing.B) {
-	tb := newBenchTable(b)
+// trickleRelay starts one relay on store that publishes into a file-backed
+// JetStream stream of an in-process NATS server taking subjects
+// (prefix.>), each acknowledgement timed by the returned ackClock, woken
+// by listen's notifications where listen is not nil and polling every
+// poll. stop ends it and waits for it.
+func trickleRelay(b *testing.B, store storage.Queue, listen storage.Notifier, prefix string, poll time.Duration) (clock *ackClock, stop func()) {
+	b.Helper()
 	srv := natstest.Start(b)
-	srv.Stream(b, jetstream.StreamConfig{Name: "LATENCY", Subjects: []string{"latency.>"}, Storage: jetstream.FileStorage})
+	srv.Stream(b, jetstream.StreamConfig{Name: strings.ToUpper(prefix), Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage})
 	pub, err := publisher.Open(context.Background(), srv.URL())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer pub.Close(context.Background())
-	clock := &ackClock{Publisher: pub}
-
-	cfg := relay.Config{RelayID: "latency", NotifyDebounce: relay.NotifyDebounceDefault, PollInterval: *latencyPoll}
-	e, err := relay.New(cfg, tb.store, clock)
+	clock = &ackClock{Publisher: pub}
+	cfg := relay.Config{RelayID: prefix, NotifyDebounce: relay.NotifyDebounceDefault, PollInterval: poll}
+	e, err := relay.New(cfg, store, clock)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,11 +105,26 @@ func BenchmarkLatencyNATS(b *testing.B) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); e.Run(ctx) }()
-	if n, ok := tb.store.(storage.Notifier); ok {
+	if listen != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); e.Listen(ctx, n) }()
+		go func() { defer wg.Done(); e.Listen(ctx, listen) }()
 	}
-	defer func() { cancel(); wg.Wait() }()
+	return clock, func() {
+		cancel()
+		wg.Wait()
+		_ = pub.Close(context.Background())
+	}
+}
+
+// BenchmarkLatencyNATS inserts one event per transaction at -latency.rate
+// per second and reports the created_at → acknowledgement latency
+// percentiles. On PostgreSQL the relay listens for notifications; on MySQL,
+// which cannot notify, it polls every -latency.poll.
+func BenchmarkLatencyNATS(b *testing.B) {
+	tb := newBenchTable(b)
+	listen, _ := tb.store.(storage.Notifier)
+	clock, stop := trickleRelay(b, tb.store, listen, "latency", *latencyPoll)
+	defer stop()
 
 	committed := map[string]time.Time{}
 	b.ResetTimer()

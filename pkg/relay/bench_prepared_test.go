@@ -1,23 +1,15 @@
 package relay_test
 
 import (
-	"context"
 	"flag"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/pgcluster"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/publisher"
-	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 var preparedGap = flag.Duration("prepared.gap", 10*time.Millisecond,
@@ -32,25 +24,8 @@ var preparedGap = flag.Duration("prepared.gap", 10*time.Millisecond,
 func BenchmarkLatencyPrepared(b *testing.B) {
 	c := pgcluster.Start(b, pgcluster.Options{Settings: []string{"max_prepared_transactions = 10"}})
 	tb := pgtest.NewAt(b, c.URL(c.CreateDatabase(b)))
-	srv := natstest.Start(b)
-	srv.Stream(b, jetstream.StreamConfig{Name: "PREPARED", Subjects: []string{"prepared.>"}, Storage: jetstream.FileStorage})
-	pub, err := publisher.Open(context.Background(), srv.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close(context.Background())
-	clock := &ackClock{Publisher: pub}
-	cfg := relay.Config{RelayID: "prepared", NotifyDebounce: relay.NotifyDebounceDefault, PollInterval: *latencyPoll}
-	e, err := relay.New(cfg, tb.Store, clock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); e.Run(ctx) }()
-	go func() { defer wg.Done(); e.Listen(ctx, storage.Notifier(tb.Store)) }()
-	defer func() { cancel(); wg.Wait() }()
+	clock, stop := trickleRelay(b, tb.Store, tb.Store, "prepared", *latencyPoll)
+	defer stop()
 
 	committed := map[string]time.Time{}
 	b.ResetTimer()

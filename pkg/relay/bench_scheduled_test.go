@@ -1,21 +1,15 @@
 package relay_test
 
 import (
-	"context"
 	"flag"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/outbox-relay/relay/internal/eventually"
-	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -43,30 +37,12 @@ func BenchmarkScheduledNATS(b *testing.B) {
 	for _, mode := range []string{"poll", "due"} {
 		b.Run(mode, func(b *testing.B) {
 			tb := pgtest.New(b)
-			srv := natstest.Start(b)
-			srv.Stream(b, jetstream.StreamConfig{Name: "SCHEDULED", Subjects: []string{"scheduled.>"}, Storage: jetstream.FileStorage})
-			pub, err := publisher.Open(context.Background(), srv.URL())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pub.Close(context.Background())
-			clock := &ackClock{Publisher: pub}
-
 			var store storage.Queue = tb.Store
 			if mode == "poll" {
 				store = pollOnly{tb.Store, tb.Store}
 			}
-			cfg := relay.Config{RelayID: "scheduled", NotifyDebounce: relay.NotifyDebounceDefault, PollInterval: *scheduledPoll}
-			e, err := relay.New(cfg, store, clock)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Add(2)
-			go func() { defer wg.Done(); e.Run(ctx) }()
-			go func() { defer wg.Done(); e.Listen(ctx, tb.Store) }()
-			defer func() { cancel(); wg.Wait() }()
+			clock, stop := trickleRelay(b, store, tb.Store, "scheduled", *scheduledPoll)
+			defer stop()
 
 			due := map[string]time.Time{}
 			b.ResetTimer()
