@@ -11,50 +11,24 @@ import (
 )
 
 // pubWatch reads the publication's identity every interval on a
-// connection of its own (the replication connection is busy streaming)
-// and remembers the first change: the stream ends with it, since the slot
-// cannot follow a publication that changed under it. A failed read is no
-// change; the stream's own errors cover a lost server.
+// connection of its own and remembers the first change: the stream ends
+// with it, since the slot cannot follow a publication that changed under
+// it. A failed read is no change; the stream's own errors cover a lost
+// server.
 type pubWatch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	*sideLoop
 
 	mu  sync.Mutex
 	err error
 }
 
 func startPubWatch(ctx context.Context, connString string, every time.Duration, name, query, opened string, log *slog.Logger) *pubWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &pubWatch{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		var conn *pgconn.PgConn
-		defer func() {
-			if conn != nil {
-				_ = conn.Close(context.Background())
-			}
-		}()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var err error
-			if conn == nil || conn.IsClosed() {
-				if conn, err = connect(ctx, connString, false); err != nil {
-					conn = nil
-					continue
-				}
-			}
+	w := &pubWatch{}
+	w.sideLoop = startSideLoop(ctx, connString, every, log, "checking the publication failed; checking again",
+		func(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
 			results, err := conn.Exec(ctx, query).ReadAll()
 			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("checking the publication failed; checking again", "error", err)
-				}
-				continue
+				return false, err
 			}
 			now := ""
 			for _, res := range results {
@@ -63,7 +37,7 @@ func startPubWatch(ctx context.Context, connString string, every time.Duration, 
 				}
 			}
 			if now == opened {
-				continue
+				return false, nil
 			}
 			what := "was dropped, made again or altered, or the table left it"
 			if now == "" {
@@ -72,9 +46,8 @@ func startPubWatch(ctx context.Context, connString string, every time.Duration, 
 			w.mu.Lock()
 			w.err = fmt.Errorf("publication %s %s (identity %s, now %q): %w", name, what, opened, now, ErrPublicationChanged)
 			w.mu.Unlock()
-			return
-		}
-	}()
+			return true, nil
+		})
 	return w
 }
 
@@ -83,9 +56,4 @@ func (w *pubWatch) changed() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.err
-}
-
-func (w *pubWatch) stop() {
-	w.cancel()
-	<-w.done
 }

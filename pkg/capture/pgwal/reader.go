@@ -595,7 +595,7 @@ func (r *Reader) Close(ctx context.Context) error {
 func (r *Reader) stream(ctx context.Context) {
 	defer close(r.done)
 	defer close(r.out)
-	var hb *heartbeat
+	var hb *sideLoop
 	if r.cfg.Heartbeat > 0 {
 		hb = startHeartbeat(ctx, r.cfg.ConnString, r.cfg.Heartbeat, r.log)
 		defer hb.stop()
