@@ -218,19 +218,12 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 	// ahead; rows applied as a logical replica applies them (its triggers
 	// off but the ALWAYS ones, the publisher's ids in the column); or a
 	// two-phase commit, which sends no notification.
-	writer := []string{"", "", "", "", "", "", "update", "replica", "prepared"}[r.IntN(9)]
-	if writer != "" {
-		m.Produced(writer)
+	writer := pgtest.Writers[r.IntN(len(pgtest.Writers))]
+	if writer != pgtest.WriterPlain {
+		m.Produced(string(writer))
 	}
-	switch writer {
-	case "replica":
-		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
-			return err
-		}
-	case "prepared":
-		if _, err := tx.Exec(ctx, "SET LOCAL outbox.notify = off"); err != nil {
-			return err
-		}
+	if err := writer.Begin(ctx, tx); err != nil {
+		return err
 	}
 	// Under ORDERING=partition most transactions write under one key, of
 	// a few: their events must go out in the order written.
@@ -239,15 +232,15 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 		key = fmt.Sprintf("k%d", r.IntN(6))
 	}
 	// The writer a replica's row carries: another cluster's id.
-	foreign := []string{"'0'", "'5'", "'" + farAhead + "'", "'1099511627776'"}[r.IntN(4)]
+	foreign := pgtest.Foreign[r.IntN(len(pgtest.Foreign))]
 	row := func(i int) string {
-		if writer == "replica" {
+		if writer == pgtest.WriterReplica {
 			return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s, '%s', %s::xid8)", ids[i], typ, created, available, key, foreign)
 		}
 		return fmt.Sprintf("('%s'::uuid, '%s', 'x', %s, %s, '%s')", ids[i], typ, created, available, key)
 	}
 	cols := "(event_id, event_type, payload, created_at, available_at, partition_key)"
-	if writer == "replica" {
+	if writer == pgtest.WriterReplica {
 		kind = "values"
 		cols = "(event_id, event_type, payload, created_at, available_at, partition_key, writer_xid)"
 	}
@@ -307,51 +300,20 @@ func produceOne(ctx context.Context, tb *pgtest.Table, m *interleave.Model, r *r
 			return err
 		}
 	}
-	due := map[uuid.UUID]time.Time{}
-	rows, err := tx.Query(ctx, "SELECT event_id, available_at FROM "+tb.Name+" WHERE event_id = ANY($1)", ids)
+	due, err := pgtest.DueTimes(ctx, tx, tb.Name, ids)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var id uuid.UUID
-		var at time.Time
-		if err := rows.Scan(&id, &at); err != nil {
-			return err
-		}
-		due[id] = at
-	}
-	if err := rows.Err(); err != nil {
+	if err := writer.Rewrite(ctx, tx, tb.Name, ids, foreign); err != nil {
 		return err
 	}
-	if writer == "update" {
-		if _, err := tx.Exec(ctx, "UPDATE "+tb.Name+" SET writer_xid = "+foreign+" WHERE event_id = ANY($1)", ids); err != nil {
-			return err
-		}
-	}
-	if kind != "insert" && hold > 0 && writer != "prepared" {
-		time.Sleep(hold)
+	// The inserts spread a plain INSERT's hold; the others hold at the end.
+	end := time.Duration(0)
+	if kind != "insert" || writer == pgtest.WriterPrepared {
+		end = hold
 	}
 	rollBack := r.IntN(10) == 0
-	if writer == "prepared" {
-		// Prepared, the transaction leaves its session; it stays running
-		// for the hold, and ends by its id.
-		gid := "p" + ids[0].String()
-		if _, err := tx.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'"); err != nil {
-			return err
-		}
-		time.Sleep(hold)
-		end := "COMMIT PREPARED '" + gid + "'"
-		if rollBack {
-			end = "ROLLBACK PREPARED '" + gid + "'"
-		}
-		if _, err := conn.Exec(ctx, end); err != nil {
-			return err
-		}
-	} else if rollBack {
-		if err := tx.Rollback(ctx); err != nil {
-			return err
-		}
-	} else if err := tx.Commit(ctx); err != nil {
+	if err := writer.End(ctx, conn, tx, "p"+ids[0].String(), end, rollBack); err != nil {
 		return err
 	}
 	if rollBack {
