@@ -81,13 +81,17 @@ compose-check:
 # PostgreSQL clusters, sweeps off (docs/architecture.md, "The claim
 # frontier"). STORAGE=mysql: a database of its own on the local MariaDB,
 # sweeps every second, the guard MySQL's cursor still needs (SWEEP=24h
-# turns them off, and shows why: "Storage drivers").
+# turns them off, and shows why: "Storage drivers"). CAPTURE=wal: the
+# relays with CAPTURE=wal on a private cluster while an operator changes
+# the publication under them (pkg/relay, "Capture from the WAL").
 DURATION ?= 1m
 SEED ?=
 SWEEP ?=
+CAPTURE ?= poll
+FUZZ_PKG = $(if $(filter wal,$(CAPTURE)),./pkg/relay/,./pkg/storage/$(STORAGE)/)
 fuzz: services
 	INTERLEAVE_DURATION=$(DURATION) INTERLEAVE_SEED=$(SEED) INTERLEAVE_SWEEP=$(SWEEP) $(GO) test -race -count=1 -timeout 0 -v \
-		-run 'ClaimsUnderRandomInterleavings$$' ./pkg/storage/$(STORAGE)/
+		-run 'ClaimsUnderRandomInterleavings$$' $(FUZZ_PKG)
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services

@@ -30,10 +30,6 @@ const (
 	// this long after the server notices (at once for a closed
 	// connection, wal_sender_timeout for a silent one).
 	StandbyRetryDefault = time.Second
-	// captureFallbackAfter is how long the log may fail to open before the
-	// claims poll for every event, so that a stream that cannot start
-	// delays events by at most this much.
-	captureFallbackAfter = 30 * time.Second
 	// backfillCheck is how often a backfill looks whether it is done.
 	backfillCheck = 250 * time.Millisecond
 	// streamSteady is how long a stream must have run for its end to
@@ -102,9 +98,6 @@ type Capture struct {
 	err    error
 	opened bool   // a stream was open before: a new slot now is a gap filled from the table
 	server string // the database server of the last stream (capture.Start.Server)
-	// backfillTo is the highest seq of the stream's backfill while it
-	// lasts, for the blocked keys (deferBlocked); 0 otherwise.
-	backfillTo atomic.Int64
 }
 
 // NewCapture returns a Capture that publishes through e and leaves to e's
@@ -115,11 +108,12 @@ func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, cfg Capt
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	// Until a stream opens the claims leave fresh events to it: an event
-	// they took the stream would send again. Its backfill claims what is
-	// not in the stream; a log that cannot open, or takes to open, for
-	// captureFallbackAfter hands every event to the claims.
-	e.fresh.set(freshToLog)
+	// The claims leave fresh events to the log while a stream holds the
+	// table's log lock, and take them all while none does (a stream not
+	// open yet, lost, failing, or another relay's that died): the
+	// storage decides by the lock in each claim's own transaction
+	// (storage.FreshEvents). A stream's backfill claims what is not in it.
+	e.fresh.set(freshUnstreamed)
 	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), cfg: cfg, obs: cfg.Observer,
 		state: CaptureStarting}, nil
 }
@@ -150,26 +144,12 @@ func (c *Capture) setState(s CaptureState, err error) {
 // event to the claims until it can.
 func (c *Capture) Run(ctx context.Context) error {
 	retry := c.cfg.StandbyRetry
-	var failingSince time.Time
 	backoff := storageBackoffMin
 	for ctx.Err() == nil {
 		// Opening can wait (a new slot waits for the transactions running
-		// then to end): the claims take every event if it waits too long.
-		var opening sync.Mutex
-		waiting := true
-		waited := time.AfterFunc(captureFallbackAfter, func() {
-			opening.Lock()
-			defer opening.Unlock()
-			if waiting && c.e.fresh.replace(freshToLog, freshAll) {
-				c.log.Warn("opening the log takes over " + captureFallbackAfter.String() + "; claiming every event from the table meanwhile")
-				c.e.Wake()
-			}
-		})
+		// then to end); no stream holds the log lock meanwhile, so the
+		// claims take every event.
 		stream, start, err := c.src.Open(ctx)
-		waited.Stop()
-		opening.Lock()
-		waiting = false
-		opening.Unlock()
 		var setup *capture.SetupError
 		switch {
 		case err == nil:
@@ -180,9 +160,7 @@ func (c *Capture) Run(ctx context.Context) error {
 			// dropped): exiting would stop the claims too. Every event is
 			// claimed from the table until an operator applies the fix;
 			// the next open then makes a new slot.
-			if c.e.fresh.set(freshAll) != freshAll {
-				c.e.Wake()
-			}
+			c.e.Wake()
 			c.setState(CaptureFailing, err)
 			c.log.Error("the log cannot be read until an operator acts; claiming every event from the table meanwhile",
 				"error", err, "retry_in", backoff)
@@ -193,11 +171,9 @@ func (c *Capture) Run(ctx context.Context) error {
 			c.setState(CaptureFailing, err)
 			return err
 		case errors.Is(err, capture.ErrBusy):
-			failingSince = time.Time{}
 			if st, _ := c.Status(); st != CaptureStandby {
 				c.log.Info("another relay reads the log; claiming only events due again")
 			}
-			c.e.fresh.set(freshToLog)
 			c.setState(CaptureStandby, nil)
 			sleep(ctx, retry)
 			continue
@@ -205,20 +181,13 @@ func (c *Capture) Run(ctx context.Context) error {
 			c.lost(ctx, err, &backoff)
 			continue
 		default:
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			if time.Since(failingSince) >= captureFallbackAfter && c.e.fresh.set(freshAll) != freshAll {
-				c.log.Error("the log has not opened for "+captureFallbackAfter.String()+"; claiming every event from the table until it does", "error", err)
-				c.e.Wake()
-			}
+			c.e.Wake()
 			c.setState(CaptureFailing, err)
-			c.log.Warn("opening the log failed; retrying", "error", err, "retry_in", backoff)
+			c.log.Warn("opening the log failed; claiming every event from the table until it opens; retrying", "error", err, "retry_in", backoff)
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, storageBackoffMax)
 			continue
 		}
-		failingSince = time.Time{}
 		if c.server != "" && start.Server != c.server {
 			c.log.Warn("the database server is not the one of the last stream: a failover or a restore; "+
 				"a slot there starts afresh and events written in between are claimed from the table",
@@ -238,6 +207,10 @@ func (c *Capture) Run(ctx context.Context) error {
 		c.opened = true
 		began := time.Now()
 		err = c.stream(ctx, stream)
+		// Every batch of the stream is recorded: the claims may take what
+		// no other stream reads.
+		c.e.fresh.set(freshUnstreamed)
+		c.e.Wake()
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = stream.Close(closeCtx)
 		cancel()
@@ -275,7 +248,6 @@ func (c *Capture) Run(ctx context.Context) error {
 func (c *Capture) lost(ctx context.Context, err error, backoff *time.Duration) {
 	c.log.Error("the log lost its position; claiming every event from the table while the replication slot is made anew, so none is skipped",
 		"error", err)
-	c.e.fresh.set(freshAll)
 	c.e.Wake()
 	c.setState(CaptureLost, err)
 	if err := c.src.Reset(ctx); err != nil && ctx.Err() == nil {
@@ -291,34 +263,30 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	// The backfill's watcher ends with the stream.
 	ctx, endStream := context.WithCancel(parent)
 	defer endStream()
-	// Everything written before the stream's position that is not
-	// delivered yet — all of it when the slot is new, what a previous
-	// backfill left otherwise — is claimed from the table up to the
-	// highest seq handed out now, once every transaction that committed
-	// before the stream opened is acknowledged: the stream sends again
-	// what it had not acknowledged, and those events are delivered by
-	// then, so none goes twice. Meanwhile the claims leave fresh events
-	// alone.
+	// The stream and the claims split the fresh events by seq, the
+	// highest handed out now that the stream holds the table's log lock
+	// (so every claim that took fresh events past a backfill has ended,
+	// and none takes any more) and its position is fixed: the claims
+	// deliver those up to it that are not delivered yet — all of them
+	// when the slot is new, what a previous stream left otherwise — and
+	// the stream hands them every such event it meets instead of
+	// publishing it (a transaction open now commits into the stream
+	// later; a replay sends again what was not acknowledged); the events
+	// after it are the stream's alone, since their transactions commit
+	// after its position. Disjoint sets, so no event goes twice, however
+	// the stream and the claims interleave (docs/architecture.md,
+	// "Capture from the WAL").
 	upTo, err := c.lastSeq(ctx)
 	if err != nil {
 		return err
 	}
-	c.e.fresh.set(freshToLog)
 	if upTo > 0 {
-		c.backfillTo.Store(upTo)
+		c.e.fresh.set(freshBackfill(upTo))
+		c.e.Wake()
 		c.setState(CaptureBackfilling, nil)
-		go func() {
-			select {
-			case <-s.CaughtUp():
-			case <-ctx.Done():
-				return
-			}
-			c.e.fresh.set(freshBackfill(upTo))
-			c.e.Wake()
-			c.watchBackfill(ctx, upTo)
-		}()
+		go c.watchBackfill(ctx, upTo)
 	} else {
-		c.backfillTo.Store(0)
+		c.e.fresh.set(freshStreamed)
 		c.setState(CaptureStreaming, nil)
 	}
 
@@ -381,7 +349,7 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 				return nil
 			}
 		}
-		b := logBatch{release: release}
+		b := logBatch{release: release, claimsTo: upTo}
 		var size int64
 		for {
 			// What is queued first, then what has arrived meanwhile,
@@ -503,8 +471,7 @@ func (c *Capture) watchBackfill(ctx context.Context, upTo int64) {
 		if err != nil || left {
 			continue
 		}
-		if c.e.fresh.replace(freshBackfill(upTo), freshToLog) {
-			c.backfillTo.Store(0)
+		if c.e.fresh.replace(freshBackfill(upTo), freshStreamed) {
 			c.log.Info("backfill done: every event written before the stream's position is claimed or settled", "up_to_seq", upTo)
 			c.setState(CaptureStreaming, nil)
 		}
@@ -516,6 +483,9 @@ func (c *Capture) watchBackfill(ctx context.Context, upTo int64) {
 type logBatch struct {
 	txns []capture.Txn
 	n    int
+	// claimsTo is the highest seq of the fresh events that are the
+	// claims' during this stream (see stream): the batch hands them over.
+	claimsTo int64
 	// release ends the batch's stream early (see stream): a record that
 	// fails must not leave the server waiting on the stream.
 	release func()
@@ -560,8 +530,9 @@ type logOutcome struct {
 }
 
 // process sends a batch of the log's events through the engine's pipeline
-// (logSource settles it). Under ordering the events whose key an earlier
-// event blocks are left out of the publish and handed to the claims.
+// (logSource settles it). The events that are the claims' (b.claimsTo),
+// and under ordering those whose key an earlier event blocks, are left
+// out of the publish and handed to the claims.
 func (c *Capture) process(publishing, settling context.Context, b logBatch, records chan<- logOutcome) {
 	events := make([]outbox.Event, 0, b.n)
 	seqs := make([]int64, 0, b.n)
@@ -576,6 +547,16 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 		if !ok {
 			return
 		}
+	} else if b.claimsTo > 0 {
+		send := events[:0:0]
+		for i := range events {
+			if seqs[i] <= b.claimsTo {
+				handOver = append(handOver, events[i])
+			} else {
+				send = append(send, events[i])
+			}
+		}
+		events = send
 	}
 	src := &logSource{c: c, b: b, handOver: handOver, records: records, ctx: publishing, settleBy: settling}
 	c.e.process(&batch{events: events, ctx: publishing, settleBy: settling, source: src})
@@ -696,11 +677,12 @@ func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	}
 }
 
-// deferBlocked keeps the events whose key is blocked by an earlier event (one due
-// again after a failure, one a claim holds, or a DEAD one under
-// ORDERING_ON_DEAD=block) from the publish: they are handed to the ordered
-// claims, which deliver a key's events in order. ok is false when shutdown
-// came first.
+// deferBlocked keeps the events that are the claims' (b.claimsTo), and
+// those whose key is blocked by an earlier event (one due again after a
+// failure, one a claim holds, a fresh one that is the claims', or a DEAD
+// one under ORDERING_ON_DEAD=block), from the publish: they are handed to
+// the ordered claims, which deliver a key's events in order. ok is false
+// when shutdown came first.
 //
 // It asks only once b's transactions are visible to other sessions: the
 // stream may deliver a commit before they are, and a read of blocked keys
@@ -717,7 +699,15 @@ func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.
 		}
 	}
 	if len(keys) == 0 {
-		return events, nil, true
+		send = events[:0:0]
+		for i := range events {
+			if seqs[i] <= b.claimsTo {
+				hand = append(hand, events[i])
+			} else {
+				send = append(send, events[i])
+			}
+		}
+		return send, hand, true
 	}
 	var blocked map[string]int64
 	wait := storageBackoffMin
@@ -725,7 +715,7 @@ func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.
 		err := c.waitVisible(ctx, b)
 		if err == nil {
 			blocked, err = c.rec.BlockedKeys(ctx, storage.BlockedKeysParams{
-				Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: c.backfillTo.Load()})
+				Keys: keys, OnDead: c.e.cfg.OnDead, Backfill: b.claimsTo})
 		}
 		if err == nil {
 			break
@@ -739,7 +729,7 @@ func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.
 	}
 	send = events[:0:0]
 	for i := range events {
-		if s, ok := blocked[events[i].PartitionKey]; ok && s < seqs[i] {
+		if s, ok := blocked[events[i].PartitionKey]; ok && s < seqs[i] || seqs[i] <= b.claimsTo {
 			hand = append(hand, events[i])
 		} else {
 			send = append(send, events[i])

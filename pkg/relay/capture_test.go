@@ -715,9 +715,9 @@ func TestWALKeepsAKeysOrderWhenItsMiddleEventIsTheClaims(t *testing.T) {
 // relay stopped cleanly and started again sent every event written while
 // it was down twice, about 100 ms apart: the stream sends them again from
 // the slot's confirmed position, and the backfill, which claims what is
-// still fresh in the table, took them too. The backfill now waits until
-// the stream has settled every transaction that committed before it
-// opened; what is fresh in the table then is what the stream cannot send.
+// still fresh in the table, took them too. The stream and the claims now
+// split the fresh events by seq at the stream's start: the stream hands
+// the claims every event up to it, those of its replay included.
 func TestWALACleanRestartSendsNothingTwice(t *testing.T) {
 	t.Parallel()
 	w := newWALTable(t)
@@ -736,6 +736,129 @@ func TestWALACleanRestartSendsNothingTwice(t *testing.T) {
 	if got, distinct := len(pub.events()), pub.distinct(); got != distinct || distinct != 40 {
 		t.Errorf("the broker got %d events, %d distinct, want 40 once each", got, distinct)
 	}
+}
+
+// Found by TestWALClaimsUnderRandomInterleavings: a transaction open when
+// a stream starts, and committed after, was both the backfill's (its seq
+// was handed out before the stream's start) and the stream's (its commit
+// came after), and went twice whenever a claim took it before the stream
+// had recorded it: 1-5 events in a 15 s run, without a restart or a
+// failure. The stream now hands every event up to the backfill's seq to
+// the claims: here the stream published the transaction's events.
+func TestWALATransactionOpenAcrossTheStreamStartIsTheClaims(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	pub := &pathRecorder{recorder: newRecorder(), byLog: map[uuid.UUID]int{}}
+	cfg := relay.Config{Observer: claimMarker{}}
+	r := startWAL(t, w, cfg, pub)
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 5, "before")
+	waitFor(t, "the first events delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 5 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := w.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	open := make([]uuid.UUID, 3)
+	for i := range open {
+		open[i] = uuid.Must(uuid.NewV7())
+		if _, err := tx.Exec(ctx, "INSERT INTO "+w.Name+" (event_id, event_type, payload) VALUES ($1, 'open', 'x')", open[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = startWAL(t, w, cfg, pub)
+	waitFor(t, "the stream to start again", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the open transaction's events delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 8 })
+	w.InsertN(t, 2, "after")
+	waitFor(t, "the stream to deliver what comes after", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 10 })
+	for _, id := range open {
+		if n := pub.fromLog(id); n > 0 {
+			t.Errorf("the stream published event %s of the transaction open across its start %d times: a claim may take it too", id, n)
+		}
+	}
+	if got, distinct := len(pub.events()), pub.distinct(); got != distinct || distinct != 10 {
+		t.Errorf("the broker got %d events, %d distinct, want 10 once each", got, distinct)
+	}
+}
+
+// Found by TestWALClaimsUnderRandomInterleavings: while a new slot waited
+// for the transactions running when it was made (seconds on a busy
+// server), the claims left every fresh event to a stream not open yet,
+// for up to 30 s (10-19 s in the run). No stream holds the table's log
+// lock then, so the claims deliver them.
+func TestWALEventsAreDeliveredWhileTheSlotIsBeingMade(t *testing.T) {
+	t.Parallel()
+	w := newWALTable(t)
+	ctx := context.Background()
+	// A transaction with an id, running: the slot waits for it.
+	blocker, err := w.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+	pub := newRecorder()
+	r := startWAL(t, w, relay.Config{}, pub)
+	w.InsertN(t, 20, "meanwhile")
+	waitFor(t, "the events delivered while the slot is being made", 10*time.Second, func() bool {
+		return w.Counts(t)[outbox.StatusDelivered] == 20
+	})
+	if st, _ := r.capture.Status(); st == relay.CaptureStreaming {
+		t.Fatalf("capture says %s before the slot could be made", st)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to start", 30*time.Second, func() bool { st, _ := r.capture.Status(); return st == relay.CaptureStreaming })
+	w.InsertN(t, 10, "after")
+	waitFor(t, "every event delivered", 30*time.Second, func() bool { return w.Counts(t)[outbox.StatusDelivered] == 30 })
+	if got, distinct := len(pub.events()), pub.distinct(); got != distinct || distinct != 30 {
+		t.Errorf("the broker got %d events, %d distinct, want 30 once each", got, distinct)
+	}
+}
+
+// claimPath marks a batch's context as the claims' (claimMarker).
+type claimPath struct{}
+
+// claimMarker is an Observer that marks the claims' batches, so that a
+// publisher can tell them from the log's.
+type claimMarker struct{ relay.NopObserver }
+
+func (claimMarker) StartClaim(ctx context.Context) (context.Context, func(int, error)) {
+	return context.WithValue(ctx, claimPath{}, true), func(int, error) {}
+}
+
+// pathRecorder is a recorder that also counts what the log published.
+type pathRecorder struct {
+	*recorder
+	mu    sync.Mutex
+	byLog map[uuid.UUID]int
+}
+
+func (p *pathRecorder) Publish(ctx context.Context, batch []outbox.Event) []error {
+	if ctx.Value(claimPath{}) == nil {
+		p.mu.Lock()
+		for _, ev := range batch {
+			p.byLog[ev.ID]++
+		}
+		p.mu.Unlock()
+	}
+	return p.recorder.Publish(ctx, batch)
+}
+
+func (p *pathRecorder) fromLog(id uuid.UUID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byLog[id]
 }
 
 // Issue 42, case 3: a table taken out of the publication and added back.

@@ -359,11 +359,15 @@ type freshScope struct {
 	f  storage.FreshEvents
 }
 
-// Which fresh events the claims take: all (polling), none (the log's), or
-// the log's backfill up to a seq.
+// Which fresh events the claims take beside a log reader
+// (storage.FreshEvents). Without one, all of them (the zero value).
 var (
-	freshAll   = storage.FreshEvents{}
-	freshToLog = storage.FreshEvents{ToLog: true}
+	// freshUnstreamed: while this relay's stream does not run, those no
+	// stream reads (the storage decides by the table's log lock).
+	freshUnstreamed = storage.FreshEvents{ToLog: true, WhenUnlocked: true}
+	// freshStreamed: while it runs, none; freshBackfill, those up to
+	// its backfill's seq.
+	freshStreamed = storage.FreshEvents{ToLog: true}
 )
 
 func freshBackfill(upTo int64) storage.FreshEvents {

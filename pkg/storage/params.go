@@ -84,21 +84,31 @@ type ClaimParams struct {
 
 // FreshEvents says which fresh events — written and never handed back:
 // available_at not after created_at — a claim may take. While the relay
-// polls, all; while the database's log (CAPTURE=wal) delivers them, none
-// but a backfill's. Events due again (retried, released, reaped,
-// scheduled) are the claims' either way. Under OrderingPartition it
-// applies to the first unfinished event of each key: a key whose head is
-// due again is claimed with its whole run.
+// polls, all. Beside a log reader (CAPTURE=wal), those no stream delivers:
+// those up to BackfillTo, which the relay's own stream leaves to the
+// claims, and, WhenUnlocked, all of them while no stream holds the
+// table's log lock (PostgreSQL's is an advisory lock,
+// schema/postgres.LogLockClass, which the claim's transaction then holds
+// shared, so that a stream that starts waits for it). Events due again
+// (retried, released, reaped, scheduled) are the claims' either way.
+// Under OrderingPartition it applies to the first unfinished event of
+// each key: a key whose head is due again is claimed with its whole run.
 type FreshEvents struct {
-	// ToLog: the database's log delivers fresh events, not the claims.
+	// ToLog: a log reader delivers fresh events while it streams.
 	ToLog bool
 	// BackfillTo, with ToLog, is the highest seq of the fresh events the
-	// claims deliver all the same: those written before the log reader's
-	// position existed (0: none).
+	// claims take whoever streams: those the relay's own stream leaves to
+	// them (0: none).
 	BackfillTo int64
+	// WhenUnlocked, with ToLog: the relay's own stream does not run, and
+	// the claims take every fresh event while no stream holds the log
+	// lock. Not while it runs: its batches still in flight after its
+	// connection ended are not recorded yet.
+	WhenUnlocked bool
 }
 
-// UpTo is the highest seq of a fresh event the claim may take.
+// UpTo is the highest seq of a fresh event the claim may take whoever
+// streams (every seq without ToLog).
 func (f FreshEvents) UpTo() int64 {
 	if !f.ToLog {
 		return math.MaxInt64

@@ -32,6 +32,20 @@ const DefaultTable = "openoutbox_events"
 // grants run while a migration creates roles' objects.
 const MigrationLockKey = 0x6f7574626f78 // "outbox"
 
+// LogLockClass is the high half of a table's log lock, whose low half is
+// the table's OID: the advisory lock by which a log reader (CAPTURE=wal)
+// and the claims split the table's fresh rows. A streaming reader holds it
+// exclusively on its replication connection for the stream's life; a
+// claim takes fresh rows past the stream's backfill only in a transaction
+// that holds it shared (docs/architecture.md, "Capture from the WAL").
+const LogLockClass = 0x6c67 // "lg"
+
+// LogLockKey is the SQL expression of the log lock's key of the table
+// that the SQL expression table names (a regclass or its text).
+func LogLockKey(table string) string {
+	return "((" + strconv.Itoa(LogLockClass) + "::bigint << 32) | (" + table + ")::regclass::oid::bigint)"
+}
+
 // maxNameLen keeps derived names such as <name>_key_dead_seq_idx within
 // PostgreSQL's 63-byte identifier limit.
 const maxNameLen = 45
@@ -230,6 +244,7 @@ func Expand(sql string, t Table) string {
 		"{{name}}", t.Name,
 		"{{schema}}", t.schemaPrefix(),
 		"{{migration_lock}}", strconv.Itoa(MigrationLockKey),
+		"{{log_lock}}", LogLockKey("'"+t.Quoted()+"'"),
 		"{{late_after}}", LateAfter,
 		"{{delivered_late}}", deliveredLate,
 		"{{seq_reserved}}", strconv.FormatInt(SeqReserved, 10),

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
+	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // A fresh PENDING event holds its key only while the claims backfill it:
@@ -84,6 +86,56 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	}
 	if got := eventIDs(b.Events); !slices.Equal(got, ids[2:3]) {
 		t.Fatalf("a backfill up to the third event took %d events, want the third alone", len(got))
+	}
+}
+
+// Beside the log, the claims take the fresh rows past the backfill only
+// while no stream holds the table's log lock, and the lock a claim holds
+// shared while it takes them makes a stream that starts wait for it
+// (docs/architecture.md, "Capture from the WAL"). Before, the claims left
+// fresh rows to the log whoever read it: while a slot took long to make,
+// or a stream was lost, events waited 30 s for a timer (the randomized
+// WAL test saw 10-19 s); and a relay past that timer claimed every event
+// beside another relay's stream, which sent them again.
+func TestClaimsBesideTheLogTakeFreshRowsWhileNoStreamHoldsTheLogLock(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	ctx := context.Background()
+	ids := tb.Insert(t, pgtest.Event{}, pgtest.Event{}, pgtest.Event{})
+	var backfill int64
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[0]).Scan(&backfill); err != nil {
+		t.Fatal(err)
+	}
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, Fresh: storage.FreshEvents{ToLog: true, BackfillTo: backfill, WhenUnlocked: true}}
+	release := tb.HoldLogLock(t)
+	b, err := tb.Store.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !slices.Equal(got, ids[:1]) {
+		t.Fatalf("while a stream holds the log lock the claim took %d events, want the one up to the backfill", len(got))
+	}
+	release()
+	if b, err = tb.Store.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("with no stream the claim took %d events, want the other 2", len(got))
+	}
+	// A claim's transaction holds the lock shared: a stream waits for it.
+	tx, err := tb.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var shared bool
+	lock := "((" + fmt.Sprint(schema.LogLockClass) + "::bigint << 32) | $1::regclass::oid::bigint)"
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared("+lock+")", tb.Name).Scan(&shared); err != nil || !shared {
+		t.Fatalf("take the log lock shared: %v, %v", shared, err)
+	}
+	var exclusive bool
+	if err := tb.Store.Pool().QueryRow(ctx, "SELECT pg_try_advisory_lock("+lock+")", tb.Name).Scan(&exclusive); err != nil || exclusive {
+		t.Fatalf("a stream took the log lock beside a claim holding it shared: %v, %v", exclusive, err)
 	}
 }
 

@@ -85,7 +85,7 @@ var statementVariants = []struct {
 
 // loadQueries returns every statement for table, by name.
 func loadQueries(table schema.Table) (map[string]string, error) {
-	expand := func(q string) string { return dueAgainRules.Replace(schema.Expand(q, table)) }
+	expand := func(q string) string { return freshRule.Replace(dueAgainRules.Replace(schema.Expand(q, table))) }
 	queries, err := driverkit.LoadQueries(sqlFiles, "sql", expand)
 	if err != nil {
 		return nil, err
@@ -153,6 +153,14 @@ var dueAgainRules = strings.NewReplacer(
     available_at = CASE WHEN f.dead THEN t.available_at
                         ELSE `+dueAfter("statement_timestamp() + f.delay_us * interval '1 microsecond'")+` END,
     `+handedBack,
+)
+
+// freshRule writes the highest seq of a fresh row a claim statement may
+// take, {{fresh_to}}: what fresh_lock.sql decided earlier in the claim's
+// pipeline beside a log reader, or else the statement's $6
+// (FreshEvents.UpTo). A scalar subquery, so it is read once a statement.
+var freshRule = strings.NewReplacer(
+	"{{fresh_to}}", "(SELECT coalesce(nullif(current_setting('outbox_relay.fresh_to', true), '')::bigint, $6::bigint))",
 )
 
 // handedBack makes the statement's transaction the row's writer.

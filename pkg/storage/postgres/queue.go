@@ -78,6 +78,12 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			limit = st.heldLimit.rows(limit)
 		}
 	}
+	lockFresh := p.Fresh.ToLog && p.Fresh.WhenUnlocked
+	if lockFresh {
+		// Beside a log reader: which fresh rows the claim statements
+		// take, by the table's log lock (fresh_lock.sql).
+		b.Queue(s.queries["fresh_lock"], p.Fresh.BackfillTo)
+	}
 	var (
 		fromFloors *floorsClaim
 		keyed      string
@@ -151,6 +157,12 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 				s.recycle(err)
 				return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %s: %w", step, err)
 			}
+		}
+	}
+	if lockFresh {
+		if _, err := results.Exec(); err != nil {
+			s.recycle(err)
+			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: log lock: %w", err)
 		}
 	}
 	if p.Ordering == storage.OrderingPartition {

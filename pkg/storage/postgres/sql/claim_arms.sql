@@ -26,7 +26,8 @@
 --            abandoned (watched_row);
 --   fresh    due rows after the frontier ($4, $5) in writer order, those the
 --            watched arm reads aside; with the database's log (CAPTURE=wal)
---            only those up to seq $6.
+--            only those up to seq $6, or those fresh_lock.sql allows
+--            (queries.go, freshRule).
 -- Each arm takes what the arms before it left of the batch ($2), and locks
 -- only rows it may take. $3 is the byte limit (payload + headers; 0: none).
 -- Parameters (sqlParams in queries.go): .Held adds each row's
@@ -60,7 +61,7 @@ WITH again AS (
     SELECT {% template "arm_columns" . %}, 2 AS arm
     FROM {{table}}
     WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
-      AND seq <= $6::bigint AND available_at <= now()
+      AND seq <= {{fresh_to}} AND available_at <= now()
       AND NOT {% template "watched_row" %}
       AND event_id NOT IN (SELECT event_id FROM again)
     ORDER BY COALESCE(writer_xid, '0'::xid8), seq
@@ -91,7 +92,7 @@ WITH again AS (
      FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
            FROM {{table}}
            WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
-             AND seq <= $6::bigint AND (available_at <= now() OR available_at <= created_at)
+             AND seq <= {{fresh_to}} AND (available_at <= now() OR available_at <= created_at)
              AND NOT {% template "watched_row" %}
            ORDER BY COALESCE(writer_xid, '0'::xid8), seq
            -- None when the arms before left the fresh arm nothing to take:

@@ -29,8 +29,8 @@
 -- headers; 0: no limit), cut as in the unordered claim: in pick order,
 -- which keeps each key's picks a prefix of its run. $5 most events of one
 -- key (storage.ClaimParams.RunLimit). $6 the highest seq of a fresh key
--- head the claim may take (storage.ClaimParams.FreshTo; the database's log
--- delivers the others). $7 is the floors' walk's alone (walk_floors.sql).
+-- head the claim may take (storage.FreshEvents.UpTo, or what
+-- fresh_lock.sql allows; the database's log delivers the others). $7 is the floors' walk's alone (walk_floors.sql).
 WITH RECURSIVE room AS MATERIALIZED (
     -- What the unkeyed claim before this statement left of the batch: its
     -- rows are leased under this transaction's stamp (delivering_idx).

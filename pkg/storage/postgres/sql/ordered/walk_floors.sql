@@ -80,7 +80,7 @@ candidates AS MATERIALIZED (
             ) run
         ) x
         WHERE h.status = 'PENDING' AND h.available_at <= now()
-          AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
+          AND (h.seq <= {{fresh_to}} OR h.available_at > h.created_at)
           {% if .Block %}AND NOT EXISTS (
           SELECT 1 FROM {{table}} d
           WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k

@@ -9,7 +9,8 @@
 -- dead index entries that each of its delivered events left (see
 -- walk_floors.sql).
 -- $6 is the highest seq of a fresh event the claim may take
--- (storage.ClaimParams.FreshTo; the database's log delivers the others),
+-- (storage.FreshEvents.UpTo, or what fresh_lock.sql allows: queries.go,
+-- freshRule; the database's log delivers the others),
 -- head or not: a key whose head is due again is claimed with its run up to
 -- the first fresh event that is the log's, which the log publishes, or
 -- hands to the claims, in its turn (taken here too, it went twice).
@@ -56,7 +57,7 @@ after_cursor AS (
     SELECT h.k
     FROM heads h
     WHERE h.status = 'PENDING' AND h.available_at <= now()
-      AND (h.seq <= $6::bigint OR h.available_at > h.created_at)
+      AND (h.seq <= {{fresh_to}} OR h.available_at > h.created_at)
       {% if .Block %}AND NOT EXISTS (
           SELECT 1 FROM {{table}} d
           WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
@@ -78,7 +79,7 @@ after_cursor AS (
                 SELECT event_id,
                        row_number() OVER w AS pos,
                        bool_and(status = 'PENDING' AND available_at <= now() AND clear
-                                AND (seq <= $6::bigint OR available_at > created_at)) OVER w AS due
+                                AND (seq <= {{fresh_to}} OR available_at > created_at)) OVER w AS due
                 FROM (
                     SELECT event_id, status, available_at, created_at, seq,
                            {% if .Block %}NOT EXISTS (
