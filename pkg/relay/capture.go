@@ -139,9 +139,9 @@ func (c *Capture) setState(s CaptureState, err error) {
 // Run reads the log until ctx ends. It returns nil then, or a
 // *capture.SetupError when the database cannot serve the log as
 // configured. Other failures never end it: a standby waits for the log, a
-// lost log position is made anew (the events written meanwhile are claimed
-// from the table), and a log that cannot be opened for long leaves every
-// event to the claims until it can.
+// lost log position is made anew, and a log that cannot be opened is
+// opened again; while no stream reads the log, the claims take every
+// event.
 func (c *Capture) Run(ctx context.Context) error {
 	retry := c.cfg.StandbyRetry
 	backoff := storageBackoffMin
@@ -540,26 +540,35 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 		events = append(events, t.Events...)
 		seqs = append(seqs, t.Seqs...)
 	}
-	var handOver []outbox.Event
+	events, seqs, handOver := claimsOwn(events, seqs, b.claimsTo)
 	if c.e.cfg.Ordering == storage.OrderingPartition {
+		var blocked []outbox.Event
 		var ok bool
-		events, handOver, ok = c.deferBlocked(publishing, b, events, seqs)
+		events, blocked, ok = c.deferBlocked(publishing, b, events, seqs)
 		if !ok {
 			return
 		}
-	} else if b.claimsTo > 0 {
-		send := events[:0:0]
-		for i := range events {
-			if seqs[i] <= b.claimsTo {
-				handOver = append(handOver, events[i])
-			} else {
-				send = append(send, events[i])
-			}
-		}
-		events = send
+		handOver = append(handOver, blocked...)
 	}
 	src := &logSource{c: c, b: b, handOver: handOver, records: records, ctx: publishing, settleBy: settling}
 	c.e.process(&batch{events: events, ctx: publishing, settleBy: settling, source: src})
+}
+
+// claimsOwn splits events, in their order, and their seqs into those the
+// stream sends and those up to claimsTo, which are the claims' (see
+// stream).
+func claimsOwn(events []outbox.Event, seqs []int64, claimsTo int64) (send []outbox.Event, sendSeqs []int64, hand []outbox.Event) {
+	if claimsTo <= 0 {
+		return events, seqs, nil
+	}
+	for i := range events {
+		if seqs[i] <= claimsTo {
+			hand = append(hand, events[i])
+		} else {
+			send, sendSeqs = append(send, events[i]), append(sendSeqs, seqs[i])
+		}
+	}
+	return send, sendSeqs, hand
 }
 
 // logSource is a batch of the log's events as a source of the pipeline.
@@ -677,12 +686,11 @@ func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	}
 }
 
-// deferBlocked keeps the events that are the claims' (b.claimsTo), and
-// those whose key is blocked by an earlier event (one due again after a
-// failure, one a claim holds, a fresh one that is the claims', or a DEAD
-// one under ORDERING_ON_DEAD=block), from the publish: they are handed to
-// the ordered claims, which deliver a key's events in order. ok is false
-// when shutdown came first.
+// deferBlocked keeps the events whose key is blocked by an earlier event
+// (one due again after a failure, one a claim holds, a fresh one that is
+// the claims' (b.claimsTo), or a DEAD one under ORDERING_ON_DEAD=block)
+// from the publish: they are handed to the ordered claims, which deliver a
+// key's events in order. ok is false when shutdown came first.
 //
 // It asks only once b's transactions are visible to other sessions: the
 // stream may deliver a commit before they are, and a read of blocked keys
@@ -699,15 +707,7 @@ func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.
 		}
 	}
 	if len(keys) == 0 {
-		send = events[:0:0]
-		for i := range events {
-			if seqs[i] <= b.claimsTo {
-				hand = append(hand, events[i])
-			} else {
-				send = append(send, events[i])
-			}
-		}
-		return send, hand, true
+		return events, nil, true
 	}
 	var blocked map[string]int64
 	wait := storageBackoffMin
@@ -729,7 +729,7 @@ func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.
 	}
 	send = events[:0:0]
 	for i := range events {
-		if s, ok := blocked[events[i].PartitionKey]; ok && s < seqs[i] || seqs[i] <= b.claimsTo {
+		if s, ok := blocked[events[i].PartitionKey]; ok && s < seqs[i] {
 			hand = append(hand, events[i])
 		} else {
 			send = append(send, events[i])
