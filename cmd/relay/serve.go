@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/relay/internal/buildinfo"
-	"github.com/outbox-relay/relay/internal/reaper"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"

@@ -22,6 +22,7 @@ func TestImportRules(t *testing.T) {
 		{"github.com/outbox-relay/relay/pkg/storage/...", brokerClients},
 		{"github.com/outbox-relay/relay/pkg/outbox", append(databaseClients, brokerClients...)},
 		{"github.com/outbox-relay/relay/pkg/relay", append(databaseClients, brokerClients...)},
+		{"github.com/outbox-relay/relay/pkg/reaper", append(databaseClients, brokerClients...)},
 		{"github.com/outbox-relay/relay/internal/retention", append(databaseClients, brokerClients...)},
 	}
 	for _, r := range rules {

@@ -178,8 +178,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every field that cannot work, by its Go name. Zero
-// fields are valid: they take their defaults.
+// ConfigError is a Config (or CaptureConfig) field that cannot work; New,
+// NewCapture and Validate return one for each such field (joined), which
+// errors.As finds.
+type ConfigError = config.FieldError
+
+// Validate reports every field that cannot work, by its Go name, as
+// *ConfigError. Zero fields are valid: they take their defaults.
 func (c Config) Validate() error {
 	d := c.withDefaults()
 	v := config.Check("relay")

@@ -104,9 +104,13 @@ type Config struct {
 	Logger           *slog.Logger
 }
 
-// Validate reports every field that cannot work, by its Go name: a slot
-// or publication name that could not be pasted into a replication command
-// safely, a negative StatusInterval.
+// ConfigError is a Config field that cannot work; Validate returns one
+// for each such field (joined), which errors.As finds.
+type ConfigError = config.FieldError
+
+// Validate reports every field that cannot work, by its Go name, as
+// *ConfigError: a slot or publication name that could not be pasted into
+// a replication command safely, a negative StatusInterval.
 func (c Config) Validate() error {
 	v := config.Check("pgwal")
 	v.Expect("Slot", c.Slot == "" || Identifier(c.Slot), "%q: use lowercase letters, digits and underscores (at most 63)", c.Slot)

@@ -2,6 +2,13 @@
 // DELIVERING by a relay that crashed, hung or lost its database connection
 // go back to PENDING with one more attempt counted, or DEAD once that
 // reaches the attempt limit. Any number of reapers can share a table.
+//
+// A program that embeds the relay (pkg/relay) with status leases
+// (relay.LeaseStatus, or LeaseAuto where a claim cannot be held) runs a
+// Reaper beside the engine, on the same storage and with the engine's
+// LeaseTimeout and attempt limit (Config says how); the relay command
+// does the same. Held claims (relay.LeaseLock) leave nothing to reap.
+// examples/embedded shows both together.
 package reaper
 
 import (
@@ -56,8 +63,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every field that cannot work, by its Go name. Zero
-// fields are valid: they take their defaults.
+// ConfigError is a Config field that cannot work; New and Validate
+// return one for each such field (joined), which errors.As finds.
+type ConfigError = config.FieldError
+
+// Validate reports every field that cannot work, by its Go name, as
+// *ConfigError. Zero fields are valid: they take their defaults.
 func (c Config) Validate() error {
 	d := c.withDefaults()
 	v := config.Check("reaper")
