@@ -147,8 +147,8 @@ func (c *Capture) Run(ctx context.Context) error {
 	backoff := storageBackoffMin
 	for ctx.Err() == nil {
 		// Opening can wait (a new slot waits for the transactions running
-		// then to end); no stream holds the log lock meanwhile, so the
-		// claims take every event.
+		// then to end); this relay does not hold the log lock meanwhile,
+		// so, unless another relay streams, the claims take every event.
 		stream, start, err := c.src.Open(ctx)
 		var setup *capture.SetupError
 		switch {
@@ -206,7 +206,16 @@ func (c *Capture) Run(ctx context.Context) error {
 		}
 		c.opened = true
 		began := time.Now()
-		err = c.stream(ctx, stream)
+		// The table's log lock, from before the stream's first batch
+		// until its last is recorded, even after the stream's connection
+		// ended: meanwhile no claim takes a fresh event past the
+		// backfill, and once it is granted every claim that did has
+		// ended (docs/architecture.md, "Capture from the WAL").
+		unlock, err := c.rec.LockLog(ctx)
+		if err == nil {
+			err = c.stream(ctx, stream)
+			unlock()
+		}
 		// Every batch of the stream is recorded: the claims may take what
 		// no other stream reads.
 		c.e.fresh.set(freshUnstreamed)
@@ -264,9 +273,9 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	ctx, endStream := context.WithCancel(parent)
 	defer endStream()
 	// The stream and the claims split the fresh events by seq, the
-	// highest handed out now that the stream holds the table's log lock
+	// highest handed out now that this relay holds the table's log lock
 	// (so every claim that took fresh events past a backfill has ended,
-	// and none takes any more) and its position is fixed: the claims
+	// and none takes any more) and the stream's position is fixed: the claims
 	// deliver those up to it that are not delivered yet — all of them
 	// when the slot is new, what a previous stream left otherwise — and
 	// the stream hands them every such event it meets instead of

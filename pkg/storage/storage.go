@@ -195,6 +195,12 @@ type LogRecorder interface {
 	// written by a transaction that ended before the call has one at or
 	// below it.
 	LastSeq(ctx context.Context) (int64, error)
+	// LockLog takes the table's log lock exclusively on a connection of
+	// its own, waiting for the claims that hold it shared
+	// (FreshEvents.WhenUnlocked) to end, and holds it until unlock is
+	// called or the connection ends: while it is held, no claim takes a
+	// fresh row past its relay's backfill.
+	LockLog(ctx context.Context) (unlock func(), err error)
 }
 
 // Reaper is what the reaper needs.

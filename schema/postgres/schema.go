@@ -33,18 +33,13 @@ const DefaultTable = "openoutbox_events"
 const MigrationLockKey = 0x6f7574626f78 // "outbox"
 
 // LogLockClass is the high half of a table's log lock, whose low half is
-// the table's OID: the advisory lock by which a log reader (CAPTURE=wal)
-// and the claims split the table's fresh rows. A streaming reader holds it
-// exclusively on its replication connection for the stream's life; a
-// claim takes fresh rows past the stream's backfill only in a transaction
-// that holds it shared (docs/architecture.md, "Capture from the WAL").
+// the table's OID ({{log_lock}} in Expand): the advisory lock by which a
+// log reader (CAPTURE=wal) and the claims split the table's fresh rows. A
+// relay's capture holds it exclusively from before its stream's first
+// batch until its last is recorded; a claim takes fresh rows past the
+// stream's backfill only in a transaction that holds it shared
+// (docs/architecture.md, "Capture from the WAL").
 const LogLockClass = 0x6c67 // "lg"
-
-// LogLockKey is the SQL expression of the log lock's key of the table
-// that the SQL expression table names (a regclass or its text).
-func LogLockKey(table string) string {
-	return "((" + strconv.Itoa(LogLockClass) + "::bigint << 32) | (" + table + ")::regclass::oid::bigint)"
-}
 
 // maxNameLen keeps derived names such as <name>_key_dead_seq_idx within
 // PostgreSQL's 63-byte identifier limit.
@@ -244,7 +239,7 @@ func Expand(sql string, t Table) string {
 		"{{name}}", t.Name,
 		"{{schema}}", t.schemaPrefix(),
 		"{{migration_lock}}", strconv.Itoa(MigrationLockKey),
-		"{{log_lock}}", LogLockKey("'"+t.Quoted()+"'"),
+		"{{log_lock}}", "(("+strconv.Itoa(LogLockClass)+"::bigint << 32) | '"+t.Quoted()+"'::regclass::oid::bigint)",
 		"{{late_after}}", LateAfter,
 		"{{delivered_late}}", deliveredLate,
 		"{{seq_reserved}}", strconv.FormatInt(SeqReserved, 10),

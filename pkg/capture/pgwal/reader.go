@@ -29,7 +29,6 @@ import (
 	"github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/outbox"
-	pgschema "github.com/outbox-relay/relay/schema/postgres"
 )
 
 // Defaults of Config's durations.
@@ -405,7 +404,11 @@ func (r *Reader) checkPublication(ctx context.Context) error {
 	if err != nil {
 		return r.setupError(err, "read the publication's identity")
 	}
-	r.publication = identity(id)
+	// Dropped between the two reads: an empty identity would be the one
+	// the stream opened with, and the watch would never see it change.
+	if r.publication = identity(id); r.publication == "" {
+		return &SetupError{Problem: fmt.Sprintf("publication %s does not exist", r.cfg.Publication), Fix: fix}
+	}
 	return nil
 }
 
@@ -438,38 +441,6 @@ func versionNum(rows [][]string) int {
 	}
 	n, _ := strconv.Atoi(rows[0][0])
 	return n
-}
-
-// lockLog takes the table's log lock (schema/postgres.LogLockClass)
-// exclusively on the replication connection, where it lasts exactly as
-// long as the stream: from then on no claim takes a fresh row past the
-// stream's backfill, and once it is granted every claim that did has
-// ended. It is taken after the slot is made, so that while a slot takes
-// long to make the claims still deliver. It waits for the claims that
-// hold it shared, which end within a statement; held exclusively, it
-// means another reader streams (ErrSlotInUse).
-func (r *Reader) lockLog(ctx context.Context) error {
-	key := pgschema.LogLockKey(literal(r.tableName()))
-	got, err := r.query(ctx, "SELECT pg_try_advisory_lock("+key+")")
-	if err != nil {
-		return r.setupError(err, "take the table's log lock")
-	}
-	if len(got) > 0 && got[0][0] == "t" {
-		return nil
-	}
-	streaming, err := r.query(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock'"+
-		" AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"+
-		" AND ((classid::bigint << 32) | objid::bigint) = "+key+")")
-	if err != nil {
-		return r.setupError(err, "look for the table's log lock")
-	}
-	if len(streaming) > 0 && streaming[0][0] == "t" {
-		return ErrSlotInUse
-	}
-	if _, err := r.query(ctx, "SELECT pg_advisory_lock("+key+")"); err != nil {
-		return r.setupError(err, "take the table's log lock")
-	}
-	return nil
 }
 
 // tableName is the outbox table as SQL names it (its parts are checked
@@ -517,9 +488,6 @@ func (r *Reader) prepare(ctx context.Context) error {
 		if r.acks.target, err = pglogrepl.ParseLSN(now[0][0]); err != nil {
 			return fmt.Errorf("read the server's WAL position %q: %w", now[0][0], err)
 		}
-	}
-	if err := r.lockLog(ctx); err != nil {
-		return err
 	}
 	err = pglogrepl.StartReplication(ctx, r.conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -153,6 +154,29 @@ func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("read the last seq: %w", err)
 	}
 	return seq, nil
+}
+
+// LockLog takes the table's log lock (log_lock.sql) on a connection taken
+// out of the pool, which only unlock closes: closing it releases the lock
+// whatever state the session is in.
+func (s *Store) LockLog(ctx context.Context) (unlock func(), err error) {
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("take the table's log lock: %w", err)
+	}
+	conn := pooled.Hijack()
+	if _, err := conn.Exec(ctx, s.queries["log_lock"]); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("take the table's log lock: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			closing, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = conn.Close(closing)
+		})
+	}, nil
 }
 
 // FreshLeft reports whether a fresh PENDING row with seq up to upTo is left.
