@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +234,173 @@ func emit(t *testing.T, s storage.Admin, p storage.EmitParams) []uuid.UUID {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// longError is what the webhook publisher stores for an endpoint that
+// refuses an event with a JSON body: about 300 characters.
+const longError = `webhook: https://payments.internal answered 422 Unprocessable Entity: {"error":"validation_failed","message":"amount.currency \"EUR\" does not match the merchant account's settlement currency \"USD\"","details":[{"field":"amount.currency","code":"mismatch"}],"request_id":"req_7f3a9c2e1b"}`
+
+// hostileError is an error whose text is HTML: it must show as text.
+const hostileError = `endpoint said "no": <script>window.__xss=1</script> "><img src=x onerror="window.__xss=2"> & that's final`
+
+// TestBrowserDeadErrors looks at the DEAD events as an operator triaging
+// them does, in a real headless Chromium at desktop widths: every row is a
+// line or two however long its error, the error column has room, the
+// error reads as the text it is (never as markup), its whole text is one
+// click away, and the date filters' hints cannot pass for values.
+func TestBrowserDeadErrors(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	tb := pgtest.New(t)
+	store := tb.Store
+	long := emit(t, store, storage.EmitParams{Type: "payments.captured", PartitionKey: "customer-42", Count: 3, AvailableIn: time.Hour})
+	hostile := emit(t, store, storage.EmitParams{Type: "payments.refunded", Count: 1, AvailableIn: time.Hour})
+	tb.Exec(t, `UPDATE {{table}} SET status = 'DEAD', attempts = 10, last_error = $2 WHERE event_id = ANY($1)`, long, longError)
+	tb.Exec(t, `UPDATE {{table}} SET status = 'DEAD', attempts = 1, last_error = $2 WHERE event_id = ANY($1)`, hostile, hostileError)
+
+	c, err := console.New(store, console.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1400, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	if err := chromedp.Do(browser, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	bctx, cancelTimeout := context.WithTimeout(browser, 2*time.Minute)
+	defer cancelTimeout()
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	type rowBox struct {
+		ID       string  `json:"id"`
+		Height   float64 `json:"height"`
+		ErrWidth float64 `json:"errWidth"`
+		Line     float64 `json:"line"`
+		Pad      float64 `json:"pad"`
+		Text     string  `json:"text"`
+		Title    string  `json:"title"`
+	}
+	type layout struct {
+		Rows        []rowBox `json:"rows"`
+		Images      int      `json:"images"`
+		XSS         bool     `json:"xss"`
+		From, To    string
+		FromType    string `json:"fromType"`
+		ScrollWidth int    `json:"scrollWidth"`
+		ClientWidth int    `json:"clientWidth"`
+	}
+	const measure = `(() => {
+		const rows = [...document.querySelectorAll("table.events tbody tr")].map(r => {
+			const td = r.querySelector("td.err"), cs = getComputedStyle(td);
+			let line = parseFloat(cs.lineHeight);
+			if (!(line > 0)) { line = 1.5 * parseFloat(cs.fontSize); }
+			const titled = td.querySelector("[title]") || td;
+			return {id: r.querySelector("a.mono").textContent, height: r.getBoundingClientRect().height,
+				errWidth: td.getBoundingClientRect().width, line: line,
+				pad: parseFloat(cs.paddingTop) + parseFloat(cs.paddingBottom),
+				text: td.textContent.trim(), title: titled.getAttribute("title") || ""};
+		});
+		const from = document.querySelector('input[name="from"]'), to = document.querySelector('input[name="to"]');
+		return {rows: rows, images: document.querySelectorAll("main img").length, xss: window.__xss !== undefined,
+			From: from.placeholder, To: to.placeholder, fromType: from.type,
+			scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth};
+	})()`
+	dateLike := regexp.MustCompile(`\d{4}-\d{2}`)
+	for _, width := range []int64{1400, 1920} {
+		var got layout
+		run(fmt.Sprintf("DEAD events at %d px", width),
+			chromedp.EmulateViewport(width, 900),
+			chromedp.Navigate(srv.URL+"/events?status=DEAD"),
+			chromedp.WaitVisible(chromedp.CSS(`table.events`)),
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				var err error
+				got, err = chromedp.Evaluate[layout](measure)(ctx, tg)
+				return err
+			}))
+		if len(got.Rows) != 4 {
+			t.Fatalf("at %d px the DEAD filter lists %d events, want 4", width, len(got.Rows))
+		}
+		for _, r := range got.Rows {
+			t.Logf("at %d px the row of %s is %.0f px tall, its error %.0f px wide", width, r.ID, r.Height, r.ErrWidth)
+			// Three lines of text, the cell's padding and the border.
+			if limit := 3*r.Line + r.Pad + 2; r.Height > limit {
+				t.Errorf("at %d px the row of %s is %.0f px tall, want at most %.0f (three lines)", width, r.ID, r.Height, limit)
+			}
+			if r.ErrWidth < 340 {
+				t.Errorf("at %d px the error column is %.0f px wide, want at least 340", width, r.ErrWidth)
+			}
+			want := longError
+			if slices.Contains(hostile, uuid.MustParse(r.ID)) {
+				want = hostileError
+			}
+			// The cell holds the whole error as text (the browser clips
+			// it), and its hover says it all too.
+			if r.Text != want || r.Title != want {
+				t.Errorf("at %d px the error of %s reads\n %q (title %q), want\n %q", width, r.ID, r.Text, r.Title, want)
+			}
+		}
+		if got.Images != 0 || got.XSS {
+			t.Errorf("at %d px the hostile error became markup: %d images, script ran: %v", width, got.Images, got.XSS)
+		}
+		for _, p := range []string{got.From, got.To} {
+			if dateLike.MatchString(p) {
+				t.Errorf("a date filter's placeholder is %q, which reads as a filled-in date", p)
+			}
+		}
+		if got.ScrollWidth > got.ClientWidth {
+			t.Errorf("at %d px the page scrolls sideways: %d px wide in %d", width, got.ScrollWidth, got.ClientWidth)
+		}
+	}
+
+	// A click on a clipped error shows it whole, in place.
+	var heights []float64
+	run("expand an error", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		var err error
+		heights, err = chromedp.Evaluate[[]float64](`(() => {
+			const el = [...document.querySelectorAll("table.events tbody td.err .clip")].find(e => e.scrollHeight > e.clientHeight);
+			if (!el) { return [0, 0]; }
+			const before = el.getBoundingClientRect().height;
+			el.click();
+			return [before, el.getBoundingClientRect().height];
+		})()`)(ctx, tg)
+		return err
+	}))
+	if len(heights) != 2 || heights[1] <= heights[0] {
+		t.Errorf("a click on a clipped error left it %v px tall (before, after), want it taller: whole", heights)
+	}
+
+	// The event's page shows the whole error, as text.
+	for _, tc := range []struct {
+		id   uuid.UUID
+		want string
+	}{{long[0], longError}, {hostile[0], hostileError}} {
+		var shown string
+		var xss bool
+		run("open "+tc.id.String(),
+			chromedp.Navigate(srv.URL+"/events/"+tc.id.String()),
+			chromedp.WaitVisible(chromedp.CSS(`dd.err`)),
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				var err error
+				if shown, err = chromedp.Evaluate[string](`document.querySelector("dd.err").textContent`)(ctx, tg); err != nil {
+					return err
+				}
+				xss, err = chromedp.Evaluate[bool](`window.__xss !== undefined || document.querySelectorAll("main img").length > 0`)(ctx, tg)
+				return err
+			}))
+		if shown != tc.want || xss {
+			t.Errorf("the page of %s shows the error\n %q (markup ran: %v), want\n %q", tc.id, shown, xss, tc.want)
+		}
+	}
 }

@@ -29,7 +29,8 @@ type page struct {
 	Nav      string
 	ReadOnly bool
 	CSRF     string
-	Refresh  int // seconds; 0: the page does not reload itself
+	Refresh  int  // seconds; 0: the page does not reload itself
+	Wide     bool // the page's table takes the window's width
 	Flash    string
 	Error    string
 	Data     any
@@ -39,6 +40,7 @@ func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"age":     age,
 		"stamp":   stamp,
+		"stamps":  stampSeconds,
 		"stampp":  func(t *time.Time) string { return stampOrDash(t) },
 		"deref":   func(s *string) string { return derefOr(s, "") },
 		"num":     func(n int64) string { return strconv.FormatInt(n, 10) },
@@ -247,7 +249,7 @@ func parseTime(s string) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%q is not a time: use 2006-01-02T15:04 (UTC) or RFC 3339", s)
+	return time.Time{}, fmt.Errorf("%q is not a time: use YYYY-MM-DDTHH:MM (UTC) or RFC 3339", s)
 }
 
 type eventsData struct {
@@ -279,7 +281,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		d.Next = template.URL(v.Encode())
 	}
 	d.Rows = rows
-	c.render(w, r, http.StatusOK, "events", page{Title: "Events", Nav: "events", Data: d})
+	c.render(w, r, http.StatusOK, "events", page{Title: "Events", Nav: "events", Wide: true, Data: d})
 }
 
 // ---- One event --------------------------------------------------------------
@@ -511,6 +513,15 @@ func stamp(t time.Time) string {
 		return "—"
 	}
 	return t.UTC().Format("2006-01-02 15:04:05.000000Z")
+}
+
+// stampSeconds is stamp to the second, for the list: its title holds the
+// whole stamp.
+func stampSeconds(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 func stampOrDash(t *time.Time) string {

@@ -42,7 +42,7 @@ func (t *Telemetry) createBacklogInstruments() error {
 	pending, errs[0] = m.Int64ObservableGauge(MetricPendingCount, metric.WithUnit(unitEvents),
 		metric.WithDescription("PENDING events in the table: new (never attempted) or retrying. Read every BACKLOG_INTERVAL."))
 	oldest, errs[1] = m.Float64ObservableGauge(MetricOldestAge, metric.WithUnit(unitSeconds),
-		metric.WithDescription("Age of the oldest PENDING event, 0 when none is pending. Read every BACKLOG_INTERVAL."))
+		metric.WithDescription("Age (since created_at, by the database's clock) of the oldest PENDING event that is due (available_at passed), 0 when none is due: events scheduled for later or backing off before a retry do not count. Read every BACKLOG_INTERVAL."))
 	dead, errs[2] = m.Int64ObservableGauge(MetricDeadCount, metric.WithUnit(unitEvents),
 		metric.WithDescription("DEAD events in the table. Read every BACKLOG_INTERVAL."))
 	if err := errors.Join(errs[:]...); err != nil {

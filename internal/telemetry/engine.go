@@ -60,7 +60,7 @@ func (t *Telemetry) createEngineInstruments() error {
 		metric.WithDescription("Events per claim, counting only claims that found events."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
 	i.publisherLatency, errs[3] = m.Float64Histogram(MetricPublisherLatency, metric.WithUnit(unitSeconds),
-		metric.WithDescription("Time to publish a batch and receive the broker's acknowledgements."),
+		metric.WithDescription("Time to publish a batch and receive the broker's acknowledgements, by status: success, or failed when any event was not acknowledged."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	var state metric.Int64ObservableGauge
 	state, errs[4] = m.Int64ObservableGauge(MetricRelayState,

@@ -2,9 +2,12 @@ package telemetry
 
 import (
 	"errors"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/outbox-relay/relay/pkg/relay"
 )
 
 // Each component's instruments are named, created and recorded in the file
@@ -16,6 +19,20 @@ import (
 // MetricStorageLatency times the statements of the engine, the reaper and
 // the backlog poller (Open Outbox Relay's).
 const MetricStorageLatency = "openoutbox.storage.latency"
+
+// storageOps are the op values storage.latency records: the claim, the
+// engine's settles and lease renewals, the reaper's and the backlog's
+// statements, and CAPTURE=wal's statements on events read from the log.
+// Its help lists them, so that it names what is recorded.
+var storageOps = []string{
+	opClaim, relay.OpMarkDelivered, relay.OpDeleteDelivered, relay.OpMarkFailed, relay.OpRelease, relay.OpRenew,
+	opReap, opBacklog,
+	relay.OpRecordDelivered, relay.OpRecordDeleted, relay.OpRecordFailed, relay.OpDefer,
+}
+
+// storageLatencyHelp is storage.latency's description.
+var storageLatencyHelp = "Duration of outbox table statements, by op (" + strings.Join(storageOps, ", ") +
+	") and status (success or error); a settle's retries count in its time."
 
 // Units, attribute keys and their values. Every attribute has a handful of
 // values: no event ids or types, which would make a series per event.
@@ -60,7 +77,7 @@ func storageSet(op string, err error) metric.MeasurementOption {
 func (t *Telemetry) createInstruments() error {
 	var err error
 	t.storageLatency, err = t.meter.Float64Histogram(MetricStorageLatency, metric.WithUnit(unitSeconds),
-		metric.WithDescription("Duration of outbox table operations (claim, mark_delivered, delete_delivered, mark_failed, release, renew, reap, backlog); a settle's retries count in its time."),
+		metric.WithDescription(storageLatencyHelp),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	if err != nil {
 		return err

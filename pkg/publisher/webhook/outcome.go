@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/relay/internal/redact"
@@ -74,7 +75,7 @@ func (p *Publisher) outcome(resp *http.Response) error {
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, excerptBytes+1))
 	msg := fmt.Sprintf("webhook: %s answered %s", p.origin, status)
 	if len(bytes.TrimSpace(head)) > 0 {
-		msg += ": " + quoteExcerpt(string(head))
+		msg += ": " + textExcerpt(string(head))
 	}
 	switch {
 	case s == http.StatusRequestTimeout, s == http.StatusTooEarly, s == http.StatusTooManyRequests, s >= 500 && s < 600:
@@ -100,6 +101,54 @@ func quoteExcerpt(s string) string {
 		cut--
 	}
 	return strconv.Quote(s[:cut]) + "…"
+}
+
+// textExcerpt returns the start of a response body as the text it is, for
+// last_error: runs of whitespace (line breaks included) as one space, other
+// control and invisible characters and invalid UTF-8 escaped (\x00,
+// \u200b, \xff) so that nothing unseen reaches a log line or the console,
+// at most excerptBytes of s and of the result, with … when cut.
+func textExcerpt(s string) string {
+	cut := len(s) > excerptBytes
+	if cut {
+		end := excerptBytes
+		for end > 0 && !utf8.RuneStart(s[end]) {
+			end--
+		}
+		s = s[:end]
+	}
+	var b strings.Builder
+	space := false
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		var piece string
+		switch {
+		case r == utf8.RuneError && n == 1:
+			piece = fmt.Sprintf(`\x%02x`, s[i])
+		case unicode.IsSpace(r):
+			space = b.Len() > 0
+			i += n
+			continue
+		case unicode.IsPrint(r):
+			piece = s[i : i+n]
+		default:
+			piece = strings.Trim(strconv.QuoteRuneToASCII(r), "'")
+		}
+		if space {
+			piece = " " + piece
+			space = false
+		}
+		if b.Len()+len(piece) > excerptBytes {
+			cut = true
+			break
+		}
+		b.WriteString(piece)
+		i += n
+	}
+	if cut {
+		b.WriteString("…")
+	}
+	return b.String()
 }
 
 // retryAfter parses a Retry-After value: delay-seconds or an HTTP date.

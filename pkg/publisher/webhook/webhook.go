@@ -244,7 +244,7 @@ func (p *Publisher) send(ctx context.Context, e *outbox.Event) error {
 // last_error; the rest is read up to drainLimit so the connection can be
 // used again.
 const (
-	excerptBytes = 200
+	excerptBytes = 1000
 	drainLimit   = 64 << 10
 )
 

@@ -484,6 +484,9 @@ func TestOutcomeOfEachAnswer(t *testing.T) {
 		dead      = "permanent"
 	)
 	long := strings.Repeat("\x00\x1b[31mé", 2000)
+	// An endpoint's JSON error of 300 bytes arrives whole and as written.
+	refusal := `{"error":"validation_failed","message":"amount.currency \"EUR\" does not match the account's currency","details":[` +
+		strings.Repeat(`{"field":"amount.currency","code":"mismatch"},`, 4) + `{"field":"amount.value"}],"request_id":"req_7f3a9c2e1b"}`
 	cases := []struct {
 		answer
 		class   string
@@ -498,25 +501,27 @@ func TestOutcomeOfEachAnswer(t *testing.T) {
 		{answer{302, "", ""}, dead, -1, "302 Found"},
 		{answer{307, "", ""}, dead, -1, "redirects are not followed"},
 		{answer{308, "", ""}, dead, -1, "308 Permanent Redirect"},
-		{answer{400, "", `{"error":"bad schema"}`}, dead, -1, `400 Bad Request: "{\"error\":\"bad schema\"}"`},
+		{answer{400, "", `{"error":"bad schema"}`}, dead, -1, `400 Bad Request: {"error":"bad schema"}`},
 		{answer{401, "", ""}, dead, -1, "401 Unauthorized"},
 		{answer{403, "", ""}, dead, -1, "403 Forbidden"},
-		{answer{404, "", "no route"}, dead, -1, `404 Not Found: "no route"`},
+		{answer{404, "", "no route"}, dead, -1, `404 Not Found: no route`},
 		{answer{409, "", ""}, dead, -1, "409 Conflict"},
 		{answer{410, "", ""}, dead, -1, "410 Gone"},
 		{answer{413, "", ""}, dead, -1, "413"},
 		{answer{422, "", ""}, dead, -1, "422 Unprocessable Entity"},
 		{answer{408, "", ""}, retry, -1, "408 Request Timeout"},
 		{answer{425, "", ""}, retry, -1, "425 Too Early"},
-		{answer{429, "120", "slow down"}, retry, 120 * time.Second, `429 Too Many Requests: "slow down" (Retry-After 2m0s)`},
+		{answer{429, "120", "slow down"}, retry, 120 * time.Second, `429 Too Many Requests: slow down (Retry-After 2m0s)`},
 		{answer{429, soon, ""}, retry, 90 * time.Second, "Retry-After 1m"},
 		{answer{503, past, ""}, retry, 0, "503 Service Unavailable"},
 		{answer{503, "soon", ""}, retry, -1, "503"},
-		{answer{500, "", "boom"}, retry, -1, `500 Internal Server Error: "boom"`},
+		{answer{500, "", "boom"}, retry, -1, `500 Internal Server Error: boom`},
 		{answer{502, "", ""}, retry, -1, "502 Bad Gateway"},
 		{answer{504, "", ""}, retry, -1, "504 Gateway Timeout"},
 		{answer{599, "", ""}, retry, -1, "599"},
-		{answer{400, "", long}, dead, -1, `400 Bad Request: "\x00\x1b[31mé`},
+		{answer{400, "", long}, dead, -1, `400 Bad Request: \x00\x1b[31mé\x00`},
+		{answer{422, "", refusal}, dead, -1, "422 Unprocessable Entity: " + refusal},
+		{answer{400, "", "\r\n  line one\r\n\tline two \xff\r\n"}, dead, -1, `400 Bad Request: line one line two \xff`},
 	}
 	batch := make([]outbox.Event, len(cases))
 	mu.Lock()
