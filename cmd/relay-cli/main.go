@@ -203,11 +203,27 @@ func rootAction(c *cli.Context) error {
 			return cli.ShowAppHelp(c)
 		}
 		if c.App.Command(topic) == nil {
-			return usagef("no help for unknown command %q; run relay-cli --help", topic)
+			return usagef("no help for %s", unknownCommand(c.App, topic))
 		}
 		return cli.ShowCommandHelp(c, topic)
 	}
-	return usagef("unknown command %q; run relay-cli --help", name)
+	return usageError{errors.New(unknownCommand(c.App, name))}
+}
+
+// unknownCommand says that name is no command of app and suggests the one
+// it most likely meant (spelling.Nearest, as for flags): stat is stats,
+// retry is retry-dead.
+func unknownCommand(app *cli.App, name string) string {
+	var names []string
+	for _, cmd := range app.Commands {
+		if !cmd.Hidden {
+			names = append(names, cmd.Names()...)
+		}
+	}
+	if guess := spelling.Nearest(name, names); guess != "" {
+		return fmt.Sprintf("unknown command %q; did you mean %s? (relay-cli --help lists the commands)", name, guess)
+	}
+	return fmt.Sprintf("unknown command %q; run relay-cli --help", name)
 }
 
 // globalFlags are accepted by the app and by every command, so that

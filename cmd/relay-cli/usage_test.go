@@ -141,6 +141,37 @@ func TestFlagErrorsNameTheFlagAsTyped(t *testing.T) {
 	}
 }
 
+// A mistyped command, like a mistyped flag, exits 2 with the command it
+// most likely meant: one typing mistake away (stat), or the only command it
+// begins (retry). A word close to none gets no guess.
+func TestMisspeltCommandsSuggestTheCommand(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stat"}, `unknown command "stat"; did you mean stats?`},
+		{[]string{"retry"}, `unknown command "retry"; did you mean retry-dead?`},
+		{[]string{"retry", "--yes"}, `unknown command "retry"; did you mean retry-dead?`},
+		{[]string{"--table", "x", "stat"}, `unknown command "stat"; did you mean stats?`},
+		{[]string{"migarte"}, `unknown command "migarte"; did you mean migrate?`},
+		{[]string{"help", "stat"}, `no help for unknown command "stat"; did you mean stats?`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run relay-cli --help`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := cmd{args: c.args, env: []string{"STORAGE_URL=" + unreachableURL}}.run(t)
+			if r.code != 2 {
+				t.Fatalf("want exit code 2:\n%s", r)
+			}
+			if got := strings.TrimSpace(r.stderr); !strings.HasPrefix(got, "relay-cli: "+c.want) {
+				t.Errorf("stderr %q, want it to begin %q", got, "relay-cli: "+c.want)
+			}
+		})
+	}
+}
+
 func TestClosestFlag(t *testing.T) {
 	t.Parallel()
 	flags := listCommand().Flags
