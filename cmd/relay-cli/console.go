@@ -16,6 +16,7 @@ import (
 	pkgconfig "github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/internal/console"
 	"github.com/outbox-relay/relay/internal/listen"
+	"github.com/outbox-relay/relay/internal/logfmt"
 )
 
 // consoleAddrDefault keeps the console on this machine unless asked.
@@ -67,7 +68,7 @@ func consoleCommand() *cli.Command {
 				return err
 			}
 			defer store.Close()
-			logger := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+			logger := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{ReplaceAttr: logfmt.ReplaceAttr}))
 			slotName := c.String("slot")
 			h, err := console.New(store, console.Config{ReadOnly: c.Bool("read-only"), Password: password,
 				Refresh: refresh, Logger: logger,
