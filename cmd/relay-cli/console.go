@@ -15,6 +15,8 @@ import (
 
 	pkgconfig "github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/internal/console"
+	"github.com/outbox-relay/relay/internal/listen"
+	"github.com/outbox-relay/relay/internal/logfmt"
 )
 
 // consoleAddrDefault keeps the console on this machine unless asked.
@@ -46,16 +48,16 @@ func consoleCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			addr := c.String("addr")
+			addr, addrName := c.String("addr"), settingName(c, "addr")
 			if _, _, err := net.SplitHostPort(addr); err != nil {
-				return usagef("--addr %q: want HOST:PORT, such as %s", addr, consoleAddrDefault)
+				return usagef("%s %q: want HOST:PORT, such as %s", addrName, addr, consoleAddrDefault)
 			}
 			password, err := consolePassword(c, password.Value())
 			if err != nil {
 				return err
 			}
 			if password == "" && !console.Loopback(addr) {
-				return usagef("--addr %s listens beyond loopback: set CONSOLE_PASSWORD or --password-file, or listen on 127.0.0.1", addr)
+				return usagef("%s %s listens beyond loopback: set CONSOLE_PASSWORD or --password-file, or listen on 127.0.0.1", addrName, addr)
 			}
 			refresh, err := parseDuration(c.String("refresh"))
 			if err != nil {
@@ -66,7 +68,7 @@ func consoleCommand() *cli.Command {
 				return err
 			}
 			defer store.Close()
-			logger := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+			logger := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{ReplaceAttr: logfmt.ReplaceAttr}))
 			slotName := c.String("slot")
 			h, err := console.New(store, console.Config{ReadOnly: c.Bool("read-only"), Password: password,
 				Refresh: refresh, Logger: logger,
@@ -80,7 +82,7 @@ func consoleCommand() *cli.Command {
 			if err != nil {
 				return usagef("%w", pkgconfig.Rename(err, func(pkg, field string) string { return consoleFields[pkg+"."+field] }))
 			}
-			return serveConsole(c.Context, addr, h, logger)
+			return serveConsole(c.Context, addr, addrName, h, logger)
 		},
 	}
 }
@@ -107,12 +109,23 @@ func consolePassword(c *cli.Context, env string) (string, error) {
 	return pw, nil
 }
 
-// serveConsole serves h on addr until ctx ends, then lets requests in
-// flight finish for a few seconds.
-func serveConsole(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
+// serveConsole serves h on addr, which the setting addrName set (--addr
+// or CONSOLE_ADDR), until ctx ends, then lets requests in flight finish
+// for a few seconds. A taken port is explained as the relay explains its
+// HTTP_ADDR's.
+func serveConsole(ctx context.Context, addr, addrName string, h http.Handler, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("console: %w", err)
+		host, _, _ := net.SplitHostPort(addr)
+		return fmt.Errorf("console: %w", listen.Error(addr, err, listen.Taken{
+			Setting: addrName,
+			Holder:  "another relay-cli console on this host",
+			Serves:  "the console serves its pages there",
+			Fix: func(next string) string {
+				return "choose another port with --addr " + net.JoinHostPort(host, next)
+			},
+			Fallback: "8091",
+		}))
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	logger.Info("console: listening", "addr", "http://"+ln.Addr().String())

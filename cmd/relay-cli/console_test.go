@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +123,43 @@ func serveWithPassword(t *testing.T, c cmd) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the console did not stop on SIGINT")
+	}
+}
+
+// A console on a port something holds exits 1, as the relay does for its
+// HTTP_ADDR, naming the setting as it was set (--addr or CONSOLE_ADDR) and
+// the way out: another port, shown with the host asked for, or stopping
+// what holds it.
+func TestConsoleOnATakenPortNamesAddrAndTheWayOut(t *testing.T) {
+	t.Parallel()
+	tb := pgtest.New(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	next := fmt.Sprintf("127.0.0.1:%d", n+1)
+	for _, c := range []struct {
+		name string
+		cmd  cmd
+		want string
+	}{
+		{"--addr", cmd{args: onTable(tb, "console", "--addr", addr)}, "--addr " + addr + " is taken"},
+		{"CONSOLE_ADDR", cmd{args: onTable(tb, "console"), env: []string{"CONSOLE_ADDR=" + addr}}, "CONSOLE_ADDR " + addr + " is taken"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.cmd.run(t)
+			if r.code != exitFailure {
+				t.Errorf("want exit code 1:\n%s", r)
+			}
+			for _, want := range []string{c.want, "choose another port with --addr " + next, "or stop what holds it", "ss -ltnp"} {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, r)
+				}
+			}
+		})
 	}
 }

@@ -176,7 +176,7 @@ func openInbox(c *cli.Context) (box *inbox.Inbox, db *sql.DB, store storage.Stor
 	sqlStore, ok := store.(storage.SQLDatabase)
 	if !ok {
 		store.Close()
-		return nil, nil, nil, usagef("--storage-url: this storage driver offers no SQL database to keep an inbox table in")
+		return nil, nil, nil, usagef("%s: this storage driver offers no SQL database to keep an inbox table in", settingName(c, "storage-url"))
 	}
 	db, dialect := sqlStore.SQL()
 	d, err := inbox.ParseDialect(dialect)

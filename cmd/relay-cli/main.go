@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -64,6 +65,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	app := newApp(stdin, stdout, stderr)
 	warnEnvSlips(app, os.Environ(), stderr)
 	reordered := reorderArgs(app, args)
+	app.Metadata = map[string]any{argsKey: reordered}
 	err := app.RunContext(ctx, reordered)
 	if err == nil {
 		return exitOK
@@ -203,11 +205,27 @@ func rootAction(c *cli.Context) error {
 			return cli.ShowAppHelp(c)
 		}
 		if c.App.Command(topic) == nil {
-			return usagef("no help for unknown command %q; run relay-cli --help", topic)
+			return usagef("no help for %s", unknownCommand(c.App, topic))
 		}
 		return cli.ShowCommandHelp(c, topic)
 	}
-	return usagef("unknown command %q; run relay-cli --help", name)
+	return usageError{errors.New(unknownCommand(c.App, name))}
+}
+
+// unknownCommand says that name is no command of app and suggests the one
+// it most likely meant (spelling.Nearest, as for flags): stat is stats,
+// retry is retry-dead.
+func unknownCommand(app *cli.App, name string) string {
+	var names []string
+	for _, cmd := range app.Commands {
+		if !cmd.Hidden {
+			names = append(names, cmd.Names()...)
+		}
+	}
+	if guess := spelling.Nearest(name, names); guess != "" {
+		return fmt.Sprintf("unknown command %q; did you mean %s? (relay-cli --help lists the commands)", name, guess)
+	}
+	return fmt.Sprintf("unknown command %q; run relay-cli --help", name)
 }
 
 // globalFlags are accepted by the app and by every command, so that
@@ -311,6 +329,43 @@ func flagTakesValue(flags []cli.Flag, name string) (known, value bool) {
 	return false, false
 }
 
+// argsKey keys the command line, as run passes it to urfave/cli, in the
+// app's Metadata, for settingName.
+const argsKey = "args"
+
+// settingName names where the value of the flag called name came from, for
+// a message about that value: the flag when it is on the command line,
+// else the environment variable that set it (STORAGE_URL for
+// --storage-url), else the flag, whose default it is. An operator told
+// "--storage-url: …" who never typed that flag looks in the wrong place.
+func settingName(c *cli.Context, name string) string {
+	args, _ := c.App.Metadata[argsKey].([]string)
+	for _, a := range args[min(1, len(args)):] {
+		if a == "--" {
+			break
+		}
+		if n, _ := flagName(a); isFlagArg(a) && n == name {
+			return "--" + name
+		}
+	}
+	flags := c.App.Flags
+	if c.Command != nil {
+		flags = c.Command.Flags
+	}
+	for _, f := range flags {
+		ef, ok := f.(interface{ GetEnvVars() []string })
+		if !ok || !slices.Contains(f.Names(), name) {
+			continue
+		}
+		for _, env := range ef.GetEnvVars() {
+			if _, set := os.LookupEnv(env); set {
+				return env
+			}
+		}
+	}
+	return "--" + name
+}
+
 // noArgs refuses positional arguments to a command that takes none.
 func noArgs(c *cli.Context) error {
 	if c.NArg() > 0 {
@@ -324,16 +379,16 @@ func noArgs(c *cli.Context) error {
 func openStore(c *cli.Context) (storage.Storage, error) {
 	d, err := storage.Lookup(c.String("storage-url"))
 	if err != nil {
-		return nil, usagef("--storage-url: %w", err)
+		return nil, usagef("%s: %w", settingName(c, "storage-url"), err)
 	}
 	if t := c.String("table"); t != "" {
 		if err := d.CheckTable(t); err != nil {
-			return nil, usagef("--table: %w", err)
+			return nil, usagef("%s: %w", settingName(c, "table"), err)
 		}
 	}
 	store, err := storage.Open(c.Context, storage.URLWithTable(c.String("storage-url"), c.String("table")))
 	if err != nil {
-		return nil, usagef("--storage-url: %w", err)
+		return nil, usagef("%s: %w", settingName(c, "storage-url"), err)
 	}
 	// Said because `migrate` on the default creates a table in a database
 	// the relay, configured elsewhere, may never look at.

@@ -50,14 +50,14 @@ func setupBrokerCommand() *cli.Command {
 				return usagef("setup-broker needs the broker: set PUBLISHER_URL (or --publisher-url) as for the relay, such as nats://127.0.0.1:4222")
 			}
 			if err := publisher.Check(raw); err != nil {
-				return usagef("--publisher-url: %w", err)
+				return usagef("%s: %w", settingName(c, "publisher-url"), err)
 			}
 			if c.Int("partitions") < 0 {
 				return usagef("--partitions must not be negative, got %d", c.Int("partitions"))
 			}
 			pub, err := publisher.Open(c.Context, raw)
 			if err != nil {
-				return usagef("--publisher-url: %w", err)
+				return usagef("%s: %w", settingName(c, "publisher-url"), err)
 			}
 			defer func() { _ = pub.Close(context.WithoutCancel(c.Context)) }()
 			prov, ok := pub.(publisher.Provisioner)

@@ -141,6 +141,75 @@ func TestFlagErrorsNameTheFlagAsTyped(t *testing.T) {
 	}
 }
 
+// A bad value is reported under the name the operator set it by: the
+// environment variable when it came from there, the flag when it was typed
+// (which wins over the variable).
+func TestBadValuesNameWhereTheyCameFrom(t *testing.T) {
+	t.Parallel()
+	const oracle = "oracle://op:" + secret + "@db/x"
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"STORAGE_URL", []string{"stats"}, []string{"STORAGE_URL=" + oracle}, "STORAGE_URL: unknown storage scheme"},
+		{"--storage-url", []string{"stats", "--storage-url", oracle}, nil, "--storage-url: unknown storage scheme"},
+		{"--storage-url over STORAGE_URL", []string{"stats", "--storage-url", oracle}, []string{"STORAGE_URL=" + unreachableURL}, "--storage-url: unknown storage scheme"},
+		{"STORAGE_URL without a scheme", []string{"stats"}, []string{"STORAGE_URL=localhost:5432/db"}, `STORAGE_URL: storage URL "localhost:5432/db" has no scheme`},
+		{"STORAGE_TABLE_NAME", []string{"stats"}, []string{"STORAGE_URL=" + unreachableURL, "STORAGE_TABLE_NAME=a;b"}, "STORAGE_TABLE_NAME: invalid table name"},
+		{"--table", []string{"stats", "--table", "a;b"}, []string{"STORAGE_URL=" + unreachableURL}, "--table: invalid table name"},
+		{"PUBLISHER_URL", []string{"setup-broker", "--event-type", "x"}, []string{"PUBLISHER_URL=localhost:9092"}, `PUBLISHER_URL: publisher URL "localhost:9092" has no scheme`},
+		{"--publisher-url", []string{"setup-broker", "--event-type", "x", "--publisher-url", "localhost:9092"}, []string{"PUBLISHER_URL=nats://127.0.0.1:1"}, `--publisher-url: publisher URL "localhost:9092" has no scheme`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := cmd{args: c.args, env: c.env}.run(t)
+			if r.code != 2 {
+				t.Fatalf("want exit code 2:\n%s", r)
+			}
+			if got := strings.TrimSpace(r.stderr); !strings.HasPrefix(got, "relay-cli: "+c.want) {
+				t.Errorf("stderr %q, want it to begin %q", got, "relay-cli: "+c.want)
+			}
+			if strings.Contains(r.stderr, secret) {
+				t.Errorf("stderr contains the password:\n%s", r)
+			}
+		})
+	}
+}
+
+// A mistyped command, like a mistyped flag, exits 2 with the command it
+// most likely meant: one typing mistake away (stat), or the only command it
+// begins (retry). A word close to none gets no guess.
+func TestMisspeltCommandsSuggestTheCommand(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stat"}, `unknown command "stat"; did you mean stats?`},
+		{[]string{"retry"}, `unknown command "retry"; did you mean retry-dead?`},
+		{[]string{"retry", "--yes"}, `unknown command "retry"; did you mean retry-dead?`},
+		{[]string{"--table", "x", "stat"}, `unknown command "stat"; did you mean stats?`},
+		{[]string{"migarte"}, `unknown command "migarte"; did you mean migrate?`},
+		{[]string{"help", "stat"}, `no help for unknown command "stat"; did you mean stats?`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run relay-cli --help`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := cmd{args: c.args, env: []string{"STORAGE_URL=" + unreachableURL}}.run(t)
+			if r.code != 2 {
+				t.Fatalf("want exit code 2:\n%s", r)
+			}
+			if got := strings.TrimSpace(r.stderr); !strings.HasPrefix(got, "relay-cli: "+c.want) {
+				t.Errorf("stderr %q, want it to begin %q", got, "relay-cli: "+c.want)
+			}
+		})
+	}
+}
+
 func TestClosestFlag(t *testing.T) {
 	t.Parallel()
 	flags := listCommand().Flags

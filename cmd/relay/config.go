@@ -17,11 +17,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	pkgconfig "github.com/outbox-relay/relay/internal/config"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 )

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 )
 

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/outbox-relay/relay/internal/buildinfo"
+	"github.com/outbox-relay/relay/internal/logfmt"
 	"github.com/outbox-relay/relay/internal/redact"
 	_ "github.com/outbox-relay/relay/pkg/publisher/amqp"
 	_ "github.com/outbox-relay/relay/pkg/publisher/kafka"
@@ -121,7 +122,7 @@ func printConfigError(w io.Writer, prefix string, err error) {
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel)
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: logfmt.ReplaceAttr}
 	if cfg.LogFormat == "text" {
 		return slog.New(withLastLine(slog.NewTextHandler(w, opts)))
 	}

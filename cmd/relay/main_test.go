@@ -147,6 +147,26 @@ func TestUnreachableDatabaseExits1AndSaysSo(t *testing.T) {
 	}
 }
 
+// Durations are logged as Go writes them: the MySQL storage, which cannot
+// notify the relay, makes it log its POLL_INTERVAL at start, which slog's
+// JSON handler would write in nanoseconds (500000000).
+func TestDurationsAreLoggedReadably(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runRelay(t, map[string]string{
+		"STORAGE_URL":        mysqltest.DatabaseURL(mysqltest.NewDatabase(t)),
+		"STORAGE_TABLE_NAME": "no_such_outbox_table",
+		"PUBLISHER_URL":      "null://",
+		"HTTP_ADDR":          "127.0.0.1:0",
+		"POLL_INTERVAL":      "500ms",
+	})
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1 (no table); stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, `"msg":"this storage cannot notify the relay of inserts: polling for new events","poll_interval":"500ms"`) {
+		t.Errorf("the polling line does not show poll_interval 500ms:\n%s", stderr)
+	}
+}
+
 func TestMissingTableSaysToMigrate(t *testing.T) {
 	t.Parallel()
 	mysqlDB := mysqltest.NewDatabase(t)

@@ -7,17 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/outbox-relay/relay/internal/buildinfo"
-	"github.com/outbox-relay/relay/pkg/reaper"
+	"github.com/outbox-relay/relay/internal/listen"
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -328,17 +327,15 @@ func startHTTP(cfg config, sd *shutdown, closeStore *closeStep, store storage.St
 // it serves /healthz, /readyz and /metrics: another relay on the same host
 // (or any other program) may hold the port.
 func listenError(addr string, err error) error {
-	if errors.Is(err, syscall.EADDRINUSE) {
-		_, port, _ := net.SplitHostPort(addr)
-		next := "8081"
-		if n, perr := strconv.Atoi(port); perr == nil && n > 0 && n < 65535 {
-			next = strconv.Itoa(n + 1)
-		}
-		return fmt.Errorf("HTTP_ADDR %s is taken (another relay on this host, or another program: `ss -ltnp` shows which); "+
-			"the relay serves /healthz, /readyz and /metrics there: set HTTP_ADDR to a free port, such as HTTP_ADDR=:%s, "+
-			"or 127.0.0.1:%s to listen on this host only: %w", addr, next, next, err)
-	}
-	return fmt.Errorf("HTTP_ADDR %s: %w", addr, err)
+	return listen.Error(addr, err, listen.Taken{
+		Setting: "HTTP_ADDR",
+		Holder:  "another relay on this host",
+		Serves:  "the relay serves /healthz, /readyz and /metrics there",
+		Fix: func(next string) string {
+			return fmt.Sprintf("set HTTP_ADDR to a free port, such as HTTP_ADDR=:%s, or 127.0.0.1:%s to listen on this host only", next, next)
+		},
+		Fallback: "8081",
+	})
 }
 
 // logStarted writes the "relay started" line with the settings in effect.

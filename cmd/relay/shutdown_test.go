@@ -19,10 +19,10 @@ import (
 	"github.com/outbox-relay/relay/internal/harness/kafkatest"
 	"github.com/outbox-relay/relay/internal/harness/natstest"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
-	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/internal/tcpproxy"
 	"github.com/outbox-relay/relay/pkg/outbox"
+	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 

@@ -6,6 +6,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -104,6 +105,9 @@ func (r *Registry[D]) Schemes() []string {
 func (r *Registry[D]) Lookup(rawURL string) (D, *url.URL, error) {
 	var zero D
 	u, err := url.Parse(rawURL)
+	if noScheme(rawURL, u, err) {
+		return zero, nil, r.noSchemeError(rawURL)
+	}
 	if err != nil || u.Scheme == "" {
 		return zero, nil, fmt.Errorf("malformed %s URL %q: expected scheme://host", r.kind, redact.URL(rawURL))
 	}
@@ -121,4 +125,71 @@ func (r *Registry[D]) Lookup(rawURL string) (D, *url.URL, error) {
 			r.kind, u.Scheme, redact.URL(rawURL), strings.Join(r.Schemes(), ", "))
 	}
 	return d, u, nil
+}
+
+// noScheme reports whether rawURL is an address written without a scheme:
+// host:port ("localhost:9092", which url.Parse reads as scheme "localhost"
+// and "9092"), user:password@host, a host and path, or a bare host.
+func noScheme(rawURL string, u *url.URL, parseErr error) bool {
+	if rawURL == "" || strings.Contains(rawURL, "://") {
+		return false
+	}
+	if parseErr != nil || u.Scheme == "" {
+		return true
+	}
+	rest := u.Opaque
+	return rest != "" && (rest[0] >= '0' && rest[0] <= '9' || strings.Contains(rest, "@"))
+}
+
+// wellKnownPorts are the schemes whose servers usually listen on a port,
+// to complete an address written without a scheme with the one it most
+// likely needs.
+var wellKnownPorts = map[string][]string{
+	"4222": {"nats"},
+	"5672": {"amqp"},
+	"5671": {"amqps"},
+	"9092": {"kafka"},
+	"6379": {"redis"},
+	"5432": {"postgres", "postgresql"},
+	"3306": {"mysql"},
+	"80":   {"http"},
+	"443":  {"https"},
+}
+
+// noSchemeError explains an address written without a scheme, which
+// selects the driver, and shows it with the scheme its port suggests.
+func (r *Registry[D]) noSchemeError(rawURL string) error {
+	// With a scheme in front, redact finds the user info's password.
+	shown := strings.TrimPrefix(redact.URL("scheme://"+rawURL), "scheme://")
+	schemes := strings.Join(r.Schemes(), ", ")
+	if s := r.schemeForPort(rawURL); s != "" {
+		return fmt.Errorf("%s URL %q has no scheme, which selects the driver: write it as %s://%s (supported are %s)",
+			r.kind, shown, s, shown, schemes)
+	}
+	return fmt.Errorf("%s URL %q has no scheme, which selects the driver: write it as scheme://%s with one of %s",
+		r.kind, shown, shown, schemes)
+}
+
+// schemeForPort returns the registered scheme whose servers usually listen
+// on the port of rawURL's (first) address, or "".
+func (r *Registry[D]) schemeForPort(rawURL string) string {
+	addr := rawURL
+	if i := strings.LastIndex(addr, "@"); i >= 0 {
+		addr = addr[i+1:]
+	}
+	if i := strings.IndexAny(addr, "/?,"); i >= 0 {
+		addr = addr[:i]
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, s := range wellKnownPorts[port] {
+		if _, ok := r.drivers[s]; ok {
+			return s
+		}
+	}
+	return ""
 }

@@ -147,8 +147,11 @@ func TestReadmeQuickstart(t *testing.T) {
 // runScript runs the quickstart's lines in dir, as one shell script that
 // stops at the first failing line, and returns what they wrote on stdout
 // and stderr, and a report of both with the relay's log, for failures.
+// dir is made a git repository with the repository's .gitignore first, and
+// the lines must leave nothing new in its git status.
 func runScript(t *testing.T, ctx context.Context, dir string, script, env []string) (stdout, stderr, report string) {
 	t.Helper()
+	before := gitStatus(t, initRepo(t, dir))
 	sh := exec.CommandContext(ctx, "bash", "-e", "-c", strings.Join(script, "\n"))
 	sh.Dir, sh.Env = dir, env
 	var out, errb bytes.Buffer
@@ -158,6 +161,12 @@ func runScript(t *testing.T, ctx context.Context, dir string, script, env []stri
 	report = fmt.Sprintf("--- stdout:\n%s--- stderr:\n%s--- relay.log:\n%s", out.String(), errb.String(), relayLog)
 	if err != nil {
 		t.Fatalf("the quickstart failed: %v\n%s", err, report)
+	}
+	// The quickstart runs in the repository: what it writes (relay.log)
+	// must not show in the reader's git status.
+	if after := gitStatus(t, dir); after != before {
+		t.Errorf("the quickstart leaves files that git status shows in the repository (.gitignore should cover them):\n"+
+			"--- before:\n%s--- after:\n%s", before, after)
 	}
 	return out.String(), errb.String() + string(relayLog), report
 }
@@ -238,6 +247,47 @@ func TestReadmeQuickstartOnRabbitMQ(t *testing.T) {
 		}
 	}
 	checkClean(t, errOut, report)
+}
+
+// initRepo makes dir a git repository with the repository's .gitignore,
+// so that git status there shows what the quickstart's lines would leave
+// in a checkout, and returns dir.
+func initRepo(t *testing.T, dir string) string {
+	t.Helper()
+	ignore, err := os.ReadFile("../../.gitignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".gitignore"), ignore, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "init", "--quiet")
+	return dir
+}
+
+// gitStatus is `git status --porcelain` in dir, every untracked file
+// listed.
+func gitStatus(t *testing.T, dir string) string {
+	t.Helper()
+	return git(t, dir, "status", "--porcelain", "--untracked-files=all")
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	// Not the repository the test runs in, nor the user's settings.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "GIT_CEILING_DIRECTORIES="+filepath.Dir(dir))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
 }
 
 func randomHex() string {

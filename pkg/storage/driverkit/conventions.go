@@ -2,6 +2,7 @@ package driverkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -107,15 +108,31 @@ type Server struct {
 func (s Server) Location() string { return fmt.Sprintf("%s database %q", s.Where, s.Database) }
 
 // QueryError explains err, from a statement run on table while doing what:
-// a database that could not be reached or refused the login (classify
-// says whether it is one, and which) as ConnError does, anything else as
-// the statement's error.
+// a cancelled context (Ctrl-C, SIGTERM) as an interruption, a database
+// that could not be reached or refused the login (classify says whether it
+// is one, and which) as ConnError does, anything else as the statement's
+// error. A cancelled connection attempt is no unreachable server: telling
+// the operator who pressed Ctrl-C to check that the server is running
+// sends them to the wrong place.
 func QueryError(srv Server, table, what string, err error, classify func(error) (ConnFailure, bool)) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("interrupted: %s %s in %s: %w", what, table, srv.Location(), redacted{redact.Error(err, srv.RawURL), err})
+	}
 	if why, ok := classify(err); ok {
 		return ConnError(srv, why, err)
 	}
 	return fmt.Errorf("%s %s: %w", what, table, err)
 }
+
+// redacted is err with msg, err's text without the password, for its text:
+// errors.Is still finds context.Canceled in it.
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r redacted) Error() string { return r.msg }
+func (r redacted) Unwrap() error { return r.err }
 
 // ConnError explains err, a failure to reach srv or to log in, with what
 // to check: the same words from every driver, without the password and

@@ -1019,3 +1019,39 @@ func loginAs(t *testing.T, tb *mysqltest.Table, role string) *mysql.Store {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// A Migrate or Check whose context was cancelled (Ctrl-C) says it was
+// interrupted, not that the server cannot be reached.
+func TestCancelledContextIsAnInterruptionNotAnUnreachableServer(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(mysqltest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	u.Path = "/mysql"
+	s, err := mysql.Open(ctx, storage.URLWithTable(u.String(), "openoutbox_events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	errs := map[string]error{"Check": s.Check(cancelled)}
+	_, errs["Migrate"] = s.Migrate(cancelled, storage.MigrateOptions{})
+	for op, err := range errs {
+		if err == nil {
+			t.Fatalf("%s with a cancelled context succeeded", op)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "interrupted: ") || strings.Contains(msg, "cannot reach") || strings.Contains(msg, "server is running") {
+			t.Errorf("%s = %q, want it to say it was interrupted, and no more that the server cannot be reached", op, msg)
+		}
+		if errors.Is(err, storage.ErrUnreachable) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s = %v: matches ErrUnreachable, or not context.Canceled", op, err)
+		}
+		if strings.Contains(msg, password) {
+			t.Errorf("%s = %q leaks the password", op, msg)
+		}
+	}
+}
