@@ -46,7 +46,14 @@ func (tb *Table) HoldLogLock(t testing.TB) (release func()) {
 		t.Fatalf("pgtest: hold the log lock: %v", err)
 	}
 	var once sync.Once
-	release = func() { once.Do(func() { _ = conn.Close(ctx) }) }
+	release = func() {
+		once.Do(func() {
+			// At once: a closed session lets go only once its server
+			// process has gone.
+			_, _ = conn.Exec(ctx, schema.Expand("SELECT pg_advisory_unlock({{log_lock}})", tb.Store.TableName()))
+			_ = conn.Close(ctx)
+		})
+	}
 	t.Cleanup(release)
 	return release
 }

@@ -157,8 +157,9 @@ func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 }
 
 // LockLog takes the table's log lock (log_lock.sql) on a connection taken
-// out of the pool, which only unlock closes: closing it releases the lock
-// whatever state the session is in.
+// out of the pool. unlock releases it (log_unlock.sql), so that a claim
+// right after can take it, and closes the connection, which releases it
+// in any case.
 func (s *Store) LockLog(ctx context.Context) (unlock func(), err error) {
 	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -174,6 +175,7 @@ func (s *Store) LockLog(ctx context.Context) (unlock func(), err error) {
 		once.Do(func() {
 			closing, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
+			_, _ = conn.Exec(closing, s.queries["log_unlock"])
 			_ = conn.Close(closing)
 		})
 	}, nil
