@@ -32,6 +32,12 @@ const DefaultTable = "openoutbox_events"
 // grants run while a migration creates roles' objects.
 const MigrationLockKey = 0x6f7574626f78 // "outbox"
 
+// WriterOrder is a row's writer as the claims order rows by it
+// ({{writer}} in Expand): writer_xid, with rows written before the column
+// existed first. The writer indexes and every claim statement that reads
+// by them write it so, one text, which the planner matches to the index.
+const WriterOrder = "COALESCE(writer_xid, '0'::xid8)"
+
 // LogLockClass is the high half of a table's log lock, whose low half is
 // the table's OID ({{log_lock}} in Expand): the advisory lock by which a
 // log reader (CAPTURE=wal) and the claims split the table's fresh rows. A
@@ -239,6 +245,7 @@ func Expand(sql string, t Table) string {
 		"{{name}}", t.Name,
 		"{{schema}}", t.schemaPrefix(),
 		"{{migration_lock}}", strconv.Itoa(MigrationLockKey),
+		"{{writer}}", WriterOrder,
 		"{{log_lock}}", "(("+strconv.Itoa(LogLockClass)+"::bigint << 32) | '"+t.Quoted()+"'::regclass::oid::bigint)",
 		"{{late_after}}", LateAfter,
 		"{{delivered_late}}", deliveredLate,
@@ -324,10 +331,10 @@ type Index struct {
 //	                  seq existed), the order the relay delivers them in.
 var indexes = []struct{ suffix, definition string }{
 	{"pending_seq_idx", `(seq) WHERE status = 'PENDING'`},
-	{"frontier_idx", `((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status = 'PENDING'`},
+	{"frontier_idx", `(({{writer}}), seq) WHERE status = 'PENDING'`},
 	{"due_at_idx", `(available_at, seq) WHERE status = 'PENDING' AND available_at > created_at`},
 	{"key_seq_idx", `(partition_key COLLATE "C", seq) WHERE status IN ('PENDING', 'DELIVERING') AND partition_key IS NOT NULL`},
-	{"key_writer_idx", `((COALESCE(writer_xid, '0'::xid8)), seq) WHERE status <> 'DELIVERED' AND partition_key <> ''`},
+	{"key_writer_idx", `(({{writer}}), seq) WHERE status <> 'DELIVERED' AND partition_key <> ''`},
 	{"key_dead_seq_idx", `(partition_key COLLATE "C", seq) WHERE status = 'DEAD' AND partition_key IS NOT NULL`},
 	{"delivering_idx", `(locked_at) WHERE status = 'DELIVERING'`},
 	{"late_idx", `(delivered_at) WHERE status = 'DELIVERED' AND {{delivered_late}}`},

@@ -1,11 +1,11 @@
 {% define "arm_columns" -%}
 {% if .Held %}ctid AS row_id, tableoid AS row_table, {% end %}event_id, event_type, partition_key, payload, headers, attempts, created_at,
-           available_at, seq, COALESCE(writer_xid, '0'::xid8) AS writer,
+           available_at, seq, {{writer}} AS writer,
            octet_length(payload) + pg_column_size(headers) AS size
 {%- end %}
 {% define "watched_row" -%}
-(COALESCE(writer_xid, '0'::xid8) = ANY($9::text[]::xid8[])
- AND seq >= ($12::bigint[])[array_position($9::text[]::xid8[], COALESCE(writer_xid, '0'::xid8))])
+({{writer}} = ANY($9::text[]::xid8[])
+ AND seq >= ($12::bigint[])[array_position($9::text[]::xid8[], {{writer}})])
 {%- end %}
 {% define "claim_arms" -%}
 -- The rows an unordered claim may take, read in three arms that never
@@ -38,7 +38,7 @@ WITH again AS (
     FROM {{table}}
     WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
       AND (available_at, seq) > ($7::timestamptz, $8::bigint)
-      AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
+      AND ({{writer}}, seq) <= ($10::text::xid8, $11::bigint)
       AND NOT {% template "watched_row" %}
     ORDER BY available_at, seq
     LIMIT $2
@@ -54,17 +54,17 @@ WITH again AS (
       -- still step over the entries of each writer's rows behind it (a
       -- row comparison would not set the start next to the = ANY).
       AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
-    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+    ORDER BY {{writer}}, seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
     SELECT {% template "arm_columns" . %}, 2 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+    WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND ({{writer}}, seq) > ($4::text::xid8, $5::bigint)
       AND seq <= {{fresh_to}} AND available_at <= now()
       AND NOT {% template "watched_row" %}
       AND event_id NOT IN (SELECT event_id FROM again)
-    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+    ORDER BY {{writer}}, seq
     LIMIT greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
     FOR UPDATE SKIP LOCKED
 ), skipped AS (
@@ -89,12 +89,12 @@ WITH again AS (
     -- to the end. Each second read repeats its arm's conditions, less the
     -- lock and plus the rows the due index lets it pass: keep them in step.
     (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
-     FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
+     FROM (SELECT event_id, {{writer}} AS writer, seq
            FROM {{table}}
-           WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND (COALESCE(writer_xid, '0'::xid8), seq) > ($4::text::xid8, $5::bigint)
+           WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND ({{writer}}, seq) > ($4::text::xid8, $5::bigint)
              AND seq <= {{fresh_to}} AND (available_at <= now() OR available_at <= created_at)
              AND NOT {% template "watched_row" %}
-           ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+           ORDER BY {{writer}}, seq
            -- None when the arms before left the fresh arm nothing to take:
            -- the read would step over the rows the watched arm reads (all
            -- the rest of a large writer's) for a row it cannot report.
@@ -108,11 +108,11 @@ WITH again AS (
      LIMIT 1)
     UNION ALL
     (SELECT 'skip again', writer, seq, available_at
-     FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq, available_at
+     FROM (SELECT event_id, {{writer}} AS writer, seq, available_at
            FROM {{table}}
            WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
              AND (available_at, seq) > ($7::timestamptz, $8::bigint)
-             AND (COALESCE(writer_xid, '0'::xid8), seq) <= ($10::text::xid8, $11::bigint)
+             AND ({{writer}}, seq) <= ($10::text::xid8, $11::bigint)
              AND NOT {% template "watched_row" %}
            ORDER BY available_at, seq
            LIMIT (SELECT count(*) FROM again) + 1) AS r
@@ -129,14 +129,14 @@ WITH again AS (
     -- so that the rest of a large writer's rows are not read at every
     -- claim.
     (SELECT 'skip watched', writer, min(seq), NULL::timestamptz
-     FROM (SELECT event_id, COALESCE(writer_xid, '0'::xid8) AS writer, seq
+     FROM (SELECT event_id, {{writer}} AS writer, seq
            FROM {{table}}
            WHERE cardinality($9::text[]) > 0
              AND greatest($2 - (SELECT count(*) FROM again), 0) > 0
              AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND {% template "watched_row" %}
              AND (available_at <= now() OR available_at <= created_at)
              AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
-           ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+           ORDER BY {{writer}}, seq
            LIMIT CASE WHEN (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0) THEN NULL
                       ELSE (SELECT count(*) FROM watched) + 1 END) AS r
      WHERE event_id NOT IN (SELECT event_id FROM watched)

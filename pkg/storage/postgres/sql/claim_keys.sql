@@ -22,12 +22,12 @@
 -- watched writer read: how many, and the highest seq), 'swept' (how many
 -- rows the sweep read, and the last) and 'snapshot'.
 WITH fresh AS (
-    SELECT partition_key, COALESCE(writer_xid, '0'::xid8) AS writer, seq
+    SELECT partition_key, {{writer}} AS writer, seq
     FROM {{table}}
     WHERE status <> 'DELIVERED' AND partition_key <> ''
-      AND (COALESCE(writer_xid, '0'::xid8), seq) > ($1::text::xid8, $2::bigint)
-      AND COALESCE(writer_xid, '0'::xid8) <> ALL($3::text[]::xid8[])
-    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+      AND ({{writer}}, seq) > ($1::text::xid8, $2::bigint)
+      AND {{writer}} <> ALL($3::text[]::xid8[])
+    ORDER BY {{writer}}, seq
     LIMIT $5::bigint
 ), watched AS (
     SELECT w.writer, r.partition_key, r.seq
@@ -36,16 +36,16 @@ WITH fresh AS (
         SELECT partition_key, seq
         FROM {{table}}
         WHERE status <> 'DELIVERED' AND partition_key <> ''
-          AND COALESCE(writer_xid, '0'::xid8) = w.writer AND seq > w.after
+          AND {{writer}} = w.writer AND seq > w.after
         ORDER BY seq
         LIMIT $5::bigint
     ) r
 ), swept AS (
-    SELECT partition_key, COALESCE(writer_xid, '0'::xid8) AS writer, seq
+    SELECT partition_key, {{writer}} AS writer, seq
     FROM {{table}}
     WHERE $6::boolean AND status <> 'DELIVERED' AND partition_key <> ''
-      AND (COALESCE(writer_xid, '0'::xid8), seq) > ($7::text::xid8, $8::bigint)
-    ORDER BY COALESCE(writer_xid, '0'::xid8), seq
+      AND ({{writer}}, seq) > ($7::text::xid8, $8::bigint)
+    ORDER BY {{writer}}, seq
     LIMIT $5::bigint
 )
 SELECT 'key' AS fact, partition_key AS k, NULL::bigint AS writer, min(seq) AS seq, NULL::bigint AS n

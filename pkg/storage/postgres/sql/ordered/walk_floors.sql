@@ -17,9 +17,8 @@
 -- what the relay learns of each key it visited (the rows claim_ordered.sql
 -- adds under .Floors: the seq of the first event after the floor that is
 -- not DELIVERED, the head's or a DEAD one's before it, and whether there
--- is a head). $6 is FreshTo as in
--- walk_index.sql (every seq: the relay uses this walk only when it claims
--- every fresh row).
+-- is a head). $6 is the fresh bound as in walk_index.sql (every seq: the
+-- relay uses this walk only when it claims every fresh row).
 --
 -- A run takes only rows the relay's key frontier has read (keys.go): $8,
 -- $9 the furthest place in writer order its reads have reached, and $10,
@@ -70,8 +69,8 @@ candidates AS MATERIALIZED (
           SELECT 1 FROM {{table}} d
           WHERE d.status = 'DEAD' AND d.partition_key COLLATE "C" = h.k
             AND d.seq < run.seq){% else %}true{% end %} AS clear,
-                       (COALESCE(writer_xid, '0'::xid8), seq) <= (c.read_writer, c.read_seq)
-                       AND COALESCE(seq <= c.watched_seq[array_position(c.watched, COALESCE(writer_xid, '0'::xid8))], true) AS read
+                       ({{writer}}, seq) <= (c.read_writer, c.read_seq)
+                       AND COALESCE(seq <= c.watched_seq[array_position(c.watched, {{writer}})], true) AS read
                 FROM {{table}} run
                 WHERE partition_key COLLATE "C" = h.k AND seq >= h.seq
                   AND status IN ('PENDING', 'DELIVERING')

@@ -4,7 +4,7 @@
 -- the last key the previous claim took) on and around, and takes each
 -- key's first unfinished event. It needs nothing from the relay but the
 -- cursor. Claims use it while the database's log delivers the fresh rows
--- (FreshTo), and while a relay has more keys waiting than it passes
+-- (storage.FreshEvents), and while a relay has more keys waiting than it passes
 -- (keys.go); under a long-lived snapshot each key's step passes over the
 -- dead index entries that each of its delivered events left (see
 -- walk_floors.sql).
