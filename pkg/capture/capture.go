@@ -46,12 +46,6 @@ type Stream interface {
 	// Txns delivers the transactions with events, in commit order; it is
 	// closed when the stream ends, and Err then says why.
 	Txns() <-chan Txn
-	// CaughtUp is closed once every transaction that committed before the
-	// stream opened is acknowledged: an event still fresh in the table then,
-	// written before the stream opened, is not in the stream (it came
-	// before the log position existed). Claims of such events must wait
-	// for it, or they take events the stream sends again.
-	CaughtUp() <-chan struct{}
 	Err() error
 	// Close ends the stream, confirming to the database what was acknowledged.
 	Close(ctx context.Context) error

@@ -37,7 +37,6 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ReplaysWhatWasNotAcknowledged", func(t *testing.T) { t.Parallel(); testReplay(t, h.New(t)) })
 	t.Run("OneReaderAtATime", func(t *testing.T) { t.Parallel(); testOneReader(t, h.New(t)) })
 	t.Run("ResetStartsANewPosition", func(t *testing.T) { t.Parallel(); testReset(t, h.New(t)) })
-	t.Run("CatchesUpOnceTheReplayIsAcknowledged", func(t *testing.T) { t.Parallel(); testCaughtUp(t, h.New(t)) })
 }
 
 // open opens s, retrying while the previous reader is being let go.
@@ -165,41 +164,4 @@ func testReset(t *testing.T, s Setup) {
 	none(t, st2)
 	after := s.Insert(t, 1)
 	requireIDs(t, next(t, st2), after)
-}
-
-// A new position has caught up at once. A reopened one catches up only
-// once every transaction committed before it opened — the replay of what
-// was not acknowledged, and what was written while no stream was open — is
-// acknowledged: the relay's backfill waits for it, or it would claim events the
-// stream sends again.
-func testCaughtUp(t *testing.T, s Setup) {
-	st, _ := open(t, s.Source)
-	select {
-	case <-st.CaughtUp():
-	case <-time.After(wait):
-		t.Fatal("a new position did not catch up")
-	}
-	a := s.Insert(t, 1)
-	requireIDs(t, next(t, st), a)
-	if err := st.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	b := s.Insert(t, 2)
-	st2, _ := open(t, s.Source)
-	ta := next(t, st2)
-	requireIDs(t, ta, a)
-	tb := next(t, st2)
-	requireIDs(t, tb, b)
-	ta.Ack()
-	select {
-	case <-st2.CaughtUp():
-		t.Fatal("caught up with a transaction from before the stream opened not acknowledged")
-	case <-time.After(500 * time.Millisecond):
-	}
-	tb.Ack()
-	select {
-	case <-st2.CaughtUp():
-	case <-time.After(wait):
-		t.Fatal("did not catch up once every transaction from before it opened was acknowledged")
-	}
 }

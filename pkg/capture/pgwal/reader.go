@@ -217,7 +217,6 @@ func Open(ctx context.Context, cfg Config) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), conn: conn, out: make(chan capture.Txn, 64)}
-	r.acks.caughtUp = make(chan struct{})
 	if err := r.prepare(ctx); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -479,15 +478,6 @@ func (r *Reader) prepare(ctx context.Context) error {
 		return ErrSlotInUse
 	default:
 		r.slot.Start, _ = pglogrepl.ParseLSN(slot[0][3])
-		// The stream has caught up once everything up to
-		// where the server's WAL is now.
-		now, err := r.query(ctx, "SELECT pg_current_wal_lsn()::text")
-		if err != nil {
-			return r.setupError(err, "read the server's WAL position")
-		}
-		if r.acks.target, err = pglogrepl.ParseLSN(now[0][0]); err != nil {
-			return fmt.Errorf("read the server's WAL position %q: %w", now[0][0], err)
-		}
 	}
 	err = pglogrepl.StartReplication(ctx, r.conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{
@@ -502,7 +492,6 @@ func (r *Reader) prepare(ctx context.Context) error {
 	}
 	r.acks.confirmed = r.slot.Start
 	r.acks.received = r.slot.Start
-	r.acks.checkCaughtUp()
 	return nil
 }
 
@@ -582,10 +571,6 @@ func (r *Reader) query(ctx context.Context, sql string) ([][]string, error) {
 // each once its events are settled.
 func (r *Reader) Txns() <-chan capture.Txn { return r.out }
 
-// CaughtUp is closed once its caller has acknowledged every transaction that
-// committed before it opened (capture.Stream).
-func (r *Reader) CaughtUp() <-chan struct{} { return r.acks.caughtUp }
-
 // Err is why the stream ended: the connection failed, the slot was dropped
 // or invalidated. Read it after Txns is closed.
 func (r *Reader) Err() error { return r.err }
@@ -621,10 +606,7 @@ func (r *Reader) stream(ctx context.Context) {
 	var deadline time.Time
 	for {
 		if time.Now().After(nextStatus) {
-			// Until it has caught up the reader asks for the server's
-			// position at every status (a keepalive in reply), so that an
-			// idle stream learns it has reached it.
-			if err := r.sendStatus(ctx, !r.acks.caughtUpYet()); err != nil {
+			if err := r.sendStatus(ctx); err != nil {
 				r.fail(ctx, err)
 				return
 			}
@@ -746,7 +728,7 @@ func (r *Reader) emit(ctx context.Context, t *txn) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			if err := r.sendStatus(ctx, false); err != nil {
+			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
 		}
@@ -754,10 +736,10 @@ func (r *Reader) emit(ctx context.Context, t *txn) error {
 }
 
 // sendStatus tells the server how far it may discard WAL.
-func (r *Reader) sendStatus(ctx context.Context, reply bool) error {
+func (r *Reader) sendStatus(ctx context.Context) error {
 	lsn := r.acks.safe()
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ReplyRequested: reply,
+		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn,
 	})
 	if err != nil {
 		return fmt.Errorf("send the stream position: %w", err)
@@ -771,7 +753,7 @@ func (r *Reader) finish() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = r.conn.Conn().SetDeadline(time.Now().Add(time.Second))
-	_ = r.sendStatus(ctx, false)
+	_ = r.sendStatus(ctx)
 }
 
 func (r *Reader) fail(ctx context.Context, err error) {
@@ -795,28 +777,6 @@ type acks struct {
 	// unacknowledged one precedes; received is the furthest position the
 	// stream has reached.
 	confirmed, received pglogrepl.LSN
-	// target is the server's WAL position when an existing slot was
-	// opened (0 for a new one); caughtUp is closed once confirmed reaches
-	// it, which sets isCaughtUp.
-	target     pglogrepl.LSN
-	caughtUp   chan struct{}
-	isCaughtUp bool
-}
-
-// checkCaughtUp closes caughtUp once confirmed has reached target. The
-// caller holds a.mu, or is the only goroutine.
-func (a *acks) checkCaughtUp() {
-	if !a.isCaughtUp && a.confirmed >= a.target {
-		a.isCaughtUp = true
-		close(a.caughtUp)
-	}
-}
-
-// caughtUpYet says whether caughtUp is closed.
-func (a *acks) caughtUpYet() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.isCaughtUp
 }
 
 func (a *acks) begin() {
@@ -868,7 +828,6 @@ func (a *acks) safe() pglogrepl.LSN {
 	if len(a.open) == 0 && !a.receiving {
 		a.confirmed = max(a.confirmed, a.received)
 	}
-	a.checkCaughtUp()
 	return a.confirmed
 }
 
