@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
+	"github.com/outbox-relay/relay/pkg/storage/storagetest"
 	schema "github.com/outbox-relay/relay/schema/postgres"
 )
 
@@ -697,23 +698,5 @@ func TestCancelledContextIsAnInterruptionNotAnUnreachableServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	errs := map[string]error{"Check": s.Check(cancelled)}
-	_, errs["Migrate"] = s.Migrate(cancelled, storage.MigrateOptions{})
-	for op, err := range errs {
-		if err == nil {
-			t.Fatalf("%s with a cancelled context succeeded", op)
-		}
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "interrupted: ") || strings.Contains(msg, "cannot reach") || strings.Contains(msg, "server is running") {
-			t.Errorf("%s = %q, want it to say it was interrupted, and no more that the server cannot be reached", op, msg)
-		}
-		if errors.Is(err, storage.ErrUnreachable) || !errors.Is(err, context.Canceled) {
-			t.Errorf("%s = %v: matches ErrUnreachable, or not context.Canceled", op, err)
-		}
-		if strings.Contains(msg, password) {
-			t.Errorf("%s = %q leaks the password", op, msg)
-		}
-	}
+	storagetest.RequireInterrupted(t, s, password)
 }

@@ -252,3 +252,32 @@ func drain(c chan struct{}) {
 		}
 	}
 }
+
+// RequireInterrupted checks that s's Check and Migrate, called with a
+// cancelled context (an operator's Ctrl-C), say they were interrupted —
+// not that the server cannot be reached, nor to check that it runs — keep
+// context.Canceled for errors.Is, and do not show secret, the password of
+// s's URL. Drivers call it from a test of their own, with a store opened
+// by a URL that has a password.
+func RequireInterrupted(t *testing.T, s storage.Storage, secret string) {
+	t.Helper()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	errs := map[string]error{"Check": s.Check(cancelled)}
+	_, errs["Migrate"] = s.Migrate(cancelled, storage.MigrateOptions{})
+	for op, err := range errs {
+		if err == nil {
+			t.Fatalf("%s with a cancelled context succeeded", op)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "interrupted: ") || strings.Contains(msg, "cannot reach") || strings.Contains(msg, "server is running") {
+			t.Errorf("%s = %q, want it to say it was interrupted, and no more that the server cannot be reached", op, msg)
+		}
+		if errors.Is(err, storage.ErrUnreachable) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s = %v: matches ErrUnreachable, or not context.Canceled", op, err)
+		}
+		if strings.Contains(msg, secret) {
+			t.Errorf("%s = %q leaks the password", op, msg)
+		}
+	}
+}
