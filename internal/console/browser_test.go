@@ -46,6 +46,33 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
+// consoleInBrowser serves a console on store and starts a headless
+// chromium width pixels wide; the returned context drives it for at most
+// two minutes. Both end with the test.
+func consoleInBrowser(t *testing.T, chromium string, store storage.Storage, width int) (*httptest.Server, context.Context) {
+	t.Helper()
+	c, err := console.New(store, console.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(width, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	// The first run starts the browser, which lives as long as its context:
+	// no timeout on that one.
+	if err := chromedp.Do(browser, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	bctx, cancelTimeout := context.WithTimeout(browser, 2*time.Minute)
+	t.Cleanup(cancelTimeout)
+	return srv, bctx
+}
+
 // TestBrowser drives the console in a real headless Chromium, as an
 // operator would: the overview, the DEAD events, one of them, its retry,
 // and its delivery by a relay running on the same table.
@@ -82,26 +109,7 @@ func TestBrowser(t *testing.T) {
 		last_error = 'webhook https://payments.internal/hook answered 422: amount currency mismatch',
 		updated_at = now() - interval '3 minutes' WHERE event_id = ANY($1)`, dead)
 
-	c, err := console.New(store, console.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	// The first run starts the browser, which lives as long as its context:
-	// no timeout on that one.
-	if err := chromedp.Do(browser, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	bctx, cancelTimeout := context.WithTimeout(browser, 2*time.Minute)
-	defer cancelTimeout()
+	srv, bctx := consoleInBrowser(t, chromium, store, 1280)
 	// Accept the confirmation the retry form asks for, and count it.
 	dialogs := make(chan string, 4)
 	opening := chromedp.Events(bctx, page.JavascriptDialogOpening)
@@ -258,24 +266,7 @@ func TestBrowserDeadErrors(t *testing.T) {
 	tb.Exec(t, `UPDATE {{table}} SET status = 'DEAD', attempts = 10, last_error = $2 WHERE event_id = ANY($1)`, long, longError)
 	tb.Exec(t, `UPDATE {{table}} SET status = 'DEAD', attempts = 1, last_error = $2 WHERE event_id = ANY($1)`, hostile, hostileError)
 
-	c, err := console.New(store, console.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1400, 900))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	if err := chromedp.Do(browser, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	bctx, cancelTimeout := context.WithTimeout(browser, 2*time.Minute)
-	defer cancelTimeout()
+	srv, bctx := consoleInBrowser(t, chromium, store, 1400)
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, steps...); err != nil {
