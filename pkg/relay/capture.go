@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -567,7 +568,9 @@ func (c *Capture) process(publishing, settling context.Context, b logBatch, reco
 // stream sends and those up to claimsTo, which are the claims' (see
 // stream).
 func claimsOwn(events []outbox.Event, seqs []int64, claimsTo int64) (send []outbox.Event, sendSeqs []int64, hand []outbox.Event) {
-	if claimsTo <= 0 {
+	// Past the first transactions of a stream no event is the claims':
+	// the batch goes as it is.
+	if claimsTo <= 0 || !slices.ContainsFunc(seqs, func(seq int64) bool { return seq <= claimsTo }) {
 		return events, seqs, nil
 	}
 	for i := range events {
