@@ -2,7 +2,8 @@
 // their own: a fresh database per test, migrated, and dropped when the test
 // ends, so tests run in parallel against one server and leave nothing
 // behind. The server is TEST_MYSQL_URL, or the local MariaDB `make test`
-// starts.
+// starts; NewAt puts the table on another (a private one from
+// internal/mycluster, say).
 package mysqltest
 
 import (
@@ -36,10 +37,13 @@ func URL() string {
 }
 
 // DatabaseURL returns URL() with database as its path.
-func DatabaseURL(database string) string {
-	u, err := url.Parse(URL())
+func DatabaseURL(database string) string { return databaseURL(URL(), database) }
+
+// databaseURL returns base with database as its path.
+func databaseURL(base, database string) string {
+	u, err := url.Parse(base)
 	if err != nil {
-		return URL()
+		return base
 	}
 	u.Path = "/" + database
 	return u.String()
@@ -54,14 +58,26 @@ type Table struct {
 	Database string
 	// Name is the database-qualified table name.
 	Name string
+
+	// base is the URL of the server the table is on, without a
+	// database.
+	base string
 }
 
-// New creates a database and a migrated outbox table in it. Both are
-// dropped when the test ends.
+// New creates a database and a migrated outbox table in it on the test
+// server (URL). Both are dropped when the test ends.
 func New(t testing.TB) *Table {
 	t.Helper()
-	database := NewDatabase(t)
-	storeURL := storage.URLWithTable(DatabaseURL(database), "openoutbox_events")
+	return NewAt(t, URL())
+}
+
+// NewAt is New on the server at baseURL, a storage URL without a database
+// (mysql://user@host:port/), such as a private server's from
+// internal/mycluster: Cluster.URL("").
+func NewAt(t testing.TB, baseURL string) *Table {
+	t.Helper()
+	database := newDatabaseAt(t, baseURL)
+	storeURL := storage.URLWithTable(databaseURL(baseURL, database), "openoutbox_events")
 	store, err := mysql.Open(context.Background(), storeURL)
 	if err != nil {
 		t.Fatalf("mysqltest: open store: %v", err)
@@ -70,7 +86,7 @@ func New(t testing.TB) *Table {
 	if _, err := store.Migrate(context.Background(), storage.MigrateOptions{}); err != nil {
 		t.Fatalf("mysqltest: migrate: %v", err)
 	}
-	return &Table{Store: store, URL: storeURL, Database: database, Name: database + ".openoutbox_events"}
+	return &Table{Store: store, URL: storeURL, Database: database, Name: database + ".openoutbox_events", base: baseURL}
 }
 
 // Admin opens a plain database/sql pool on the test server as its
@@ -78,7 +94,13 @@ func New(t testing.TB) *Table {
 // databases, users and grants. The pool is closed when the test ends.
 func Admin(t testing.TB) *sql.DB {
 	t.Helper()
-	s, err := mysql.Open(context.Background(), storage.URLWithTable(DatabaseURL("mysql"), "admin"))
+	return adminAt(t, URL())
+}
+
+// adminAt is Admin on the server at baseURL.
+func adminAt(t testing.TB, baseURL string) *sql.DB {
+	t.Helper()
+	s, err := mysql.Open(context.Background(), storage.URLWithTable(databaseURL(baseURL, "mysql"), "admin"))
 	if err != nil {
 		t.Fatalf("mysqltest: open the server: %v", err)
 	}
@@ -87,11 +109,11 @@ func Admin(t testing.TB) *sql.DB {
 }
 
 // UserURL creates a user with password that may do anything in tb's
-// database and returns tb.URL changed to log in as it. The user is dropped
-// when the test ends.
+// database, on tb's server, and returns tb.URL changed to log in as it.
+// The user is dropped when the test ends.
 func (tb *Table) UserURL(t testing.TB, password string) string {
 	t.Helper()
-	db := Admin(t)
+	db := adminAt(t, tb.server())
 	user := "u_" + randomHex(6)
 	for _, q := range []string{
 		"CREATE USER '" + user + "'@'%' IDENTIFIED BY ?",
@@ -123,8 +145,14 @@ func (tb *Table) UserURL(t testing.TB, password string) string {
 // revoked first: MySQL keeps them after the tables are gone.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabaseAt(t, URL())
+}
+
+// newDatabaseAt is NewDatabase on the server at baseURL.
+func newDatabaseAt(t testing.TB, baseURL string) string {
+	t.Helper()
 	name := "t_" + randomHex(6)
-	db := Admin(t)
+	db := adminAt(t, baseURL)
 	if _, err := db.ExecContext(context.Background(), "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("mysqltest: create database (is MariaDB running? `make test` starts it): %v", err)
 	}
@@ -171,6 +199,15 @@ func revokeTableGrants(ctx context.Context, db *sql.DB, database string) error {
 		}
 	}
 	return nil
+}
+
+// server is the URL of tb's server: URL() for a Table not made by New or
+// NewAt.
+func (tb *Table) server() string {
+	if tb.base != "" {
+		return tb.base
+	}
+	return URL()
 }
 
 func randomHex(n int) string {
