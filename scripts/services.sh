@@ -35,6 +35,33 @@ apt_install() {
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# apt_install, with the packages' maintainer scripts kept from starting or
+# stopping services (a policy-rc.d that answers 101, unless there is one
+# already, as in Docker images): for server binaries wanted next to a
+# server that already answers, which the package's own would fight over
+# the port with, or stop (Debian's mariadb init script ends with killall
+# when its shutdown fails).
+apt_install_no_services() {
+	local policy=/usr/sbin/policy-rc.d
+	if [ -e "$policy" ]; then
+		apt_install "$@"
+		return
+	fi
+	printf '#!/bin/sh\n# scripts/services.sh: no service starts or stops while it installs.\nexit 101\n' |
+		as_root tee "$policy" >/dev/null
+	as_root chmod 755 "$policy"
+	local rc=0
+	apt_install "$@" || rc=$?
+	as_root rm -f "$policy"
+	return "$rc"
+}
+
+# Whether the MariaDB server binaries that internal/mycluster runs are
+# installed.
+have_mariadbd() {
+	[ -x /usr/sbin/mariadbd ] && [ -x /usr/bin/mariadb-install-db ]
+}
+
 wait_for() {
 	local port=$1 name=$2
 	for _ in $(seq 1 120); do
@@ -97,8 +124,18 @@ postgres() {
 # MariaDB for the inbox's MySQL dialect: the tests connect as root over TCP
 # on 127.0.0.1 without a password, and create a database each.
 mariadb() {
-	answers 3306 && return 0
-	if [ ! -x /usr/sbin/mariadbd ]; then
+	if answers 3306; then
+		# Tests that need a server of their own (internal/mycluster: the
+		# binary log, restarts, kills) run mariadb-install-db and
+		# mariadbd, which a server answering here (a container's, say)
+		# does not bring. Installing them leaves that server alone.
+		if ! have_mariadbd; then
+			echo "services.sh: installing the MariaDB server binaries (mariadbd, mariadb-install-db) for internal/mycluster" >&2
+			apt_install_no_services mariadb-server
+		fi
+		return 0
+	fi
+	if ! have_mariadbd; then
 		echo "services.sh: installing MariaDB from Debian packages" >&2
 		apt_install mariadb-server
 	fi
