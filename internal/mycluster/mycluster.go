@@ -177,10 +177,14 @@ func (c *Cluster) makeDir(t testing.TB) {
 // install runs mariadb-install-db: system tables only (no test database),
 // and root with ordinary password authentication and an empty password,
 // as root@localhost and root@127.0.0.1 (which is what a server that does
-// not resolve names sees a TCP connection from 127.0.0.1 as).
+// not resolve names sees a TCP connection from 127.0.0.1 as). Its
+// temporary tables go in the server's directory, not /tmp: bootstraps run
+// at once there were seen to trip over each other's #sql-temptable-…
+// files ("Error on delete of '/tmp/#sql-temptable-6a3-1-2.MAD'", or a
+// crash in ha_maria::drop_table), which a private tmpdir ends.
 func (c *Cluster) install(t testing.TB) {
 	t.Helper()
-	args := []string{"--no-defaults", "--datadir=" + c.data,
+	args := []string{"--no-defaults", "--datadir=" + c.data, "--tmpdir=" + c.dir,
 		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
 		"--innodb-log-file-size=16M", "--innodb-buffer-pool-size=64M"}
 	if c.owner != nil {
@@ -209,7 +213,7 @@ func (c *Cluster) serverArgs(opts Options) []string {
 		"--socket=" + filepath.Join(c.dir, "sock"),
 		"--pid-file=" + filepath.Join(c.dir, "mariadbd.pid"),
 		"--log-error=" + filepath.Join(c.dir, logName),
-		"--tmpdir=" + c.dir,
+		"--tmpdir=" + c.dir, // not /tmp: see install
 		"--log-bin=" + filepath.Join(c.data, "binlog"),
 		"--binlog-format=ROW",
 		"--binlog-row-image=FULL",
