@@ -95,6 +95,7 @@ var (
 	_ storage.Storage         = (*Store)(nil)
 	_ storage.SQLDatabase     = (*Store)(nil)
 	_ storage.RetentionLocker = (*Store)(nil)
+	_ storage.ClaimBounder    = (*Store)(nil)
 )
 
 // SQL returns the store's database/sql handle.
