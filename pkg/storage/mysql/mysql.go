@@ -276,6 +276,9 @@ func withoutComments(query string) string {
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
 func mustReadSQL(name string) string { return driverkit.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
 
+// Database returns the table's database: its qualifier, else the URL's.
+func (s *Store) Database() string { return s.database }
+
 // Table returns the table's name, as given (table or database.table).
 func (s *Store) Table() string { return s.table.String() }
 
