@@ -35,7 +35,9 @@ func migrateCommand() *cli.Command {
 			"\"Partitioned tables\" in docs/operations.md.\n\n" +
 			"--capture wal (PostgreSQL 15+, wal_level=logical) also creates the publication the relay\n" +
 			"reads the table's inserts through with CAPTURE=wal (the relay makes its replication slot);\n" +
-			"--capture poll drops the publication and the slot again, once no relay streams from it.",
+			"--capture poll drops the publication and the slot again, once no relay streams from it.\n" +
+			"--capture binlog (MySQL/MariaDB) has nothing to create: the relay creates its position table\n" +
+			"outbox_relay_positions when it starts (relay-cli grants --capture binlog lets it).",
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 			&cli.BoolFlag{Name: "plan", Usage: "print what it would run on this table, whether each statement blocks writers, and the table's size; change nothing"},
@@ -44,7 +46,7 @@ func migrateCommand() *cli.Command {
 				Usage: "longest `WAIT` for a lock that writers would queue behind; the statement is tried again later"},
 			&cli.BoolFlag{Name: "allow-blocking", Usage: "run changes that block the table's writers throughout (MySQL: a column that rebuilds the table), in a maintenance window"},
 			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
-			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL)"},
+			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL); binlog (MySQL/MariaDB) needs nothing created"},
 			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
 			slotFlag(),
 			&cli.StringFlag{Name: "wal-storage-url", EnvVars: []string{"WAL_STORAGE_URL"},
@@ -65,8 +67,8 @@ func migrateCommand() *cli.Command {
 				return usagef("--lock-timeout must be above 0, such as 500ms or 2s")
 			}
 			capture := c.String("capture")
-			if c.IsSet("capture") && capture != "wal" && capture != "poll" {
-				return usagef("--capture must be wal or poll, got %q", capture)
+			if err := checkCaptureFlag(c); err != nil {
+				return err
 			}
 			if capture != "" && (c.Bool("print") || c.Bool("plan")) {
 				return usagef("--capture cannot be combined with --print or --plan")
@@ -91,6 +93,9 @@ func migrateCommand() *cli.Command {
 				return err
 			}
 			defer store.Close()
+			if err := checkCaptureStorage(store, capture); err != nil {
+				return err
+			}
 			out := c.App.Writer
 			if !c.Bool("print") && !c.Bool("plan") {
 				// Where the table goes, before it goes there: the relay
@@ -263,9 +268,14 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 	if mode == "" {
 		return nil
 	}
+	if mode == captureBinlog {
+		// checkCaptureStorage made sure the table is MySQL's.
+		fmt.Fprintf(c.App.ErrWriter, "relay-cli: --capture binlog: nothing to create: the relay creates %s when it starts; give its user the rights with relay-cli grants --capture binlog --login-role USER\n", binlogPositionsTable)
+		return nil
+	}
 	pg, ok := store.(*postgres.Store)
 	if !ok {
-		return usagef("--capture: only PostgreSQL has a write-ahead log to read; MySQL relays poll")
+		return usagef("--capture poll: only PostgreSQL has a publication and a slot to drop; MySQL/MariaDB relays that poll need nothing beside the table")
 	}
 	table := pg.TableName()
 	own := pgwal.Config{ConnString: pg.ConnString(), Schema: table.Schema, Table: table.Name,

@@ -36,6 +36,8 @@ func statsCommand() *cli.Command {
 				Usage: "the relays' DELIVERED_RETENTION (`DURATION`), read from the environment as the relay reads it: 0 says the table runs in delete mode"},
 			&cli.StringFlag{Name: "dead-retention", EnvVars: []string{"DEAD_RETENTION"},
 				Usage: "the relays' DEAD_RETENTION (`DURATION`), read from the environment as the relay reads it"},
+			&cli.StringFlag{Name: "sweep-interval", EnvVars: []string{"SWEEP_INTERVAL"},
+				Usage: "the relays' SWEEP_INTERVAL (`DURATION`, default 10s), read from the environment as the relay reads it: on MySQL/MariaDB, how long an event of a transaction that commits late may wait"},
 			slotFlag(),
 			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` of CAPTURE=wal (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
 		},
@@ -46,6 +48,15 @@ func statsCommand() *cli.Command {
 			ret, err := readRetention(c)
 			if err != nil {
 				return err
+			}
+			sweep := storage.SweepIntervalDefault
+			if v := c.String("sweep-interval"); v != "" {
+				if sweep, err = parseDuration(v); err != nil || sweep <= 0 {
+					if err == nil {
+						err = fmt.Errorf("must be positive, got %s", v)
+					}
+					return usagef("--sweep-interval (or SWEEP_INTERVAL): %w", err)
+				}
 			}
 			top := c.Int("top")
 			if top < 1 {
@@ -65,15 +76,16 @@ func statsCommand() *cli.Command {
 				return err
 			}
 			defer store.Close()
+			bound := claimBoundOf(store, sweep)
 			params := storage.StatsParams{TopTypes: top}
 			if interval == 0 {
 				st, err := store.Stats(c.Context, params)
 				if err != nil {
 					return err
 				}
-				return printStats(c, store, st, ret, false)
+				return printStats(c, store, st, ret, bound, false)
 			}
-			return watchStats(c, store, params, ret, interval)
+			return watchStats(c, store, params, ret, bound, interval)
 		},
 	}
 }
@@ -81,7 +93,7 @@ func statsCommand() *cli.Command {
 // watchStats redraws until interrupted, which is how it is meant to end:
 // exit code 0. A database error on the first read ends it (the URL or table
 // is probably wrong); later ones are reported and the watch goes on.
-func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, ret retentionSettings, interval time.Duration) error {
+func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, ret retentionSettings, bound *claimBoundJSON, interval time.Duration) error {
 	ctx := c.Context
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -95,7 +107,7 @@ func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, re
 		case err != nil:
 			fmt.Fprintf(c.App.ErrWriter, "relay-cli: %v\n", err)
 		default:
-			if err := printStats(c, store, st, ret, true); err != nil {
+			if err := printStats(c, store, st, ret, bound, true); err != nil {
 				return err
 			}
 		}
@@ -128,6 +140,44 @@ type statsJSON struct {
 	DeadRetention      *float64 `json:"dead_retention_seconds"`
 	// WALSlot is the CAPTURE=wal replication slot, when it exists.
 	WALSlot *slotJSON `json:"wal_slot,omitempty"`
+	// ClaimBound is the storage's claim bound at the relays'
+	// SWEEP_INTERVAL, as the relay's /readyz reports it; absent for a
+	// storage that does not say.
+	ClaimBound *claimBoundJSON `json:"claim_bound,omitempty"`
+}
+
+// claimBoundJSON is storage.ClaimBound in stats --json, the relay's
+// /readyz claim_bound: exact, or how long an event of a transaction that
+// commits late may wait, why and what fixes it.
+type claimBoundJSON struct {
+	Exact                 bool     `json:"exact"`
+	LateCommitWaitSeconds *float64 `json:"late_commit_wait_seconds,omitempty"`
+	Why                   string   `json:"why,omitempty"`
+	Fix                   string   `json:"fix,omitempty"`
+}
+
+// claimBoundOf asks the storage for its claim bound at sweep, the relays'
+// SWEEP_INTERVAL; nil when it does not say.
+func claimBoundOf(store storage.Storage, sweep time.Duration) *claimBoundJSON {
+	cb, ok := store.(storage.ClaimBounder)
+	if !ok {
+		return nil
+	}
+	b := cb.ClaimBound(sweep)
+	j := &claimBoundJSON{Exact: b.Exact, Why: b.Why, Fix: b.Fix}
+	if !b.Exact {
+		j.LateCommitWaitSeconds = seconds(b.LateCommitWait)
+	}
+	return j
+}
+
+// text is the bound in words, for stats' text form.
+func (b *claimBoundJSON) text() string {
+	if b.Exact {
+		return "exact: the claims find an event however late its transaction commits"
+	}
+	return fmt.Sprintf("not exact: an event of a transaction that commits late waits up to %s (SWEEP_INTERVAL) plus one claim; %s; to remove the wait, %s",
+		time.Duration(*b.LateCommitWaitSeconds*float64(time.Second)), b.Why, b.Fix)
 }
 
 // slotJSON is the CAPTURE=wal slot in stats --json.
@@ -244,7 +294,9 @@ type leaseJSON struct {
 	OldestLeaseAgeSec float64    `json:"oldest_lease_age_seconds"`
 }
 
-func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, watching bool) error {
+// bound is the storage's claim bound at the relays' SWEEP_INTERVAL, nil when
+// the storage does not say.
+func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, bound *claimBoundJSON, watching bool) error {
 	out := c.App.Writer
 	slot, err := walSlot(c.Context, store, c.String("slot"), c.String("publication"))
 	if err != nil {
@@ -268,6 +320,7 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 			DeliveredRetention:  ret.deliveredSeconds(),
 			DeadRetention:       ret.deadSeconds(),
 			WALSlot:             slot,
+			ClaimBound:          bound,
 		}
 		for _, b := range st.BlockedKeys {
 			v.BlockedKeys = append(v.BlockedKeys, blockedJSON{b.Key, b.DeadEventID.String(), b.DeadEventType, b.Waiting})
@@ -307,6 +360,11 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 	}
 	if err := writeStatsText(out, store.Table(), st, ret); err != nil {
 		return err
+	}
+	if bound != nil {
+		if _, err := fmt.Fprintf(out, "\nclaims: %s\n", bound.text()); err != nil {
+			return err
+		}
 	}
 	if slot != nil {
 		state := "no relay streams from it"

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 )
 
@@ -266,5 +267,44 @@ func TestStatsSaysDeleteMode(t *testing.T) {
 	}
 	if r := (cmd{args: onTable(tb, "stats"), env: []string{"DELIVERED_RETENTION=-1d"}}).run(t); r.code != 2 || !strings.Contains(r.stderr, "DELIVERED_RETENTION") {
 		t.Errorf("a bad DELIVERED_RETENTION: %s", r)
+	}
+}
+
+// stats shows the storage's claim bound, as the relay's /readyz does: on
+// MySQL a late commit's event waits up to the relays' SWEEP_INTERVAL (read
+// from the environment, or --sweep-interval) plus a claim; PostgreSQL's
+// claims are exact.
+func TestStatsShowsTheClaimBound(t *testing.T) {
+	t.Parallel()
+	my := mysqltest.New(t)
+	onMySQL := func(args ...string) []string {
+		return append(args, "--storage-url", mysqltest.DatabaseURL(my.Database), "--table", my.Name)
+	}
+	r := ok(t, cmd{args: onMySQL("stats", "--json"), env: []string{"SWEEP_INTERVAL=3s"}}.run(t))
+	st := decode[statsJSON](t, r)
+	if b := st.ClaimBound; b == nil || b.Exact || b.LateCommitWaitSeconds == nil || *b.LateCommitWaitSeconds != 3 ||
+		!strings.Contains(b.Why, "sweep") || !strings.Contains(b.Fix, "CAPTURE=binlog") {
+		t.Errorf("stats --json on MySQL with SWEEP_INTERVAL=3s: claim_bound %+v\n%s", b, r.stdout)
+	}
+	r = ok(t, cmd{args: onMySQL("stats")}.run(t))
+	if want := "claims: not exact: an event of a transaction that commits late waits up to 10s (SWEEP_INTERVAL) plus one claim"; !strings.Contains(r.stdout, want) ||
+		!strings.Contains(r.stdout, "CAPTURE=binlog") {
+		t.Errorf("stats on MySQL does not say %q and the fix:\n%s", want, r.stdout)
+	}
+	r = ok(t, cmd{args: onMySQL("stats", "--sweep-interval", "2m")}.run(t))
+	if !strings.Contains(r.stdout, "waits up to 2m0s (SWEEP_INTERVAL)") {
+		t.Errorf("stats --sweep-interval 2m on MySQL:\n%s", r.stdout)
+	}
+	if r := (cmd{args: onMySQL("stats", "--sweep-interval", "0s")}.run(t)); r.code != 2 || !strings.Contains(r.stderr, "--sweep-interval") {
+		t.Errorf("stats --sweep-interval 0s: want exit 2 naming the flag:\n%s", r)
+	}
+
+	tb := pgtest.New(t)
+	st = decode[statsJSON](t, ok(t, relayCLI(t, tb, "stats", "--json")))
+	if b := st.ClaimBound; b == nil || !b.Exact || b.LateCommitWaitSeconds != nil || b.Why != "" || b.Fix != "" {
+		t.Errorf("stats --json on PostgreSQL: claim_bound %+v, want exact alone", b)
+	}
+	if r := ok(t, relayCLI(t, tb, "stats")); !strings.Contains(r.stdout, "claims: exact") {
+		t.Errorf("stats on PostgreSQL does not say the claims are exact:\n%s", r.stdout)
 	}
 }

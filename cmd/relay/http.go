@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/relay/internal/redact"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // healthState is what the liveness probe reports.
@@ -104,6 +105,9 @@ type readiness struct {
 	health *healthState
 	// capture is the WAL reader under CAPTURE=wal, nil when polling.
 	capture captureStater
+	// claimBound is reported as it is in every answer; nil when the
+	// storage does not say.
+	claimBound *claimBoundJSON
 	// cacheFor is how long an answer is reused; readyCacheFor but in tests.
 	cacheFor time.Duration
 
@@ -117,6 +121,28 @@ type readiness struct {
 type readyReport struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
+	// ClaimBound is the storage's claim bound (storage.ClaimBounder),
+	// absent for a storage that does not say.
+	ClaimBound *claimBoundJSON `json:"claim_bound,omitempty"`
+}
+
+// claimBoundJSON is storage.ClaimBound in /readyz: exact, or how long an
+// event of a transaction that commits late may wait, why and what fixes
+// it.
+type claimBoundJSON struct {
+	Exact                 bool     `json:"exact"`
+	LateCommitWaitSeconds *float64 `json:"late_commit_wait_seconds,omitempty"`
+	Why                   string   `json:"why,omitempty"`
+	Fix                   string   `json:"fix,omitempty"`
+}
+
+func newClaimBoundJSON(b storage.ClaimBound) *claimBoundJSON {
+	j := &claimBoundJSON{Exact: b.Exact, Why: b.Why, Fix: b.Fix}
+	if !b.Exact {
+		s := b.LateCommitWait.Seconds()
+		j.LateCommitWaitSeconds = &s
+	}
+	return j
 }
 
 func newReadiness(store storeChecker, broker brokerPinger, engine engineStater, health *healthState) *readiness {
@@ -145,7 +171,7 @@ func (r *readiness) check() readyReport {
 		"database": checkResult(dbErr),
 		"broker":   checkResult(brokerErr),
 		"engine":   r.engineResult(),
-	}}
+	}, ClaimBound: r.claimBound}
 	if r.capture != nil {
 		rep.Checks["capture"] = captureResult(r.capture)
 	}

@@ -186,6 +186,8 @@ type relayParts struct {
 	// listens to notifier.
 	wakeup   string
 	notifier storage.Notifier
+	// claimBound is the storage's claim bound, nil when it does not say.
+	claimBound *storage.ClaimBound
 }
 
 // newRelayParts builds the relay's components, one step each. Each logs
@@ -214,14 +216,32 @@ func newRelayParts(ctx context.Context, cfg config, sd *shutdown, store storage.
 	}
 	notifier, _ := store.(storage.Notifier)
 	return relayParts{
-		engine:   engine,
-		capture:  capt,
-		reaper:   rp,
-		backlog:  backlog,
-		retainer: retainer,
-		wakeup:   wakeup,
-		notifier: notifier,
+		claimBound: claimBound(cfg, store, log),
+		engine:     engine,
+		capture:    capt,
+		reaper:     rp,
+		backlog:    backlog,
+		retainer:   retainer,
+		wakeup:     wakeup,
+		notifier:   notifier,
 	}, nil
+}
+
+// claimBound asks the storage how late its claims may find a committed
+// event, at the relay's SWEEP_INTERVAL, and warns when the bound is a timing
+// one (MySQL and MariaDB polling): users must know that a late commit's
+// event waits for a sweep. Nil when the storage does not say.
+func claimBound(cfg config, store storage.Storage, log *slog.Logger) *storage.ClaimBound {
+	cb, ok := store.(storage.ClaimBounder)
+	if !ok {
+		return nil
+	}
+	b := cb.ClaimBound(cfg.SweepInterval)
+	if !b.Exact {
+		log.Warn(fmt.Sprintf("events of transactions that commit late wait up to SWEEP_INTERVAL (%s) plus one claim (%s); to remove the wait, %s",
+			b.LateCommitWait, b.Why, b.Fix), "late_commit_wait", b.LateCommitWait.String())
+	}
+	return &b
 }
 
 // newEngine builds the engine: claim, publish, settle.
@@ -294,6 +314,9 @@ func startHTTP(cfg config, sd *shutdown, closeStore *closeStep, store storage.St
 	ready := newReadiness(store, pub, parts.engine, health)
 	if parts.capture != nil {
 		ready.capture = parts.capture
+	}
+	if parts.claimBound != nil {
+		ready.claimBound = newClaimBoundJSON(*parts.claimBound)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

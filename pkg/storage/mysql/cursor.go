@@ -2,9 +2,12 @@ package mysql
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"sync"
 	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // Where the unordered claims of each relay have got to.
@@ -45,6 +48,19 @@ const claimLag = 4
 // end of the due rows says it ended: a row committed that late after its
 // INSERT is found without a sweep even by a relay that claims often.
 const claimLagTime = 100 * time.Millisecond
+
+// ClaimBound is storage.ClaimBounder's: a timing bound. A row whose
+// transaction commits more than claimLag claims and claimLagTime after its
+// INSERT lands behind the cursor's floor and waits for the next sweep.
+func (s *Store) ClaimBound(sweepInterval time.Duration) storage.ClaimBound {
+	sweepInterval = storage.ClaimParams{SweepInterval: sweepInterval}.WithDefaults().SweepInterval
+	return storage.ClaimBound{
+		LateCommitWait: sweepInterval,
+		Why: fmt.Sprintf("the claims go forward by a cursor of time and seq, and an event whose transaction commits more than %d claims and %s after its INSERT lands behind it: the next sweep finds it, every %s",
+			claimLag, claimLagTime, sweepInterval),
+		Fix: "set CAPTURE=binlog, with the server's binary log on (see docs/operations.md)",
+	}
+}
 
 // position is a place in the PENDING range of state_seq_idx.
 type position struct {

@@ -95,6 +95,7 @@ var (
 	_ storage.Storage         = (*Store)(nil)
 	_ storage.SQLDatabase     = (*Store)(nil)
 	_ storage.RetentionLocker = (*Store)(nil)
+	_ storage.ClaimBounder    = (*Store)(nil)
 )
 
 // SQL returns the store's database/sql handle.
@@ -274,6 +275,9 @@ func withoutComments(query string) string {
 
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.
 func mustReadSQL(name string) string { return driverkit.MustReadQuery(sqlFiles, "sql/"+name+".sql") }
+
+// Database returns the table's database: its qualifier, else the URL's.
+func (s *Store) Database() string { return s.database }
 
 // Table returns the table's name, as given (table or database.table).
 func (s *Store) Table() string { return s.table.String() }

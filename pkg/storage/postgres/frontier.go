@@ -7,7 +7,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/relay/pkg/storage"
 )
+
+var _ storage.ClaimBounder = (*Store)(nil)
+
+// ClaimBound is storage.ClaimBounder's: exact. The frontier goes forward
+// by writers' transaction ids and snapshots, not by a clock, so an event
+// of a transaction that commits late is found by the next claim all the
+// same; sweeps are defence in depth, not part of the bound.
+func (s *Store) ClaimBound(time.Duration) storage.ClaimBound {
+	return storage.ClaimBound{Exact: true}
+}
 
 // The claim frontier of one relay's unordered claims: where they go
 // forward from, by what the database guarantees rather than by time. The
