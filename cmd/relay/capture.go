@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	gosql "github.com/go-sql-driver/mysql"
+
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/capture/binlog"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
 	schema "github.com/outbox-relay/relay/schema/postgres"
@@ -25,9 +28,10 @@ type walStore interface {
 	SQL() (*sql.DB, string)
 }
 
-// walCapture is what CAPTURE=wal reads the log from and records through.
+// walCapture is what CAPTURE=wal or CAPTURE=binlog reads the log from and
+// records through.
 type walCapture struct {
-	source   pgwal.Source
+	source   capture.Source
 	recorder storage.LogRecorder
 	// retained reads the WAL the slot keeps, for the retained_bytes gauge.
 	retained telemetry.SlotReader
@@ -85,10 +89,54 @@ func openWAL(ctx context.Context, cfg config, store storage.Storage, log *slog.L
 
 // walSetupError makes a setting an operator must change a usage error
 // (exit 2).
-func walSetupError(err error) error {
+func walSetupError(err error) error { return setupUsageError("CAPTURE=wal", err) }
+
+// binlogStore is what CAPTURE=binlog needs of the storage: a recorder of
+// what the log delivered, and the connection and table to read the log
+// of (pkg/storage/mysql).
+type binlogStore interface {
+	storage.LogRecorder
+	ConnConfig() *gosql.Config
+	Database() string
+	TableName() string
+}
+
+// openBinlog sets up CAPTURE=binlog: a check that the server keeps the
+// log the reader needs (exit 2 with the fix when not) and, with
+// STORAGE_AUTO_MIGRATE, the table where the reader keeps its position.
+func openBinlog(ctx context.Context, cfg config, store storage.Storage, log *slog.Logger) (walCapture, error) {
+	bs, ok := store.(binlogStore)
+	if !ok {
+		return walCapture{}, usageError{errors.New("CAPTURE=binlog: this storage has no binary log to read; use CAPTURE=poll")}
+	}
+	read := binlog.Config{Conn: bs.ConnConfig(), Database: bs.Database(), Table: bs.TableName(),
+		ServerID: cfg.BinlogServerID, RelayID: cfg.RelayID, Logger: log}
+	if err := binlog.CheckServer(ctx, read); err != nil {
+		return walCapture{}, setupUsageError("CAPTURE=binlog", err)
+	}
+	if cfg.AutoMigrate {
+		if err := binlog.CreatePositionTable(ctx, read); err != nil {
+			return walCapture{}, setupUsageError("CAPTURE=binlog", err)
+		}
+	}
+	serverID := read.ServerID
+	if serverID == 0 {
+		serverID = binlog.ServerIDFor(cfg.RelayID)
+	}
+	log.Info("reading new events from the binary log", "server_id", serverID, "position_table", binlog.PositionTable)
+	return walCapture{
+		source:   binlog.Source{Config: read},
+		recorder: bs,
+		retained: func(context.Context) (int64, bool, error) { return 0, false, nil },
+	}, nil
+}
+
+// setupUsageError makes a setting an operator must change a usage error
+// (exit 2), named after the capture.
+func setupUsageError(what string, err error) error {
 	var setup *capture.SetupError
 	if errors.As(err, &setup) {
-		return usageError{fmt.Errorf("CAPTURE=wal: %w", err)}
+		return usageError{fmt.Errorf("%s: %w", what, err)}
 	}
 	return err
 }

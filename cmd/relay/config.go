@@ -66,6 +66,8 @@ type config struct {
 	WALPublicationName   string        `env:"WAL_PUBLICATION_NAME" sets:"pgwal.Publication"`
 	WALHeartbeatInterval time.Duration `env:"WAL_HEARTBEAT_INTERVAL" sets:"pgwal.Heartbeat" zero:"off"`
 	WALStorageURL        string        `env:"WAL_STORAGE_URL"`
+	// CAPTURE=binlog reads new events from MySQL's or MariaDB's binary log.
+	BinlogServerID uint32 `env:"BINLOG_SERVER_ID" sets:"binlog.ServerID"`
 
 	Wakeup         string        `env:"WAKEUP"`
 	NotifyDebounce time.Duration `env:"NOTIFY_DEBOUNCE" sets:"relay.NotifyDebounce" zero:"off"`
@@ -358,8 +360,9 @@ func (c config) validate() error {
 // mistake to make.
 // Capture modes.
 const (
-	capturePoll = "poll"
-	captureWAL  = "wal"
+	capturePoll   = "poll"
+	captureWAL    = "wal"
+	captureBinlog = "binlog"
 )
 
 func (c config) validateCapture() error {
@@ -367,8 +370,13 @@ func (c config) validateCapture() error {
 	case capturePoll:
 		return nil
 	case captureWAL:
+	case captureBinlog:
+		if d, err := storage.Lookup(c.StorageURL); err == nil && d.Name != "MySQL" {
+			return fmt.Errorf("CAPTURE=binlog reads the binary log of MySQL or MariaDB; STORAGE_URL is %s: use CAPTURE=wal or CAPTURE=poll", d.Name)
+		}
+		return nil
 	default:
-		return fmt.Errorf("CAPTURE must be poll or wal, got %q", c.Capture)
+		return fmt.Errorf("CAPTURE must be poll, wal or binlog, got %q", c.Capture)
 	}
 	var errs []error
 	if d, err := storage.Lookup(c.StorageURL); err == nil && d.Name != "PostgreSQL" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
+	"github.com/outbox-relay/relay/pkg/capture/binlog"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/reaper"
 	"github.com/outbox-relay/relay/pkg/relay"
@@ -165,6 +166,7 @@ func TestSetsTagsNameRealFields(t *testing.T) {
 		"retention": reflect.TypeOf(retention.Config{}),
 		"telemetry": reflect.TypeOf(telemetry.Config{}),
 		"pgwal":     reflect.TypeOf(pgwal.Config{}),
+		"binlog":    reflect.TypeOf(binlog.Config{}),
 	}
 	typ := reflect.TypeOf(config{})
 	for i := range typ.NumField() {

@@ -105,7 +105,7 @@ func chooseWakeup(cfg config, store storage.Storage, log *slog.Logger) (string, 
 	_, canNotify := store.(storage.Notifier)
 	wakeup := cfg.Wakeup
 	switch {
-	case cfg.Capture == captureWAL:
+	case cfg.Capture == captureWAL || cfg.Capture == captureBinlog:
 		// The log brings new events; claims only look for events due
 		// again, every POLL_INTERVAL.
 		wakeup = wakeupPoll
@@ -237,6 +237,14 @@ func claimBound(cfg config, store storage.Storage, log *slog.Logger) *storage.Cl
 		return nil
 	}
 	b := cb.ClaimBound(cfg.SweepInterval)
+	if !b.Exact && cfg.Capture == captureBinlog {
+		// The log brings every new event in commit order; the claims'
+		// bound holds only while no relay streams it (/readyz's capture
+		// state says when), and the capture logs that loudly.
+		log.Info("new events come from the binary log in commit order; while no relay streams it, the claims take them, and those of late commits wait up to SWEEP_INTERVAL",
+			"sweep_interval", cfg.SweepInterval.String())
+		return &storage.ClaimBound{Exact: true}
+	}
 	if !b.Exact {
 		log.Warn(fmt.Sprintf("events of transactions that commit late wait up to SWEEP_INTERVAL (%s) plus one claim (%s); to remove the wait, %s",
 			b.LateCommitWait, b.Why, b.Fix), "late_commit_wait", b.LateCommitWait.String())
@@ -258,10 +266,18 @@ func newEngine(cfg config, store storage.Storage, pub publisher.Publisher, tel *
 // openCapture sets up CAPTURE=wal: the log reader beside the engine's
 // claims. It returns nil when the relay does not read the log.
 func openCapture(ctx context.Context, cfg config, store storage.Storage, engine *relay.Engine, tel *telemetry.Telemetry, log *slog.Logger) (*relay.Capture, error) {
-	if cfg.Capture != captureWAL {
+	var (
+		wal walCapture
+		err error
+	)
+	switch cfg.Capture {
+	case captureWAL:
+		wal, err = openWAL(ctx, cfg, store, log)
+	case captureBinlog:
+		wal, err = openBinlog(ctx, cfg, store, log)
+	default:
 		return nil, nil
 	}
-	wal, err := openWAL(ctx, cfg, store, log)
 	if err != nil {
 		return nil, err
 	}

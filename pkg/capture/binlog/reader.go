@@ -1,0 +1,515 @@
+package binlog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/outbox"
+)
+
+// reader is one open stream (capture.Stream).
+type reader struct {
+	cfg    Config
+	srv    server
+	db     *sql.DB   // the reader's pool: conn and nothing else
+	conn   *sql.Conn // holds the reader lock; saves the position
+	syncer *replication.BinlogSyncer
+	stream *replication.BinlogStreamer
+	first  *replication.BinlogEvent // read by startSync, not yet handled
+	log    *slog.Logger
+
+	out    chan capture.Txn
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the read loop has returned
+	saved  chan struct{} // closed when the saver has returned
+	err    error         // why the stream ended; set before out is closed
+
+	acks    acks
+	layout  layout
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// open takes the reader lock and starts the stream.
+func open(ctx context.Context, cfg Config) (r *reader, start capture.Start, err error) {
+	db, err := cfg.open(1)
+	if err != nil {
+		return nil, start, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		_ = db.Close()
+		return nil, start, fmt.Errorf("connect for the binlog: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = conn.Close()
+			_ = db.Close()
+		}
+	}()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", cfg.lockName()).Scan(&got); err != nil {
+		return nil, start, fmt.Errorf("take the binlog reader's lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return nil, start, ErrBusy
+	}
+	srv, err := checkServer(ctx, conn)
+	if err != nil {
+		return nil, start, err
+	}
+	names, err := tableColumns(ctx, conn, cfg.Database, cfg.Table)
+	if err != nil {
+		return nil, start, err
+	}
+	lay, err := layoutOf(names)
+	if err != nil {
+		return nil, start, &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
+	}
+	if err := createPositionTable(ctx, conn); err != nil {
+		return nil, start, err
+	}
+	pos, savedServer, ok, err := savedPosition(ctx, conn, cfg.key())
+	if err != nil {
+		return nil, start, err
+	}
+	switch {
+	case !ok:
+		if pos, err = currentPosition(ctx, conn, srv); err != nil {
+			return nil, start, err
+		}
+		// Saved at once: a reader that dies before its first
+		// acknowledgement starts here again, not after a gap.
+		if err := savePosition(ctx, conn, cfg.key(), pos, srv.id); err != nil {
+			return nil, start, err
+		}
+		start.Created = true
+	case pos.GTID == "" && savedServer != srv.id:
+		// A file and offset mean nothing on another server.
+		return nil, start, fmt.Errorf("%w: the saved position %s is of %s, not of this server (%s)", ErrLost, pos, savedServer, srv.id)
+	}
+	start.Position, start.Server = pos.String(), srv.id
+
+	r = &reader{cfg: cfg, srv: srv, db: db, conn: conn, log: cfg.Logger, layout: lay,
+		out: make(chan capture.Txn, 64), done: make(chan struct{}), saved: make(chan struct{})}
+	r.acks.settled = pos
+	if err := r.startSync(ctx, pos); err != nil {
+		return nil, start, err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	go r.read(rctx, pos)
+	go r.save(rctx)
+	return r, start, nil
+}
+
+// startSync connects as a replica and asks for the log after pos; a
+// position the server no longer has is ErrLost.
+func (r *reader) startSync(ctx context.Context, pos position) error {
+	c := r.cfg.Conn
+	sc := replication.BinlogSyncerConfig{
+		ServerID:            r.cfg.ServerID,
+		Flavor:              r.srv.flavor,
+		User:                c.User,
+		Password:            c.Passwd,
+		TLSConfig:           c.TLS,
+		ParseTime:           false,
+		HeartbeatPeriod:     r.cfg.Heartbeat,
+		ReadTimeout:         3 * r.cfg.Heartbeat,
+		DisableRetrySync:    true,
+		Logger:              slog.New(slog.DiscardHandler),
+		RowsEventDecodeFunc: r.decodeRows,
+	}
+	if c.Net == "unix" {
+		addr := c.Addr
+		sc.Host = "localhost"
+		sc.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", addr)
+		}
+	} else {
+		host, port, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return fmt.Errorf("binlog: the storage's address %q: %w", c.Addr, err)
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return fmt.Errorf("binlog: the storage's port %q: %w", port, err)
+		}
+		sc.Host, sc.Port = host, uint16(n)
+	}
+	r.syncer = replication.NewBinlogSyncer(sc)
+	var err error
+	if pos.GTID != "" {
+		var set gomysql.GTIDSet
+		if set, err = gomysql.ParseGTIDSet(r.srv.flavor, pos.GTID); err != nil {
+			r.syncer.Close()
+			return fmt.Errorf("%w: the saved GTID position %q cannot be read: %v", ErrLost, pos.GTID, err)
+		}
+		r.stream, err = r.syncer.StartSyncGTID(set)
+	} else {
+		r.stream, err = r.syncer.StartSync(gomysql.Position{Name: pos.File, Pos: pos.Pos})
+	}
+	if err != nil {
+		r.syncer.Close()
+		return r.syncError(err)
+	}
+	// The server answers a position it does not have at once, with an
+	// error in place of the log's first event.
+	first, cancel := context.WithTimeout(ctx, 3*r.cfg.Heartbeat)
+	defer cancel()
+	if r.first, err = r.stream.GetEvent(first); err != nil {
+		r.syncer.Close()
+		return r.syncError(err)
+	}
+	return nil
+}
+
+// syncError names what a replica's connection failure means.
+func (r *reader) syncError(err error) error {
+	var my *gomysql.MyError
+	if errors.As(err, &my) {
+		switch my.Code {
+		case errBinlogUnreadable:
+			return fmt.Errorf("%w: the server no longer has the log from the saved position (purged, or of another server): %s", ErrLost, my.Message)
+		case errSpecificAccess, 1045:
+			return &SetupError{Problem: "the relay's user may not read the binary log: " + my.Message,
+				Fix: "grant it REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR on MariaDB 10.5+): relay-cli grants --capture binlog"}
+		}
+	}
+	return fmt.Errorf("read the binlog: %w", err)
+}
+
+// Txns delivers the committed transactions with outbox events.
+func (r *reader) Txns() <-chan capture.Txn { return r.out }
+
+// Err is why the stream ended.
+func (r *reader) Err() error { return r.err }
+
+// Close stops streaming, saves the settled position and releases the
+// reader lock.
+func (r *reader) Close(ctx context.Context) error {
+	r.closeMu.Lock()
+	if r.closed {
+		r.closeMu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.closeMu.Unlock()
+	r.cancel()
+	r.syncer.Close()
+	<-r.done
+	<-r.saved
+	err := r.flush(ctx)
+	_ = r.conn.Close() // releases the lock
+	_ = r.db.Close()
+	return err
+}
+
+// flush saves the settled position when it moved.
+func (r *reader) flush(ctx context.Context) error {
+	pos, moved := r.acks.take()
+	if !moved {
+		return nil
+	}
+	if err := savePosition(ctx, r.conn, r.cfg.key(), pos, r.srv.id); err != nil {
+		r.acks.untake(pos)
+		return err
+	}
+	return nil
+}
+
+// save writes the settled position every SaveInterval while it moves,
+// and otherwise pings the reader lock's connection: a reader whose lock
+// connection died ends its stream, since another may read now.
+func (r *reader) save(ctx context.Context) {
+	defer close(r.saved)
+	t := time.NewTicker(r.cfg.SaveInterval)
+	defer t.Stop()
+	idle := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, moved := r.acks.peek()
+		var err error
+		idle++
+		switch {
+		case moved:
+			idle = 0
+			err = r.flush(ctx)
+		case time.Duration(idle)*r.cfg.SaveInterval >= time.Second:
+			idle = 0
+			err = r.conn.PingContext(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("the binlog reader's connection failed; ending the stream", "error", err)
+			r.fail(fmt.Errorf("the reader lock's connection: %w", err))
+			return
+		}
+	}
+}
+
+// fail ends the stream with err.
+func (r *reader) fail(err error) {
+	r.closeMu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.closeMu.Unlock()
+	r.syncer.Close()
+}
+
+// txnState is the transaction being read.
+type txnState struct {
+	open   bool
+	events []outbox.Event
+	seqs   []int64
+	// other is true when it wrote a table other than the positions'.
+	other bool
+}
+
+// read turns the log's events into transactions until the stream ends.
+func (r *reader) read(ctx context.Context, from position) {
+	defer close(r.done)
+	defer close(r.out)
+	var (
+		t    txnState
+		file = from.File
+	)
+	end := func(pos position) bool {
+		defer func() { t = txnState{} }()
+		if len(t.events) == 0 {
+			if t.other || !t.open {
+				r.acks.add(pos, true)
+			}
+			return true
+		}
+		e := r.acks.add(pos, false)
+		txn := capture.Txn{Events: t.events, Seqs: t.seqs, ID: strconv.FormatInt(t.seqs[0], 10),
+			Ack: func() { r.acks.ack(e) }}
+		select {
+		case r.out <- txn:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		ev, err := r.first, error(nil)
+		if r.first != nil {
+			r.first = nil
+		} else {
+			ev, err = r.stream.GetEvent(ctx)
+		}
+		if err != nil {
+			r.closeMu.Lock()
+			if r.err == nil {
+				if ctx.Err() != nil {
+					r.err = nil
+				} else {
+					r.err = r.syncError(err)
+				}
+			}
+			r.closeMu.Unlock()
+			return
+		}
+		switch e := ev.Event.(type) {
+		case *replication.RotateEvent:
+			file = string(e.NextLogName)
+		case *replication.GTIDEvent, *replication.MariadbGTIDEvent:
+			t = txnState{open: true}
+		case *replication.QueryEvent:
+			switch q := string(e.Query); q {
+			case "BEGIN":
+				t.open = true
+			case "COMMIT":
+				if !end(r.positionAt(file, ev.Header.LogPos, e.GSet)) {
+					return
+				}
+			default:
+				// A statement that is its own transaction (DDL).
+				t.other = true
+				if !end(r.positionAt(file, ev.Header.LogPos, e.GSet)) {
+					return
+				}
+			}
+		case *replication.RowsEvent:
+			if string(e.Table.Schema) != r.cfg.Database || string(e.Table.Table) != PositionTable {
+				t.other = true
+			}
+			if len(e.Rows) > 0 {
+				if err := r.rows(e, &t); err != nil {
+					r.fail(err)
+					return
+				}
+			}
+		case *replication.XIDEvent:
+			if !end(r.positionAt(file, ev.Header.LogPos, e.GSet)) {
+				return
+			}
+		}
+	}
+}
+
+// positionAt is the position after an event that ends a transaction.
+func (r *reader) positionAt(file string, logPos uint32, set gomysql.GTIDSet) position {
+	p := position{File: file, Pos: logPos}
+	if set != nil {
+		p.GTID = set.String()
+	} else {
+		p.GTID = r.acks.lastGTID()
+	}
+	return p
+}
+
+// ours reports whether a table map is the outbox table's.
+func (r *reader) ours(t *replication.TableMapEvent) bool {
+	return t != nil && string(t.Schema) == r.cfg.Database && string(t.Table) == r.cfg.Table
+}
+
+// decodeRows decodes the rows of the outbox table's inserts and only
+// those: on a busy server most of the log is other tables'.
+func (r *reader) decodeRows(e *replication.RowsEvent, data []byte) error {
+	pos, err := e.DecodeHeader(data)
+	if err != nil {
+		return err
+	}
+	if !r.ours(e.Table) || e.Type() != replication.EnumRowsEventTypeInsert {
+		return nil
+	}
+	return e.DecodeData(pos, data)
+}
+
+// rows adds an insert's fresh events to t.
+func (r *reader) rows(e *replication.RowsEvent, t *txnState) error {
+	if names := e.Table.ColumnNameString(); len(names) > 0 && len(names) != r.layout.width {
+		l, err := layoutOf(names)
+		if err != nil {
+			return &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
+		}
+		r.layout = l
+	} else if int(e.ColumnCount) != r.layout.width {
+		// The table changed since the reader read its columns.
+		names, err := tableColumns(context.Background(), r.db, r.cfg.Database, r.cfg.Table)
+		if err != nil {
+			return err
+		}
+		if len(names) != int(e.ColumnCount) {
+			return &SetupError{Problem: fmt.Sprintf("the log holds rows of %d columns of the outbox table, which has %d now: it was altered since", e.ColumnCount, len(names)),
+				Fix: "set binlog_row_metadata=FULL so that the log names its columns, then restart the relay"}
+		}
+		if r.layout, err = layoutOf(names); err != nil {
+			return &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
+		}
+	}
+	for _, row := range e.Rows {
+		ev, seq, fresh, err := r.layout.event(row)
+		if err != nil {
+			// One unreadable row must not stop the others: it stays
+			// PENDING in the table.
+			r.log.Error("an inserted outbox row cannot be read from the binlog; it is left in the table", "error", err)
+			continue
+		}
+		if fresh {
+			t.events = append(t.events, ev)
+			t.seqs = append(t.seqs, seq)
+		}
+	}
+	return nil
+}
+
+// acks keeps the transactions read and not yet settled, in log order,
+// and the position up to which all are (the settled position).
+type acks struct {
+	mu      sync.Mutex
+	queue   []*ackEntry
+	settled position
+	moved   bool
+	gtid    string
+}
+
+type ackEntry struct {
+	pos  position
+	done bool
+}
+
+// add appends a transaction that ended at pos, settled already when done.
+func (a *acks) add(pos position, done bool) *ackEntry {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if pos.GTID != "" {
+		a.gtid = pos.GTID
+	}
+	if n := len(a.queue); done && n > 0 && a.queue[n-1].done {
+		// Settled transactions in a row need only the last position.
+		a.queue[n-1].pos = pos
+		return a.queue[n-1]
+	}
+	e := &ackEntry{pos: pos, done: done}
+	a.queue = append(a.queue, e)
+	a.advance()
+	return e
+}
+
+// ack settles e.
+func (a *acks) ack(e *ackEntry) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e.done = true
+	a.advance()
+}
+
+func (a *acks) advance() {
+	for len(a.queue) > 0 && a.queue[0].done {
+		a.settled, a.moved = a.queue[0].pos, true
+		a.queue[0] = nil
+		a.queue = a.queue[1:]
+	}
+}
+
+// lastGTID is the GTID position of the latest transaction read.
+func (a *acks) lastGTID() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gtid
+}
+
+// peek returns the settled position and whether it moved since the last
+// take.
+func (a *acks) peek() (position, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.settled, a.moved
+}
+
+// take is peek, marking the position saved.
+func (a *acks) take() (position, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	moved := a.moved
+	a.moved = false
+	return a.settled, moved
+}
+
+// untake marks pos unsaved again (its save failed), unless it moved on.
+func (a *acks) untake(pos position) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.settled == pos {
+		a.moved = true
+	}
+}
