@@ -89,12 +89,15 @@ type Store struct {
 	retentionLock string
 	// cursors are where each relay's unordered claims have got to.
 	cursors cursors
+	// flavour is MariaDB or MySQL, once asked (logrecord.go).
+	flavour atomic.Int32
 }
 
 var (
 	_ storage.Storage         = (*Store)(nil)
 	_ storage.SQLDatabase     = (*Store)(nil)
 	_ storage.RetentionLocker = (*Store)(nil)
+	_ storage.LogRecorder     = (*Store)(nil)
 )
 
 // SQL returns the store's database/sql handle.
