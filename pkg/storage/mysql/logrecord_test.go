@@ -255,17 +255,29 @@ func TestLockLogWaitsForAClaimHoldingItShared(t *testing.T) {
 		t.Fatalf("the claim's try of the log lock: %v", err)
 	}
 	locked := make(chan func(), 1)
+	lockCtx, cancel := context.WithCancel(ctx)
 	go func() {
-		unlock, err := tb.Store.LockLog(ctx)
+		unlock, err := tb.Store.LockLog(lockCtx)
 		if err != nil {
-			t.Errorf("LockLog: %v", err)
+			if lockCtx.Err() == nil {
+				t.Errorf("LockLog: %v", err)
+			}
 			unlock = func() {}
 		}
 		locked <- unlock
 	}()
+	var lockHeld func()
+	t.Cleanup(func() {
+		// Whatever failed, the lock goes before the database is dropped.
+		cancel()
+		_ = claimTx.Rollback()
+		if lockHeld == nil {
+			lockHeld = <-locked
+		}
+		lockHeld()
+	})
 	select {
-	case unlock := <-locked:
-		unlock()
+	case lockHeld = <-locked:
 		t.Fatal("LockLog took the lock beside a claim holding it shared")
 	case <-time.After(500 * time.Millisecond):
 	}
@@ -283,8 +295,7 @@ func TestLockLogWaitsForAClaimHoldingItShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case unlock := <-locked:
-		unlock()
+	case lockHeld = <-locked:
 	case <-time.After(10 * time.Second):
 		t.Fatal("LockLog still waits after the claim ended")
 	}
