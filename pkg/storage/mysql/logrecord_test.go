@@ -508,3 +508,14 @@ func TestMigrateAddsTheLogLock(t *testing.T) {
 		t.Fatalf("counts %v", c)
 	}
 }
+
+// Without a log reader the claim's statement is today's: no condition on
+// fresh rows.
+func TestClaimsWithoutALogReaderLeaveTheStatementAlone(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	query, args := tb.Store.ClaimStatement(storage.ClaimParams{RelayID: "r", Limit: 5})
+	if strings.Contains(query, "created_at OR seq") || strings.Contains(query, "{{") || len(args) != 1 {
+		t.Fatalf("claim statement without Fresh: %s %v", query, args)
+	}
+}

@@ -985,6 +985,25 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 	if _, err := relay.Emit(ctx, storage.EmitParams{Type: "g", Count: 1}); err == nil {
 		t.Error("the relay could insert")
 	}
+	// CAPTURE=binlog: the log lock, the claims' shared try of it, the
+	// counter and a locking read of the table.
+	if unlock, err := relay.LockLog(ctx); err != nil {
+		t.Errorf("the relay's LockLog: %v", err)
+	} else {
+		unlock()
+	}
+	for _, ordering := range []storage.Ordering{storage.OrderingNone, storage.OrderingPartition} {
+		if _, err := relay.Claim(ctx, storage.ClaimParams{RelayID: "relay", Limit: 1, Ordering: ordering,
+			Fresh: storage.FreshEvents{ToLog: true, WhenUnlocked: true}}); err != nil {
+			t.Errorf("the relay's %s claim beside a log reader: %v", ordering, err)
+		}
+	}
+	if last, err := relay.LastSeq(ctx); err != nil || last < 7 {
+		t.Errorf("the relay's LastSeq = %d, %v", last, err)
+	}
+	if v, err := relay.Visible(ctx, []string{"1"}); err != nil || !v {
+		t.Errorf("the relay's Visible = %v, %v", v, err)
+	}
 	if res, err := admin.Prune(ctx, storage.PruneParams{Status: outbox.StatusDelivered}); err != nil || res.Deleted != 5 {
 		t.Errorf("the admin's prune = %+v, %v", res, err)
 	}
