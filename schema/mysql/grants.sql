@@ -11,7 +11,9 @@
 -- outbox_relay     the relay: reads and updates rows (claim, settle, reap)
 --                  and deletes finished ones (DELIVERED_RETENTION,
 --                  DEAD_RETENTION). Ordered claims and retention take named
---                  locks (GET_LOCK), which need no grant.
+--                  locks (GET_LOCK), which need no grant. CAPTURE=binlog
+--                  locks the row of <table>_log_lock (FOR UPDATE, shared):
+--                  MySQL 8 wants SELECT and UPDATE for a locking read.
 -- outbox_producer  applications: insert events.
 -- outbox_admin     relay-cli: everything above plus DELETE, for prune.
 -- migrate needs CREATE, ALTER and INDEX on the database; run it as the
@@ -24,5 +26,6 @@ CREATE ROLE IF NOT EXISTS outbox_relay;
 CREATE ROLE IF NOT EXISTS outbox_producer;
 CREATE ROLE IF NOT EXISTS outbox_admin;
 GRANT SELECT, UPDATE, DELETE ON {{table}} TO outbox_relay;
+GRANT SELECT, UPDATE ON {{log_lock}} TO outbox_relay;
 GRANT INSERT ON {{table}} TO outbox_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{table}} TO outbox_admin;

@@ -98,8 +98,9 @@ func RenderGrants(t Table) string {
 // Upgrade is one object Migrate adds to an existing table when it lacks
 // it.
 type Upgrade struct {
-	// Object is "column seq", "expression state_at" or "index <name>", as
-	// Migrate reports it.
+	// Object is "column seq", "expression state_at", "index <name>",
+	// "table <name>_log_lock" or "row <name>_log_lock", as Migrate
+	// reports it.
 	Object string
 	// SQL adds the object (or, for an expression, changes the column to
 	// it).
@@ -136,8 +137,10 @@ func Upgrades(t Table) []Upgrade {
 			}
 		}
 		object = strings.TrimSpace(object)
-		out = append(out, Upgrade{Object: object, SQL: strings.TrimSuffix(strings.Join(sql, "\n"), ";"),
-			Blocks: !strings.HasPrefix(object, "index ")})
+		// A column's change rebuilds the table; an index is built in
+		// place, and the log lock's table and row are new.
+		blocks := strings.HasPrefix(object, "column ") || strings.HasPrefix(object, "expression ")
+		out = append(out, Upgrade{Object: object, SQL: strings.TrimSuffix(strings.Join(sql, "\n"), ";"), Blocks: blocks})
 	}
 	return out
 }
@@ -167,12 +170,19 @@ func Statements(script string) []string {
 	return out
 }
 
+// LogLock is the one-row table beside t whose row is t's log lock: a log
+// reader (CAPTURE=binlog) holds it exclusively while it streams, and the
+// claims that may take every fresh event hold it shared.
+func (t Table) LogLock() Table { return Table{Database: t.Database, Name: t.Name + "_log_lock"} }
+
 // Expand substitutes t into SQL text written with the placeholders
-// {{table}} (quoted, qualified when t is) and {{name}} (the bare name, for
-// the names of indexes and constraints).
+// {{table}} (quoted, qualified when t is), {{name}} (the bare name, for
+// the names of indexes and constraints) and {{log_lock}} (t.LogLock(),
+// quoted).
 func Expand(sql string, t Table) string {
 	return strings.NewReplacer(
 		"{{table}}", t.Quoted(),
 		"{{name}}", t.Name,
+		"{{log_lock}}", t.LogLock().Quoted(),
 	).Replace(sql)
 }

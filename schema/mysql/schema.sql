@@ -59,6 +59,10 @@
 --                  write order (seq), the order the relay delivers them in.
 --                  Neither holds status, so a change of state leaves both
 --                  alone.
+-- {{name}}_log_lock, one row beside the table, is the table's log lock
+-- (CAPTURE=binlog): a log reader locks the row FOR UPDATE while it
+-- streams, and claims that take every fresh event lock it shared, SKIP
+-- LOCKED (docs/architecture.md, "Storage drivers"). It holds nothing else.
 -- (Tables made by releases before these two indexes had state_idx and
 -- key_order_idx, ordered by created_at first; migrate adds the new ones
 -- and leaves the old ones for relays of the old release still running:
@@ -89,3 +93,8 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     KEY `{{name}}_key_written_idx` (partition_key, seq),
     CONSTRAINT `{{name}}_valid_status` CHECK (status IN ('PENDING', 'DELIVERING', 'DELIVERED', 'DEAD'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+CREATE TABLE IF NOT EXISTS {{log_lock}} (
+    id TINYINT NOT NULL PRIMARY KEY,
+    CONSTRAINT `{{name}}_log_lock_one_row` CHECK (id = 1)
+) ENGINE = InnoDB;
+INSERT IGNORE INTO {{log_lock}} (id) VALUES (1);

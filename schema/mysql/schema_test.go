@@ -57,11 +57,14 @@ func TestRenderQuotesTheTableEverywhere(t *testing.T) {
 				t.Errorf("a placeholder is left:\n%s", text)
 			}
 		}
-		if stmts := schema.Statements(ddl); len(stmts) != 1 || !strings.HasPrefix(stmts[0], "CREATE TABLE") {
-			t.Errorf("the schema is %d statements, want the CREATE TABLE alone: %q", len(stmts), stmts)
+		lock := strings.TrimSuffix(tt.quoted, "`") + "_log_lock`"
+		if stmts := schema.Statements(ddl); len(stmts) != 3 || !strings.HasPrefix(stmts[0], "CREATE TABLE "+"IF NOT EXISTS "+tt.quoted) ||
+			!strings.HasPrefix(stmts[1], "CREATE TABLE IF NOT EXISTS "+lock) || stmts[2] != "INSERT IGNORE INTO "+lock+" (id) VALUES (1)" {
+			t.Errorf("the schema is %d statements, want the CREATE TABLE, the log lock's and its row: %q", len(stmts), stmts)
 		}
 		grants := schema.Statements(schema.RenderGrants(tt.table))
-		if len(grants) != 6 || grants[3] != "GRANT SELECT, UPDATE, DELETE ON "+tt.quoted+" TO outbox_relay" {
+		if len(grants) != 7 || grants[3] != "GRANT SELECT, UPDATE, DELETE ON "+tt.quoted+" TO outbox_relay" ||
+			grants[4] != "GRANT SELECT, UPDATE ON "+lock+" TO outbox_relay" {
 			t.Errorf("grants = %q", grants)
 		}
 	}
@@ -83,11 +86,20 @@ func TestUpgradesMatchTheSchema(t *testing.T) {
 	// Column definitions are aligned in the CREATE TABLE.
 	ddl := strings.Join(strings.Fields(schema.Render(tbl)), " ")
 	ups := schema.Upgrades(tbl)
-	if len(ups) != 7 || ups[0].Object != "column seq" || ups[1].Object != "column state_at" ||
-		ups[2].Object != "expression state_at" || ups[3].Object != "index outbox_state_seq_idx" {
+	if len(ups) != 9 || ups[0].Object != "column seq" || ups[1].Object != "column state_at" ||
+		ups[2].Object != "expression state_at" || ups[3].Object != "index outbox_state_seq_idx" ||
+		ups[7].Object != "table outbox_log_lock" || ups[8].Object != "row outbox_log_lock" {
 		t.Fatalf("Upgrades = %+v", ups)
 	}
-	for _, u := range ups {
+	// The log lock's table and row are schema.sql's statements, as they
+	// are, and block no writer of the outbox table.
+	stmts := schema.Statements(schema.Render(tbl))
+	for i, u := range ups[7:] {
+		if strings.Join(strings.Fields(u.SQL), " ") != strings.Join(strings.Fields(stmts[1+i]), " ") || u.Blocks {
+			t.Errorf("upgrade %s = %q (blocks %v), want schema.sql's %q, not blocking", u.Object, u.SQL, u.Blocks, stmts[1+i])
+		}
+	}
+	for _, u := range ups[:7] {
 		// An expression is changed where the column exists; everything
 		// else is added.
 		verb := "ADD "

@@ -47,3 +47,14 @@ ALTER TABLE {{table}} ADD KEY `{{name}}_created_idx` (created_at, seq),
 -- object: index {{name}}_key_written_idx
 ALTER TABLE {{table}} ADD KEY `{{name}}_key_written_idx` (partition_key, seq),
     ALGORITHM=INPLACE, LOCK=NONE;
+
+-- The log lock of CAPTURE=binlog (schema.sql), a table of its own: adding
+-- it leaves the outbox table alone.
+-- object: table {{name}}_log_lock
+CREATE TABLE IF NOT EXISTS {{log_lock}} (
+    id TINYINT NOT NULL PRIMARY KEY,
+    CONSTRAINT `{{name}}_log_lock_one_row` CHECK (id = 1)
+) ENGINE = InnoDB;
+
+-- object: row {{name}}_log_lock
+INSERT IGNORE INTO {{log_lock}} (id) VALUES (1);

@@ -88,6 +88,11 @@ type claimCursor struct {
 	lastSweep time.Time
 	// sweepFrom, when set, is where the sweep in progress goes on.
 	sweepFrom *position
+	// withheld says a claim left fresh rows to a log reader
+	// (FreshEvents.ToLog) since the last sweep that took every row: they
+	// may lie behind the position, so the next claim that may take them
+	// sweeps.
+	withheld bool
 }
 
 // claimPlan is where one claim starts.
@@ -101,6 +106,14 @@ type claimPlan struct {
 	// lagFloor is the floor a claim that does not sweep would have used.
 	lagFloor *position
 	began    time.Time
+	// withheld is claimCursor.withheld when the plan was made.
+	withheld bool
+}
+
+// fromStart is p changed to sweep from the start of the range.
+func (p claimPlan) fromStart() claimPlan {
+	p.floor, p.sweep = nil, true
+	return p
 }
 
 // cursors keeps a claimCursor per RelayID. A relay has one ID for its
@@ -112,8 +125,10 @@ type cursors struct {
 }
 
 // plan says where relayID's next claim starts. sweepInterval is the
-// claim's, with its default filled in.
-func (cs *cursors) plan(relayID string, sweepInterval time.Duration, now time.Time) claimPlan {
+// claim's, with its default filled in; sweep makes the claim sweep from
+// the start of the range (a backfill beside a log reader, whose rows may
+// lie behind the position).
+func (cs *cursors) plan(relayID string, sweepInterval time.Duration, now time.Time, sweep bool) claimPlan {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.byRelay == nil {
@@ -133,7 +148,10 @@ func (cs *cursors) plan(relayID string, sweepInterval time.Duration, now time.Ti
 	}
 	floor := c.ends[c.next] // the oldest of the ring
 	p.lagFloor = &floor
+	p.withheld = c.withheld
 	switch {
+	case sweep:
+		p.sweep = true
 	case c.sweepFrom != nil:
 		from := *c.sweepFrom
 		p.floor, p.sweep = &from, true
@@ -167,8 +185,8 @@ func (cs *cursors) lowestFloor() *position {
 // record notes where a claim planned by p ended: last is the position of
 // the last row it took (nil: it took none); end, when set, is the claim's
 // clock, given when it reached the end of the due rows rather than its
-// limit.
-func (cs *cursors) record(relayID string, p claimPlan, last *position, end *time.Time) {
+// limit; withheld says it left fresh rows to a log reader.
+func (cs *cursors) record(relayID string, p claimPlan, last *position, end *time.Time, withheld bool) {
 	full := end == nil
 	if end != nil {
 		reached := position{at: end.Add(-claimLagTime), seq: math.MaxInt64}
@@ -190,7 +208,14 @@ func (cs *cursors) record(relayID string, p claimPlan, last *position, end *time
 		} else {
 			c.sweepFrom = nil
 			c.lastSweep = p.began
+			if !withheld {
+				// Every row behind the position was looked at.
+				c.withheld = false
+			}
 		}
+	}
+	if withheld {
+		c.withheld = true
 	}
 	if last == nil {
 		return

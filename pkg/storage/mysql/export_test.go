@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -18,7 +19,7 @@ func (s *Store) HandBack(ctx context.Context, lease storage.Lease, claimErr erro
 // costs (ANALYZE): a claim's transaction cannot be observed from outside.
 func (s *Store) ClaimStatement(p storage.ClaimParams) (string, []any) {
 	p = p.WithDefaults()
-	return s.claimQuery(s.cursors.plan(p.RelayID, p.SweepInterval, time.Now()), p.Limit)
+	return s.claimQuery(s.cursors.plan(p.RelayID, p.SweepInterval, time.Now(), false), p.Limit, math.MaxInt64)
 }
 
 // BacklogQuery exposes the statement Backlog runs, for ANALYZE.

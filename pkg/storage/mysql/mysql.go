@@ -89,6 +89,8 @@ type Store struct {
 	retentionLock string
 	// cursors are where each relay's unordered claims have got to.
 	cursors cursors
+	// flavour is MariaDB or MySQL, once asked (logrecord.go).
+	flavour atomic.Int32
 }
 
 var (
@@ -96,6 +98,7 @@ var (
 	_ storage.SQLDatabase     = (*Store)(nil)
 	_ storage.RetentionLocker = (*Store)(nil)
 	_ storage.ClaimBounder    = (*Store)(nil)
+	_ storage.LogRecorder     = (*Store)(nil)
 )
 
 // SQL returns the store's database/sql handle.

@@ -662,8 +662,8 @@ func TestMigrateTwiceChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Created) != 0 || len(res.Existed) != 10 {
-		t.Errorf("second Migrate = %+v, want nothing created and the table, seq, state_at and its expression, the primary key and 5 indexes existing", res)
+	if len(res.Created) != 0 || len(res.Existed) != 12 {
+		t.Errorf("second Migrate = %+v, want nothing created and the table, seq, state_at and its expression, the primary key, 5 indexes and the log lock's table and row existing", res)
 	}
 }
 
@@ -680,7 +680,8 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"column seq", "column state_at", "expression state_at", "index PRIMARY", "index events_created_idx",
-		"index events_key_order_seq_idx", "index events_key_written_idx", "index events_seq_idx", "index events_state_seq_idx", "table events"}
+		"index events_key_order_seq_idx", "index events_key_written_idx", "index events_seq_idx", "index events_state_seq_idx",
+		"row events_log_lock", "table events", "table events_log_lock"}
 	if fmt.Sprint(res.Created) != fmt.Sprint(want) || len(res.Existed) != 0 {
 		t.Errorf("Migrate = %+v, want created %v", res, want)
 	}
@@ -747,8 +748,8 @@ func TestMigrateCompletesAnOpenOutboxTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Created) != 8 || fmt.Sprint(res.Existed) != "[index PRIMARY table openoutbox_events]" {
-		t.Errorf("Migrate = %+v, want seq, state_at (with its expression) and 5 indexes created", res)
+	if len(res.Created) != 10 || fmt.Sprint(res.Existed) != "[index PRIMARY table openoutbox_events]" {
+		t.Errorf("Migrate = %+v, want seq, state_at (with its expression), 5 indexes and the log lock's table and row created", res)
 	}
 	newer, err := mysql.Open(ctx, storage.URLWithTable(mysqltest.DatabaseURL(fresh), "openoutbox_events"))
 	if err != nil {
@@ -835,7 +836,8 @@ func TestMigrateUpgradesAPreviousReleasesTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "[expression state_at index openoutbox_events_key_order_seq_idx index openoutbox_events_key_written_idx index openoutbox_events_state_seq_idx]"; fmt.Sprint(res.Created) != want ||
+	if want := "[expression state_at index openoutbox_events_key_order_seq_idx index openoutbox_events_key_written_idx index openoutbox_events_state_seq_idx" +
+		" row openoutbox_events_log_lock table openoutbox_events_log_lock]"; fmt.Sprint(res.Created) != want ||
 		!slices.Contains(res.Existed, "index openoutbox_events_state_idx") {
 		t.Errorf("Migrate = %+v, want created %s and the old indexes kept", res, want)
 	}
@@ -982,6 +984,25 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 	}
 	if _, err := relay.Emit(ctx, storage.EmitParams{Type: "g", Count: 1}); err == nil {
 		t.Error("the relay could insert")
+	}
+	// CAPTURE=binlog: the log lock, the claims' shared try of it, the
+	// counter and a locking read of the table.
+	if unlock, err := relay.LockLog(ctx); err != nil {
+		t.Errorf("the relay's LockLog: %v", err)
+	} else {
+		unlock()
+	}
+	for _, ordering := range []storage.Ordering{storage.OrderingNone, storage.OrderingPartition} {
+		if _, err := relay.Claim(ctx, storage.ClaimParams{RelayID: "relay", Limit: 1, Ordering: ordering,
+			Fresh: storage.FreshEvents{ToLog: true, WhenUnlocked: true}}); err != nil {
+			t.Errorf("the relay's %s claim beside a log reader: %v", ordering, err)
+		}
+	}
+	if last, err := relay.LastSeq(ctx); err != nil || last < 7 {
+		t.Errorf("the relay's LastSeq = %d, %v", last, err)
+	}
+	if v, err := relay.Visible(ctx, []string{"1"}); err != nil || !v {
+		t.Errorf("the relay's Visible = %v, %v", v, err)
 	}
 	if res, err := admin.Prune(ctx, storage.PruneParams{Status: outbox.StatusDelivered}); err != nil || res.Deleted != 5 {
 		t.Errorf("the admin's prune = %+v, %v", res, err)

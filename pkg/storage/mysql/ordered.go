@@ -30,6 +30,13 @@ import (
 // commits by itself: the picks need no row locks while the lock is held,
 // since only a claim moves a row out of PENDING.
 
+// claimConn is where an ordered claim's statements run: its connection,
+// or a transaction on it.
+type claimConn interface {
+	querier
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // errNoLock says an ordered claim gave up waiting for the claims of other
 // relays.
 var errNoLock = errors.New("timed out waiting for the ordered-claim lock")
@@ -62,11 +69,30 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	}()
 
 	lease := storage.Lease{RelayID: p.RelayID, LockedAt: now}
-	keyed, keys, err := s.walkKeys(ctx, conn, p, now)
+	// The claim's statements run on q: the connection, or beside a log
+	// reader that may let the claims take every fresh row
+	// (FreshEvents.WhenUnlocked) a transaction on it, which holds the log
+	// lock's row shared until the lease commits.
+	var (
+		q  claimConn = conn
+		tx *sql.Tx
+	)
+	if p.Fresh.ToLog && p.Fresh.WhenUnlocked {
+		if tx, err = conn.BeginTx(ctx, nil); err != nil {
+			return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+		}
+		defer func() { _ = tx.Rollback() }() // a no-op after Commit; before RELEASE_LOCK
+		q = tx
+	}
+	upTo, err := s.freshTo(ctx, q, p.Fresh)
 	if err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	unkeyed, err := s.unkeyed(ctx, conn, p.Limit, now)
+	keyed, keys, err := s.walkKeys(ctx, q, p, now, upTo)
+	if err != nil {
+		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	unkeyed, err := s.unkeyed(ctx, q, p.Limit, now, upTo)
 	if err != nil {
 		return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
@@ -92,7 +118,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	if p.MaxBytes > 0 {
 		// A prefix of the picks: every key's picks stay the first places
 		// of its run.
-		if ids, err = s.fitting(ctx, conn, ids, p.MaxBytes); err != nil {
+		if ids, err = s.fitting(ctx, q, ids, p.MaxBytes); err != nil {
 			return storage.Batch{}, fmt.Errorf("claim batch: %w", err)
 		}
 	}
@@ -103,24 +129,45 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		after = keys[n-1]
 	}
 
-	args := append([]any{p.RelayID, stamp(now), stamp(now)}, idArgs(ids)...)
-	err = withLockRetry(ctx, func() error {
-		_, err := conn.ExecContext(ctx, expandList(s.queries["claim_mark"], "{{ids}}", len(ids)), args...)
-		return err
-	})
-	if err != nil {
-		// The UPDATE commits by itself: an error after it was sent may
-		// hide a lease that took effect.
-		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: %w", err))
+	// failed hands the lease's rows back: the UPDATE commits by itself,
+	// and an error after it was sent may hide a lease that took effect. In
+	// a transaction, rolling it back undoes the lease.
+	failed := func(err error) error {
+		if tx != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return s.handBack(ctx, lease, err)
 	}
-	rows, err := conn.QueryContext(ctx, expandList(s.queries["claim_read"], "{{ids}}", len(ids)),
+	args := append([]any{p.RelayID, stamp(now), stamp(now)}, idArgs(ids)...)
+	mark := func() error {
+		_, err := q.ExecContext(ctx, expandList(s.queries["claim_mark"], "{{ids}}", len(ids)), args...)
+		return err
+	}
+	if tx != nil {
+		// A deadlock rolls the whole transaction back, and the claim
+		// with it: the relay claims again.
+		err = mark()
+	} else {
+		err = withLockRetry(ctx, mark)
+	}
+	if err != nil {
+		return storage.Batch{}, failed(fmt.Errorf("claim batch: %w", err))
+	}
+	rows, err := q.QueryContext(ctx, expandList(s.queries["claim_read"], "{{ids}}", len(ids)),
 		append(idArgs(ids), p.RelayID, stamp(now))...)
 	if err != nil {
-		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
+		return storage.Batch{}, failed(fmt.Errorf("claim batch: read claimed rows: %w", err))
 	}
 	events, seqs, _, err := readEvents(rows, len(ids), false)
 	if err != nil {
-		return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: read claimed rows: %w", err))
+		return storage.Batch{}, failed(fmt.Errorf("claim batch: read claimed rows: %w", err))
+	}
+	if tx != nil {
+		if err := tx.Commit(); err != nil {
+			// The commit may have happened before the connection failed.
+			return storage.Batch{}, s.handBack(ctx, lease, fmt.Errorf("claim batch: commit: %w", err))
+		}
 	}
 	sortBySeq(events, seqs)
 	// Picks the byte limit cut are left for the next claim, at once.
@@ -130,7 +177,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 
 // fitting keeps the longest prefix of ids whose payloads and headers add up
 // to at most maxBytes (at least the first).
-func (s *Store) fitting(ctx context.Context, conn *sql.Conn, ids []uuid.UUID, maxBytes int64) ([]uuid.UUID, error) {
+func (s *Store) fitting(ctx context.Context, conn claimConn, ids []uuid.UUID, maxBytes int64) ([]uuid.UUID, error) {
 	rows, err := conn.QueryContext(ctx, expandList(s.queries["claim_sizes"], "{{ids}}", len(ids)), idArgs(ids)...)
 	if err != nil {
 		return nil, fmt.Errorf("read sizes: %w", err)
@@ -154,7 +201,7 @@ func (s *Store) fitting(ctx context.Context, conn *sql.Conn, ids []uuid.UUID, ma
 // the keys with PENDING events in bytewise order from just after p.After
 // to the end, then from the start up to p.After itself. It returns the
 // picks in walk order and each one's key.
-func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimParams, now time.Time) ([]uuid.UUID, []string, error) {
+func (s *Store) walkKeys(ctx context.Context, conn claimConn, p storage.ClaimParams, now time.Time, freshUpTo int64) ([]uuid.UUID, []string, error) {
 	var (
 		picks   []uuid.UUID
 		keyOfID []string
@@ -166,7 +213,7 @@ func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimPar
 			if err != nil || len(keys) == 0 {
 				return err
 			}
-			runs, err := s.runs(ctx, conn, keys, p.OnDead, p.RunLimit, now)
+			runs, err := s.runs(ctx, conn, keys, p.OnDead, p.RunLimit, now, freshUpTo)
 			if err != nil {
 				return err
 			}
@@ -201,7 +248,7 @@ func (s *Store) walkKeys(ctx context.Context, conn *sql.Conn, p storage.ClaimPar
 
 // nextKeys returns at most n keys with PENDING events after after (and up
 // to upTo, when set), in bytewise order.
-func (s *Store) nextKeys(ctx context.Context, conn *sql.Conn, after string, upTo *string, n int) ([]string, error) {
+func (s *Store) nextKeys(ctx context.Context, conn claimConn, after string, upTo *string, n int) ([]string, error) {
 	query := s.queries["claim_ordered_keys"]
 	args := []any{[]byte(after)}
 	if upTo != nil {
@@ -232,13 +279,14 @@ func (s *Store) nextKeys(ctx context.Context, conn *sql.Conn, after string, upTo
 // runs returns, for each of keys that is free, the events it may claim:
 // its PENDING events from the first on, in order, while they are due (and,
 // under block, no DEAD event precedes them), at most runLimit. A key with
-// an event DELIVERING gets none.
-func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead storage.DeadPolicy, runLimit int, now time.Time) (map[string][]uuid.UUID, error) {
-	branch := s.queries["claim_ordered_run"]
-	perKey := 4
+// an event DELIVERING gets none. A fresh event with a seq past upTo is the
+// log's and counts as not due: a key whose first event it is gets none.
+func (s *Store) runs(ctx context.Context, conn claimConn, keys []string, onDead storage.DeadPolicy, runLimit int, now time.Time, upTo int64) (map[string][]uuid.UUID, error) {
+	branch, lead := s.withFresh(s.queries["claim_ordered_run"], "claim_ordered_fresh", []any{stamp(now)}, upTo)
+	perKey := 3 + len(lead)
 	if onDead == storage.DeadBlock {
 		branch = strings.Replace(branch, "{{held}}", s.queries["claim_ordered_held"], 1)
-		perKey = 5
+		perKey++
 	} else {
 		branch = strings.Replace(branch, "{{held}}", "0", 1)
 	}
@@ -246,7 +294,7 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 	args := make([]any, 0, perKey*len(keys))
 	for i, k := range keys {
 		parts[i] = branch
-		args = append(args, stamp(now), []byte(k))
+		args = append(append(args, lead...), []byte(k))
 		if onDead == storage.DeadBlock {
 			args = append(args, []byte(k))
 		}
@@ -298,9 +346,11 @@ func (s *Store) runs(ctx context.Context, conn *sql.Conn, keys []string, onDead 
 	return out, nil
 }
 
-// unkeyed returns at most limit due events without a key, by age.
-func (s *Store) unkeyed(ctx context.Context, conn *sql.Conn, limit int, now time.Time) ([]uuid.UUID, error) {
-	rows, err := conn.QueryContext(ctx, s.queries["claim_unkeyed"], stamp(now), limit)
+// unkeyed returns at most limit due events without a key, by age, fresh
+// ones with seq up to upTo only.
+func (s *Store) unkeyed(ctx context.Context, conn claimConn, limit int, now time.Time, upTo int64) ([]uuid.UUID, error) {
+	query, args := s.withFresh(s.queries["claim_unkeyed"], "claim_fresh", []any{stamp(now)}, upTo)
+	rows, err := conn.QueryContext(ctx, query, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("read events without a key: %w", err)
 	}

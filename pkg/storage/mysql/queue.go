@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -33,39 +34,80 @@ func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch
 	p = p.WithDefaults()
 	if p.Ordering == storage.OrderingPartition {
 		b, err := s.claimOrdered(ctx, p)
+		if p.Fresh.ToLog && p.Fresh.WhenUnlocked {
+			// In a transaction (ordered.go), which a deadlock rolls
+			// back whole: the claim runs again.
+			err = withLockRetry(ctx, func() error {
+				if !retryable(err) {
+					return err
+				}
+				b, err = s.claimOrdered(ctx, p)
+				return err
+			})
+		}
 		s.recycle(err)
 		return b, err
 	}
-	plan := s.cursors.plan(p.RelayID, p.SweepInterval, time.Now())
+	// A backfill beside a log reader sweeps: its rows may lie behind the
+	// position, which the claims' sweeps (SWEEP_INTERVAL) reach late.
+	planned := s.cursors.plan(p.RelayID, p.SweepInterval, time.Now(), p.Fresh.ToLog && p.Fresh.BackfillTo > 0)
 	var (
-		batch storage.Batch
-		last  *position
-		end   *time.Time
+		batch    storage.Batch
+		last     *position
+		end      *time.Time
+		plan     claimPlan
+		withheld bool
 	)
 	err := withLockRetry(ctx, func() error {
 		var err error
-		batch, last, end, err = s.claimOnce(ctx, p, plan)
+		batch, plan, last, end, withheld, err = s.claimOnce(ctx, p, planned)
 		return err
 	})
 	if err != nil {
 		s.recycle(err)
 		return storage.Batch{}, err
 	}
-	s.cursors.record(p.RelayID, plan, last, end)
+	s.cursors.record(p.RelayID, plan, last, end, withheld)
 	return batch, nil
 }
 
 // claimOnce runs the claim's transaction. Besides the batch it returns the
-// position of the last row taken (nil: none) and, when the scan reached
-// the end of the due rows before the limit, the database's clock.
-func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams, plan claimPlan) (storage.Batch, *position, *time.Time, error) {
+// plan it followed, the position of the last row taken (nil: none), when
+// the scan reached the end of the due rows before the limit the
+// database's clock, and whether it left fresh rows to a log reader.
+func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams, plan claimPlan) (storage.Batch, claimPlan, *position, *time.Time, bool, error) {
+	batch, last, end, withheld, err := s.claimIn(ctx, p, &plan)
+	return batch, plan, last, end, withheld, err
+}
+
+// claimIn is claimOnce, changing plan when the claim sweeps after all.
+func (s *Store) claimIn(ctx context.Context, p storage.ClaimParams, plan *claimPlan) (storage.Batch, *position, *time.Time, bool, error) {
 	lease := storage.Lease{RelayID: p.RelayID}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
+		return storage.Batch{}, nil, nil, false, fmt.Errorf("claim batch: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	query, args := s.claimQuery(plan, p.Limit)
+	// Beside a log reader, first the fresh rows this claim may take (and
+	// the log lock shared, when it may take them all).
+	upTo, err := s.freshTo(ctx, tx, p.Fresh)
+	if err != nil {
+		return storage.Batch{}, nil, nil, false, fmt.Errorf("claim batch: %w", err)
+	}
+	withheld := upTo != math.MaxInt64
+	if !withheld && plan.withheld {
+		// Earlier claims left fresh rows to a log reader, behind the
+		// position: this one may take them.
+		*plan = plan.fromStart()
+	}
+	batch, last, end, err := s.claimRows(ctx, tx, p, *plan, upTo, lease)
+	return batch, last, end, withheld, err
+}
+
+// claimRows is the claim's transaction after the log lock: fresh rows
+// with seq up to upTo only.
+func (s *Store) claimRows(ctx context.Context, tx *sql.Tx, p storage.ClaimParams, plan claimPlan, upTo int64, lease storage.Lease) (storage.Batch, *position, *time.Time, error) {
+	query, args := s.claimQuery(plan, p.Limit, upTo)
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
@@ -126,13 +168,29 @@ func (s *Store) claimOnce(ctx context.Context, p storage.ClaimParams, plan claim
 }
 
 // claimQuery is the claim's SELECT and its arguments: from the start of
-// the due rows, or after the plan's floor.
-func (s *Store) claimQuery(plan claimPlan, limit int) (string, []any) {
+// the due rows, or after the plan's floor; fresh rows with seq up to upTo
+// only (math.MaxInt64: all, and the statement of a claim without a log
+// reader).
+func (s *Store) claimQuery(plan claimPlan, limit int, upTo int64) (string, []any) {
+	query, args := s.queries["claim"], []any{}
 	if plan.floor == nil {
-		return strings.Replace(s.queries["claim"], "{{floor}}", "", 1), []any{limit}
+		query = strings.Replace(query, "{{floor}}", "", 1)
+	} else {
+		query = strings.Replace(query, "{{floor}}", s.queries["claim_floor"], 1)
+		args = append(args, stamp(plan.floor.at), stamp(plan.floor.at), plan.floor.seq)
 	}
-	return strings.Replace(s.queries["claim"], "{{floor}}", s.queries["claim_floor"], 1),
-		[]any{stamp(plan.floor.at), stamp(plan.floor.at), plan.floor.seq, limit}
+	query, args = s.withFresh(query, "claim_fresh", args, upTo)
+	return query, append(args, limit)
+}
+
+// withFresh fills query's {{fresh}} with the named part for fresh rows up
+// to upTo, appending its argument to args, or with nothing when every
+// fresh row may be taken.
+func (s *Store) withFresh(query, part string, args []any, upTo int64) (string, []any) {
+	if upTo == math.MaxInt64 {
+		return strings.Replace(query, "{{fresh}}", "", 1), args
+	}
+	return strings.Replace(query, "{{fresh}}", s.queries[part], 1), append(args, upTo)
 }
 
 // sortBySeq orders a claimed batch by seq, the order the events were

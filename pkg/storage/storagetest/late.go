@@ -111,10 +111,11 @@ func testClaimFindsRowsHandedBackAtOnce(t *testing.T, h Harness) {
 
 // testClaimFindsRowsHandedBackWhateverTheirCreatedAt: the same for rows
 // whose created_at lies ahead of the database's clock (a producer that
-// sets it from a clock running fast). The PostgreSQL driver's claims find
-// such a row in its due index once its created_at has passed, MySQL's at
-// once: not by a sweep, which claims beside CAPTURE=wal's stream never
-// make.
+// sets it from a clock running fast). Both drivers' claims find such a
+// row once its created_at has passed (a hand-back makes it due again,
+// available_at after created_at, for claims beside a log reader, which
+// leave fresh rows to the log): not by a sweep, which claims beside
+// CAPTURE=wal's stream never make.
 func testClaimFindsRowsHandedBackWhateverTheirCreatedAt(t *testing.T, h Harness) {
 	claimFindsRowsHandedBack(t, h, 2*time.Second)
 }

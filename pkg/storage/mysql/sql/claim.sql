@@ -7,6 +7,8 @@
 -- sweep), or claim_floor.sql, which starts the range at the relay's claim
 -- position so that the scan does not step over the entries that earlier
 -- claims left behind (InnoDB keeps them while any snapshot may need them).
+-- {{fresh}} is empty, or beside a log reader claim_fresh.sql, which
+-- leaves the log its fresh rows (FreshEvents).
 -- The index is named so that the rows are read in its order and the LIMIT
 -- stops the scan: a plan that sorted would lock every due row before the
 -- LIMIT, and every other claimer would skip them all. UTC_TIMESTAMP(6) is
@@ -14,7 +16,7 @@
 -- exactly as stored.
 SELECT event_id, LENGTH(payload) + LENGTH(headers), state_at, seq, UTC_TIMESTAMP(6)
 FROM {{table}} FORCE INDEX (`{{name}}_state_seq_idx`)
-WHERE status = 'PENDING' AND state_at <= UTC_TIMESTAMP(6) {{floor}}
+WHERE status = 'PENDING' AND state_at <= UTC_TIMESTAMP(6) {{floor}} {{fresh}}
 ORDER BY state_at, seq
 LIMIT ?
 FOR UPDATE SKIP LOCKED

@@ -7,9 +7,11 @@
 -- DEAD event of the key was written before it ({{held}}). A key's run stops
 -- at the first event that is not due or has one of those before it. The
 -- driver joins one of these per key with UNION ALL; the argument before the
--- last is the key. Every part reads a few entries of key_order_seq_idx.
+-- last is the key. {{fresh}} is empty, or beside a log reader
+-- claim_ordered_fresh.sql, whose ? follows the stamp. Every part reads a
+-- few entries of key_order_seq_idx.
 (SELECT r.partition_key, r.event_id, r.seq,
-        r.available_at <= ? AS due,
+        (r.available_at <= ? {{fresh}}) AS due,
         COALESCE(r.seq > (
             SELECT b.seq FROM {{table}} b FORCE INDEX (`{{name}}_key_order_seq_idx`)
             WHERE b.status = 'DELIVERING' AND b.partition_key = ?
