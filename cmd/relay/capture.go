@@ -35,6 +35,8 @@ type walCapture struct {
 	recorder storage.LogRecorder
 	// retained reads the WAL the slot keeps, for the retained_bytes gauge.
 	retained telemetry.SlotReader
+	// position is what keeps the reader's place, as log lines name it.
+	position string
 }
 
 // openWAL sets up CAPTURE=wal: the publication when STORAGE_AUTO_MIGRATE
@@ -127,6 +129,7 @@ func openBinlog(ctx context.Context, cfg config, store storage.Storage, log *slo
 	return walCapture{
 		source:   binlog.Source{Config: read},
 		recorder: bs,
+		position: "binlog position",
 		retained: func(context.Context) (int64, bool, error) { return 0, false, nil },
 	}, nil
 }

@@ -285,7 +285,7 @@ func openCapture(ctx context.Context, cfg config, store storage.Storage, engine 
 	if err != nil {
 		return nil, err
 	}
-	capt, err := relay.NewCapture(engine, wal.source, wal.recorder, relay.CaptureConfig{Observer: obs})
+	capt, err := relay.NewCapture(engine, wal.source, wal.recorder, relay.CaptureConfig{Observer: obs, Mode: cfg.Capture, Position: wal.position})
 	if err != nil {
 		return nil, usageError{explainFieldErrors(err)}
 	}

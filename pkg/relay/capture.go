@@ -67,6 +67,10 @@ type CaptureConfig struct {
 	// Observer is told what the Capture does beyond the engine's stages;
 	// nil observes nothing.
 	Observer CaptureObserver
+	// Mode names the capture in its log lines (the CAPTURE value; "wal"
+	// when empty), and Position what keeps its place in the log
+	// ("replication slot" when empty; "binlog position").
+	Mode, Position string
 }
 
 // Validate reports every field that cannot work, by its Go name. Zero
@@ -79,6 +83,8 @@ func (c CaptureConfig) Validate() error {
 
 func (c CaptureConfig) withDefaults() CaptureConfig {
 	config.Default(&c.StandbyRetry, StandbyRetryDefault)
+	config.Default(&c.Mode, "wal")
+	config.Default(&c.Position, "replication slot")
 	if c.Observer == nil {
 		c.Observer = NopCaptureObserver{}
 	}
@@ -115,7 +121,7 @@ func NewCapture(e *Engine, src capture.Source, rec storage.LogRecorder, cfg Capt
 	// storage decides by the lock in each claim's own transaction
 	// (storage.FreshEvents). A stream's backfill claims what is not in it.
 	e.fresh.set(freshUnstreamed)
-	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", "wal"), cfg: cfg, obs: cfg.Observer,
+	return &Capture{e: e, src: src, rec: rec, log: e.log.With("capture", cfg.Mode), cfg: cfg, obs: cfg.Observer,
 		state: CaptureStarting}, nil
 }
 
@@ -197,13 +203,13 @@ func (c *Capture) Run(ctx context.Context) error {
 		c.server = start.Server
 		switch {
 		case start.Created && c.opened:
-			c.log.Warn("made a new replication slot: the old one was lost or dropped; events written in between are claimed from the table",
+			c.log.Warn("made a new "+c.cfg.Position+": the old one was lost or dropped; events written in between are claimed from the table",
 				"position", start.Position)
 			c.obs.SlotRecreated()
 		case start.Created:
-			c.log.Info("made the replication slot; events written before it are claimed from the table", "position", start.Position)
+			c.log.Info("made the "+c.cfg.Position+"; events written before it are claimed from the table", "position", start.Position)
 		default:
-			c.log.Info("streaming from the replication slot", "position", start.Position)
+			c.log.Info("streaming from the "+c.cfg.Position, "position", start.Position)
 		}
 		c.opened = true
 		began := time.Now()
@@ -256,12 +262,12 @@ func (c *Capture) Run(ctx context.Context) error {
 // from the table, the slot is dropped, and the next open makes a new one,
 // whose backfill then leaves fresh events to it again.
 func (c *Capture) lost(ctx context.Context, err error, backoff *time.Duration) {
-	c.log.Error("the log lost its position; claiming every event from the table while the replication slot is made anew, so none is skipped",
+	c.log.Error("the log lost its position; claiming every event from the table while the "+c.cfg.Position+" is made anew, so none is skipped",
 		"error", err)
 	c.e.Wake()
 	c.setState(CaptureLost, err)
 	if err := c.src.Reset(ctx); err != nil && ctx.Err() == nil {
-		c.log.Error("could not drop the lost replication slot; retrying", "error", err)
+		c.log.Error("could not drop the lost "+c.cfg.Position+"; retrying", "error", err)
 		sleep(ctx, *backoff)
 		*backoff = min(*backoff*2, storageBackoffMax)
 	}

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
 
@@ -86,11 +84,13 @@ func (l layout) event(row []any) (ev outbox.Event, seq int64, fresh bool, err er
 	if available.After(created) {
 		return ev, 0, false, nil
 	}
+	// The log leaves out a BINARY column's trailing zero bytes, the
+	// padding the column adds back.
 	id, _ := text(col(colID))
-	if len(id) != 16 {
-		return ev, 0, false, fmt.Errorf("event_id is not 16 bytes")
+	if len(id) > 16 {
+		return ev, 0, false, fmt.Errorf("event_id is %d bytes, not 16", len(id))
 	}
-	ev.ID = uuid.UUID([]byte(id))
+	copy(ev.ID[:], id)
 	ev.Type, _ = text(col(colType))
 	ev.PartitionKey, _ = text(col(colKey))
 	payload, _ := text(col(colPayload))
