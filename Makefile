@@ -84,14 +84,19 @@ compose-check:
 # turns them off, and shows why: "Storage drivers"). CAPTURE=wal: the
 # relays with CAPTURE=wal on a private cluster while an operator changes
 # the publication under them (pkg/relay, "Capture from the WAL").
+# STORAGE=mysql CAPTURE=binlog: the relays with CAPTURE=binlog on a private
+# MariaDB with its binary log on, sweeps off, while an operator kills the
+# reader's connections and rotates and purges the log (pkg/relay, "Capture
+# from the binary log").
 DURATION ?= 1m
 SEED ?=
 SWEEP ?=
 CAPTURE ?= poll
-FUZZ_PKG = $(if $(filter wal,$(CAPTURE)),./pkg/relay/,./pkg/storage/$(STORAGE)/)
+FUZZ_PKG = $(if $(filter wal binlog,$(CAPTURE)),./pkg/relay/,./pkg/storage/$(STORAGE)/)
+FUZZ_TEST = $(if $(filter wal,$(CAPTURE)),WAL,$(if $(filter binlog,$(CAPTURE)),Binlog,))ClaimsUnderRandomInterleavings$$
 fuzz: services
 	INTERLEAVE_DURATION=$(DURATION) INTERLEAVE_SEED=$(SEED) INTERLEAVE_SWEEP=$(SWEEP) $(GO) test -race -count=1 -timeout 0 -v \
-		-run 'ClaimsUnderRandomInterleavings$$' $(FUZZ_PKG)
+		-run '$(FUZZ_TEST)' $(FUZZ_PKG)
 
 # The fault-injection suite alone, verbose: kills, outages, restarts.
 chaos: services

@@ -196,7 +196,7 @@ func later(a, b time.Time) time.Time {
 
 // undelivered are the committed events not yet in their final state:
 // delivered, or DEAD for a poison one.
-func (m *walModel) undelivered(w *walTable, pub *fuzzPublisher) []uuid.UUID {
+func (m *walModel) undelivered(w deadReader, pub *fuzzPublisher) []uuid.UUID {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var dead map[uuid.UUID]bool
@@ -212,7 +212,10 @@ func (m *walModel) undelivered(w *walTable, pub *fuzzPublisher) []uuid.UUID {
 	return left
 }
 
-func (m *walModel) check(t *testing.T, w *walTable, pub *fuzzPublisher) {
+// deadReader reads which events of the table are DEAD.
+type deadReader interface{ deadIDs() map[uuid.UUID]bool }
+
+func (m *walModel) check(t *testing.T, w deadReader, pub *fuzzPublisher) {
 	t.Helper()
 	m.mu.Lock()
 	t.Logf("%d events in %d transactions committed, %d rolled back, %d poison; writes %v; operator %s",

@@ -1,0 +1,399 @@
+package relay_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gosql "github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+
+	"github.com/outbox-relay/relay/internal/interleave"
+	"github.com/outbox-relay/relay/pkg/capture/binlog"
+	"github.com/outbox-relay/relay/pkg/publisher"
+	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
+)
+
+// TestBinlogClaimsUnderRandomInterleavings checks CAPTURE=binlog's promise
+// (docs/architecture.md, "Capture from the binary log") on a quiet private
+// MariaDB with its log on, sweeps off. Producers write transactions of one
+// row to a few hundred, one row at a time, as one multi-row INSERT or as
+// an INSERT … SELECT (InnoDB's bulk insert, which holds the table's
+// AUTO-INC lock to its end), held open up to 10 s, waiting between their
+// INSERTs on row locks the other producers hold, some rolled back, some
+// scheduled. Relays, one or two on the table, deliver, fail (retryably and
+// for good) and are stopped and started again. Meanwhile an operator ends
+// the reader's connections (its lock's, the replica's), rotates the log,
+// and purges it, which loses every saved position. The checks are the WAL
+// test's (walModel.check): every committed event delivered, none rolled
+// back sent, poison ones DEAD, none twice (every stop is clean, and a
+// reader's killed connections lose it nothing it had not settled... but
+// see binlogMayRepeat), per-key write order within a transaction, and a
+// first send within walInterleaveBound of commit and due.
+//
+// `make fuzz STORAGE=mysql CAPTURE=binlog DURATION=10m SEED=…`.
+func TestBinlogClaimsUnderRandomInterleavings(t *testing.T) {
+	t.Parallel()
+	seed := interleave.Seed(t)
+	duration := interleave.Duration(t, "INTERLEAVE_DURATION", 6*time.Second)
+	choose := rand.New(rand.NewPCG(seed, 0))
+	m := &walModel{committed: map[uuid.UUID]walWritten{}, rolledBack: map[uuid.UUID]bool{}, poison: map[uuid.UUID]bool{}, kinds: map[string]int{}}
+	m.ordered = choose.IntN(2) == 0
+	relayCount := 1 + choose.IntN(2)
+	// MySQL cannot hold claims (LeaseLock).
+	mode := []relay.LeaseMode{relay.LeaseAuto, relay.LeaseStatus}[choose.IntN(2)]
+	batch := []int{1, 2, 7, 100}[choose.IntN(4)]
+	t.Logf("%d relays, ordered %v, lease mode %s, batch %d", relayCount, m.ordered, mode, batch)
+
+	b := newBinlogTable(t)
+	b.Exec(t, "CREATE TABLE hot (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0)")
+	b.Exec(t, "INSERT INTO hot (id) VALUES (1), (2), (3)")
+	pub := newFuzzPublisher(rand.New(rand.NewPCG(seed, 1)))
+	cfg := relay.Config{
+		BatchSize:     batch,
+		LeaseMode:     mode,
+		SweepInterval: 24 * time.Hour,
+		Retry:         relay.RetryPolicy{MaxAttempts: 25, BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, Jitter: relay.NoJitter},
+	}
+	if m.ordered {
+		cfg.Ordering = storage.OrderingPartition
+	}
+
+	stop := make(chan struct{})
+	var producers, rest sync.WaitGroup
+	for i := range 3 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(10+i)))
+			for !stopped(stop) {
+				if err := binlogProduceOne(context.Background(), b, m, r); err != nil && !lockConflict(err) {
+					t.Errorf("producer %d: %v", i, err)
+					return
+				}
+				pause(r, stop, 30*time.Millisecond)
+			}
+		}()
+	}
+	producers.Add(1)
+	go func() {
+		defer producers.Done()
+		operateBinlog(t, b, m, rand.New(rand.NewPCG(seed, 2)), stop)
+	}()
+	relaysStop := make(chan struct{})
+	for i := range relayCount {
+		rest.Add(1)
+		go func() {
+			defer rest.Done()
+			cycleBinlogRelays(t, b, cfg, pub, rand.New(rand.NewPCG(seed, uint64(20+i))), relaysStop)
+		}()
+	}
+
+	time.Sleep(duration)
+	close(stop)
+	producers.Wait()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) && len(m.undelivered(b, pub)) > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(relaysStop)
+	rest.Wait()
+	m.check(t, b, pub)
+}
+
+// deadIDs are the table's DEAD events.
+func (b *binlogTable) deadIDs() map[uuid.UUID]bool {
+	rows, err := b.Store.DB().Query("SELECT event_id FROM openoutbox_events WHERE status = 'DEAD'")
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	dead := map[uuid.UUID]bool{}
+	for rows.Next() {
+		var id []byte
+		if rows.Scan(&id) == nil && len(id) == 16 {
+			dead[uuid.UUID(id)] = true
+		}
+	}
+	return dead
+}
+
+// lockConflict reports a deadlock or a lock wait that timed out: the
+// server rolled the producer's transaction back.
+func lockConflict(err error) bool {
+	var my *gosql.MySQLError
+	return errors.As(err, &my) && (my.Number == 1213 || my.Number == 1205)
+}
+
+// binlogProduceOne writes one transaction; one the server rolled back for
+// a lock conflict (lockConflict) is counted as rolled back.
+func binlogProduceOne(ctx context.Context, b *binlogTable, m *walModel, r *rand.Rand) (err error) {
+	conn, err := b.Store.DB().Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	n := 1 + r.IntN(5)
+	if r.IntN(20) == 0 {
+		n = 50 + r.IntN(250)
+	}
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	defer func() {
+		if lockConflict(err) {
+			m.mu.Lock()
+			for _, id := range ids {
+				m.rolledBack[id] = true
+			}
+			m.mu.Unlock()
+		}
+	}()
+	key := "NULL"
+	keyName := ""
+	if m.ordered && r.IntN(4) != 0 {
+		keyName = fmt.Sprintf("k%d", r.IntN(5))
+		key = "'" + keyName + "'"
+	}
+	poison := keyName == "" && r.IntN(25) == 0
+	typ := "e"
+	if poison {
+		typ = "poison"
+	}
+	available := "UTC_TIMESTAMP(6)"
+	if r.IntN(8) == 0 {
+		available = fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", (100+r.IntN(1500))*1000)
+	}
+	hold := time.Duration(0)
+	switch {
+	case r.IntN(30) == 0:
+		hold = time.Duration(r.IntN(10000)) * time.Millisecond
+	case r.IntN(3) == 0:
+		hold = time.Duration(r.IntN(1500)) * time.Millisecond
+	}
+	// A row lock another producer may hold, taken between INSERTs: the
+	// transaction waits with its seqs taken.
+	hot := func() error {
+		if r.IntN(3) != 0 {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE hot SET n = n + 1 WHERE id = ?", 1+r.IntN(3))
+		return err
+	}
+	cols := "(event_id, event_type, payload, available_at, partition_key)"
+	var how string
+	switch r.IntN(3) {
+	case 0:
+		how = "rows one by one"
+		for i, id := range ids {
+			if i > 0 && hold > 0 && n < 10 {
+				time.Sleep(hold / time.Duration(n))
+			}
+			if err := hot(); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO openoutbox_events "+cols+" VALUES (?, '"+typ+"', 'x', "+available+", "+key+")", id[:]); err != nil {
+				return err
+			}
+		}
+	case 1:
+		how = "one multi-row INSERT"
+		if err := hot(); err != nil {
+			return err
+		}
+		values := make([]string, n)
+		args := make([]any, n)
+		for i, id := range ids {
+			values[i] = "(?, '" + typ + "', 'x', " + available + ", " + key + ")"
+			args[i] = id[:]
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO openoutbox_events "+cols+" VALUES "+strings.Join(values, ", "), args...); err != nil {
+			return err
+		}
+	default:
+		how = "INSERT … SELECT"
+		if err := hot(); err != nil {
+			return err
+		}
+		selects := make([]string, n)
+		args := make([]any, n)
+		for i, id := range ids {
+			selects[i] = fmt.Sprintf("SELECT ? AS id, %d AS n", i)
+			args[i] = id[:]
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO openoutbox_events "+cols+" SELECT id, '"+typ+"', 'x', "+available+", "+key+
+			" FROM ("+strings.Join(selects, " UNION ALL ")+") AS u ORDER BY n", args...); err != nil {
+			return err
+		}
+	}
+	m.kind(how)
+	if err := hot(); err != nil {
+		return err
+	}
+	due, err := binlogDueTimes(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	if n >= 10 && hold > 0 {
+		time.Sleep(hold)
+	}
+	if r.IntN(10) == 0 {
+		if err := tx.Rollback(); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		for _, id := range ids {
+			m.rolledBack[id] = true
+		}
+		m.mu.Unlock()
+		return nil
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	m.commit(ids, due, fmt.Sprintf("%s, %d rows, key %s, due %s, held %s", how, n, key, available, hold), keyName, poison)
+	return nil
+}
+
+// binlogDueTimes reads the rows' available_at in their transaction.
+func binlogDueTimes(ctx context.Context, tx *sql.Tx, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	marks := make([]string, len(ids))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		marks[i], args[i] = "?", id[:]
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT event_id, available_at FROM openoutbox_events WHERE event_id IN ("+strings.Join(marks, ", ")+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	due := map[uuid.UUID]time.Time{}
+	for rows.Next() {
+		var id []byte
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		due[uuid.UUID(id)] = at
+	}
+	return due, rows.Err()
+}
+
+// operateBinlog disturbs the log under the relays until stop.
+func operateBinlog(t *testing.T, b *binlogTable, m *walModel, r *rand.Rand, stop <-chan struct{}) {
+	db := b.Store.DB()
+	for !stopped(stop) {
+		pause(r, stop, 2500*time.Millisecond)
+		if stopped(stop) {
+			return
+		}
+		switch r.IntN(4) {
+		case 0:
+			// The reader's lock connection ends: it stops streaming
+			// within a second, and a relay opens the log again.
+			m.action("reader lock connection ended")
+			if h := lockHolder(b); h.Valid {
+				_, _ = db.Exec(fmt.Sprintf("KILL %d", h.Int64))
+			}
+		case 1:
+			m.action("dump thread ended")
+			rows, err := db.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+			if err != nil {
+				t.Errorf("operator: %v", err)
+				continue
+			}
+			var kill []int64
+			for rows.Next() {
+				var id int64
+				if rows.Scan(&id) == nil {
+					kill = append(kill, id)
+				}
+			}
+			rows.Close()
+			for _, id := range kill {
+				_, _ = db.Exec(fmt.Sprintf("KILL %d", id))
+			}
+		case 2:
+			m.action("log rotated")
+			if _, err := db.Exec("FLUSH BINARY LOGS"); err != nil {
+				t.Errorf("operator: %v", err)
+			}
+		case 3:
+			if r.IntN(3) != 0 {
+				continue
+			}
+			// Every saved position is gone: the relays must find it
+			// out and deliver what was written since from the table.
+			m.action("log purged")
+			if _, err := db.Exec("FLUSH BINARY LOGS"); err != nil {
+				t.Errorf("operator: %v", err)
+			}
+			var file string
+			var rest [3]any
+			if err := db.QueryRow("SHOW MASTER STATUS").Scan(&file, &rest[0], &rest[1], &rest[2]); err != nil {
+				t.Errorf("operator: %v", err)
+				continue
+			}
+			_, _ = db.Exec("PURGE BINARY LOGS TO '" + file + "'")
+		}
+	}
+}
+
+// cycleBinlogRelays runs one relay at a time until stop, each stopped
+// cleanly after a while and started again, as a rolling restart does.
+func cycleBinlogRelays(t *testing.T, b *binlogTable, cfg relay.Config, pub publisher.Publisher, r *rand.Rand, stop <-chan struct{}) {
+	for !stopped(stop) {
+		rl, err := startCycledBinlog(b, cfg, pub)
+		if err != nil {
+			t.Errorf("start a relay: %v", err)
+			return
+		}
+		life := time.Duration(500+r.IntN(4500)) * time.Millisecond
+		select {
+		case <-stop:
+		case <-rl.captureDone:
+		case <-time.After(life):
+		}
+		if err := rl.stop(t); err != nil {
+			var setup *binlog.SetupError
+			if !errors.As(err, &setup) {
+				t.Errorf("relay ended with %v", err)
+			}
+		}
+		pause(r, stop, 300*time.Millisecond)
+	}
+}
+
+func startCycledBinlog(b *binlogTable, cfg relay.Config, pub publisher.Publisher) (cycledRelay, error) {
+	cfg.RelayID = "binlog-" + uuid.NewString()[:8]
+	cfg.PollInterval = 50 * time.Millisecond
+	cfg.Logger = testLogger()
+	e, err := relay.New(cfg, b.Store, pub)
+	if err != nil {
+		return cycledRelay{}, err
+	}
+	c, err := relay.NewCapture(e, b.source(cfg.RelayID), b.Store,
+		relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Mode: "binlog", Position: "binlog position"})
+	if err != nil {
+		return cycledRelay{}, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rl := cycledRelay{&walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}, make(chan struct{})}
+	engineDone := make(chan struct{})
+	go func() { e.Run(ctx); close(engineDone) }()
+	go func() { err := c.Run(ctx); close(rl.captureDone); <-engineDone; rl.done <- err }()
+	return rl, nil
+}
