@@ -140,6 +140,9 @@ func binlogProduceOne(ctx context.Context, b *binlogTable, m *walModel, r *rand.
 		return err
 	}
 	defer conn.Close()
+	if r.IntN(8) == 0 {
+		return binlogProduceXA(ctx, conn, m, r)
+	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -265,6 +268,53 @@ func binlogProduceOne(ctx context.Context, b *binlogTable, m *walModel, r *rand.
 		return err
 	}
 	m.commit(ids, due, fmt.Sprintf("%s, %d rows, key %s, due %s, held %s", how, n, key, available, hold), keyName, poison)
+	return nil
+}
+
+// binlogProduceXA writes one XA transaction, committed in two phases (or
+// rolled back after its PREPARE) on its connection, held prepared a while:
+// its rows are in the log from the PREPARE, committed only at the end.
+func binlogProduceXA(ctx context.Context, conn *sql.Conn, m *walModel, r *rand.Rand) error {
+	n := 1 + r.IntN(4)
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	xid := "x" + ids[0].String()[24:]
+	exec := func(q string, args ...any) error { _, err := conn.ExecContext(ctx, q, args...); return err }
+	if err := exec("XA START '" + xid + "'"); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := exec("INSERT INTO openoutbox_events (event_id, event_type, payload) VALUES (?, 'e', 'x')", id[:]); err != nil {
+			_ = exec("XA END '" + xid + "'")
+			_ = exec("XA ROLLBACK '" + xid + "'")
+			return err
+		}
+	}
+	if err := exec("XA END '" + xid + "'"); err != nil {
+		return err
+	}
+	if err := exec("XA PREPARE '" + xid + "'"); err != nil {
+		return err
+	}
+	time.Sleep(time.Duration(r.IntN(1500)) * time.Millisecond)
+	m.kind("XA")
+	if r.IntN(4) == 0 {
+		if err := exec("XA ROLLBACK '" + xid + "'"); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		for _, id := range ids {
+			m.rolledBack[id] = true
+		}
+		m.mu.Unlock()
+		return nil
+	}
+	if err := exec("XA COMMIT '" + xid + "'"); err != nil {
+		return err
+	}
+	m.commit(ids, nil, fmt.Sprintf("XA, %d rows", n), "", false)
 	return nil
 }
 

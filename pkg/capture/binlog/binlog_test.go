@@ -327,7 +327,6 @@ func TestPurgedPositionIsLost(t *testing.T) {
 	}
 }
 
-
 // A server that logs statements, or partial row images, is refused with
 // the setting named, before any stream starts.
 func TestWrongLogSettingsAreRefusedByName(t *testing.T) {
@@ -351,4 +350,98 @@ func TestWrongLogSettingsAreRefusedByName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An XA transaction's rows are logged at its XA PREPARE and committed by
+// a later XA COMMIT: they arrive at the commit, never after a rollback,
+// and the settled position stays before a prepared transaction, so that a
+// restart between its PREPARE and its COMMIT still delivers it. (They were
+// sent at the XA END, as if committed.)
+func TestXATransactionsArriveAtTheirCommit(t *testing.T) {
+	t.Parallel()
+	tb, src := startServer(t).table(t)
+	st, _ := open(t, src)
+	db := tb.Store.DB()
+	xa := func(xid string, id uuid.UUID) *sql.Conn {
+		t.Helper()
+		conn, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		for _, q := range []string{"XA START '" + xid + "'", "INSERT INTO openoutbox_events (event_id, event_type, payload) VALUES (?, 'xa', 'x')",
+			"XA END '" + xid + "'", "XA PREPARE '" + xid + "'"} {
+			var args []any
+			if strings.HasPrefix(q, "INSERT") {
+				args = append(args, id[:])
+			}
+			if _, err := conn.ExecContext(context.Background(), q, args...); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		return conn
+	}
+	rolled, committed, later := uuid.New(), uuid.New(), uuid.New()
+	run := func(conn *sql.Conn, q string) {
+		t.Helper()
+		// MariaDB ends a prepared XA transaction on its own connection
+		// while that one lives.
+		if _, err := conn.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rolledConn := xa("rolled", rolled)
+	committedConn := xa("committed", committed)
+	plain := tb.Insert(t, mysqltest.Event{})
+	if got := ids(next(t, st)); len(got) != 1 || got[0] != plain[0] {
+		t.Fatalf("first transaction %v, want the plain one %v: a prepared one went before its commit", got, plain)
+	}
+	run(rolledConn, "XA ROLLBACK 'rolled'")
+	run(committedConn, "XA COMMIT 'committed'")
+	txn := next(t, st)
+	if got := ids(txn); len(got) != 1 || got[0] != committed {
+		t.Fatalf("after the commit got %v, want %v", got, committed)
+	}
+	txn.Ack()
+	// Restart between a PREPARE and its COMMIT: the event still comes.
+	laterConn := xa("later", later)
+	tb.Insert(t, mysqltest.Event{})
+	next(t, st).Ack()
+	if err := st.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	run(laterConn, "XA COMMIT 'later'")
+	st2, _ := open(t, src)
+	for {
+		txn := next(t, st2)
+		if got := ids(txn); len(got) == 1 && got[0] == later {
+			break
+		} else if len(got) == 1 && got[0] == rolled {
+			t.Fatal("the rolled-back event arrived")
+		}
+	}
+}
+
+// No new position is made while an XA transaction is prepared: its rows
+// lie before the position, and only its commit after.
+func TestNoPositionIsMadeWhileAnXATransactionIsPrepared(t *testing.T) {
+	t.Parallel()
+	tb, src := startServer(t).table(t)
+	conn, err := tb.Store.DB().Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"XA START 'p'", "INSERT INTO openoutbox_events (event_type, payload) VALUES ('xa', 'x')", "XA END 'p'", "XA PREPARE 'p'"} {
+		if _, err := conn.ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := src.Open(context.Background()); err == nil || !strings.Contains(err.Error(), "XA") {
+		t.Fatalf("Open with an XA transaction prepared: %v, want a wait naming it", err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "XA COMMIT 'p'"); err != nil {
+		t.Fatal(err)
+	}
+	open(t, src)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,6 +90,9 @@ func open(ctx context.Context, cfg Config) (r *reader, start capture.Start, err 
 		if pos, err = currentPosition(ctx, conn, srv); err != nil {
 			return nil, start, err
 		}
+		if err := noPreparedXA(ctx, conn, cfg.Logger); err != nil {
+			return nil, start, err
+		}
 		// Saved at once: a reader that dies before its first
 		// acknowledgement starts here again, not after a gap.
 		if err := savePosition(ctx, conn, cfg.key(), pos, srv.id); err != nil {
@@ -112,6 +116,34 @@ func open(ctx context.Context, cfg Config) (r *reader, start capture.Start, err 
 	go r.read(rctx, pos)
 	go r.save(rctx)
 	return r, start, nil
+}
+
+// noPreparedXA fails while an XA transaction is prepared and not yet
+// committed or rolled back. Read after the position: such a transaction
+// logged its rows before the position, and only its XA COMMIT comes after,
+// so the stream would never see them; one that prepares later is in the
+// stream, and one that committed meanwhile is visible to the claims'
+// backfill. A user who may not list them (MySQL 8 without
+// XA_RECOVER_ADMIN) is warned.
+func noPreparedXA(ctx context.Context, q querier, log *slog.Logger) error {
+	rows, err := q.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		log.Warn("cannot list prepared XA transactions (XA RECOVER); a producer's XA transaction prepared before the new binlog position would be left to the claims",
+			"error", err)
+		return nil
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list prepared XA transactions: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("waiting for %d prepared XA transactions (XA RECOVER) to commit or roll back before making a binlog position", n)
+	}
+	return nil
 }
 
 // startSync connects as a replica and asks for the log after pos; a
@@ -280,6 +312,28 @@ type txnState struct {
 	seqs   []int64
 	// other is true when it wrote a table other than the positions'.
 	other bool
+	// xid names an XA transaction, as the log writes it, from its XA END.
+	xid string
+}
+
+// prepared is an XA transaction the log holds up to its XA PREPARE: its
+// rows are logged there, but committed only by a later XA COMMIT, or
+// rolled back. Its entry keeps the settled position before it until then,
+// so that a restart reads its rows again.
+type prepared struct {
+	t     txnState
+	entry *ackEntry
+}
+
+// xaStatement is what an XA statement in the log does, and to which
+// transaction.
+func xaStatement(q string) (verb, xid string) {
+	for _, v := range []string{"XA START", "XA END", "XA COMMIT", "XA ROLLBACK"} {
+		if rest, ok := strings.CutPrefix(q, v+" "); ok {
+			return v, strings.TrimSpace(rest)
+		}
+	}
+	return "", ""
 }
 
 // read turns the log's events into transactions until the stream ends.
@@ -287,9 +341,26 @@ func (r *reader) read(ctx context.Context, from position) {
 	defer close(r.done)
 	defer close(r.out)
 	var (
-		t    txnState
-		file = from.File
+		t       txnState
+		file    = from.File
+		pending = map[string]prepared{}
 	)
+	// emit sends ts's events as a committed transaction, settled once
+	// every entry is.
+	emit := func(ts txnState, entries ...*ackEntry) bool {
+		txn := capture.Txn{Events: ts.events, Seqs: ts.seqs, ID: strconv.FormatInt(ts.seqs[0], 10),
+			Ack: func() {
+				for _, e := range entries {
+					r.acks.ack(e)
+				}
+			}}
+		select {
+		case r.out <- txn:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	end := func(pos position) bool {
 		defer func() { t = txnState{} }()
 		if len(t.events) == 0 {
@@ -298,15 +369,7 @@ func (r *reader) read(ctx context.Context, from position) {
 			}
 			return true
 		}
-		e := r.acks.add(pos, false)
-		txn := capture.Txn{Events: t.events, Seqs: t.seqs, ID: strconv.FormatInt(t.seqs[0], 10),
-			Ack: func() { r.acks.ack(e) }}
-		select {
-		case r.out <- txn:
-			return true
-		case <-ctx.Done():
-			return false
-		}
+		return emit(t, r.acks.add(pos, false))
 	}
 	for {
 		ev, err := r.first, error(nil)
@@ -317,33 +380,63 @@ func (r *reader) read(ctx context.Context, from position) {
 		}
 		if err != nil {
 			r.closeMu.Lock()
-			if r.err == nil {
-				if ctx.Err() != nil {
-					r.err = nil
-				} else {
-					r.err = r.syncError(err)
-				}
+			if r.err == nil && ctx.Err() == nil {
+				r.err = r.syncError(err)
 			}
 			r.closeMu.Unlock()
 			return
 		}
+		pos := func(set gomysql.GTIDSet) position { return r.positionAt(file, ev.Header.LogPos, set) }
 		switch e := ev.Event.(type) {
 		case *replication.RotateEvent:
 			file = string(e.NextLogName)
 		case *replication.GTIDEvent, *replication.MariadbGTIDEvent:
 			t = txnState{open: true}
+		case *replication.GenericEvent:
+			if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
+				// Prepared, not committed: held until its XA COMMIT.
+				pending[t.xid] = prepared{t: t, entry: r.acks.add(pos(nil), false)}
+				t = txnState{}
+			}
 		case *replication.QueryEvent:
-			switch q := string(e.Query); q {
-			case "BEGIN":
+			q := string(e.Query)
+			verb, xid := xaStatement(q)
+			switch {
+			case q == "BEGIN" || verb == "XA START":
 				t.open = true
-			case "COMMIT":
-				if !end(r.positionAt(file, ev.Header.LogPos, e.GSet)) {
+			case verb == "XA END":
+				t.xid = xid
+			case verb == "XA COMMIT" || verb == "XA ROLLBACK":
+				p, ok := pending[xid]
+				delete(pending, xid)
+				if !ok {
+					// Prepared before the stream's position; Open makes
+					// no position while one is (see waitForPrepared).
+					r.log.Warn("the binlog commits an XA transaction prepared before the reader's position; its events are left to the claims",
+						"xid", xid)
+					r.acks.add(pos(e.GSet), true)
+					t = txnState{}
+					continue
+				}
+				if verb == "XA ROLLBACK" || len(p.t.events) == 0 {
+					r.acks.ack(p.entry)
+					r.acks.add(pos(e.GSet), true)
+					t = txnState{}
+					continue
+				}
+				commit := r.acks.add(pos(e.GSet), false)
+				t = txnState{}
+				if !emit(p.t, p.entry, commit) {
+					return
+				}
+			case q == "COMMIT":
+				if !end(pos(e.GSet)) {
 					return
 				}
 			default:
 				// A statement that is its own transaction (DDL).
 				t.other = true
-				if !end(r.positionAt(file, ev.Header.LogPos, e.GSet)) {
+				if !end(pos(e.GSet)) {
 					return
 				}
 			}
@@ -358,7 +451,7 @@ func (r *reader) read(ctx context.Context, from position) {
 				}
 			}
 		case *replication.XIDEvent:
-			if !end(r.positionAt(file, ev.Header.LogPos, e.GSet)) {
+			if !end(pos(e.GSet)) {
 				return
 			}
 		}
