@@ -327,7 +327,6 @@ func TestPurgedPositionIsLost(t *testing.T) {
 	}
 }
 
-
 // A server that logs statements, or partial row images, is refused with
 // the setting named, before any stream starts.
 func TestWrongLogSettingsAreRefusedByName(t *testing.T) {
