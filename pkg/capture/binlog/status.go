@@ -46,7 +46,7 @@ type Status struct {
 	Streaming bool
 	// Saved is false when PositionTable has no row for the table (or
 	// does not exist): no reader has saved a position yet. The fields
-	// below are then zero, but for Current.
+	// below are then zero.
 	Saved bool
 	// Position is the saved position, Server the server it is of,
 	// SavedAt when it was written (UTC) and Age how long ago, by the
@@ -67,7 +67,9 @@ type Status struct {
 
 // ReadStatus reads the status of the reader of database.table over db, a
 // pool on the outbox's server. It needs what the relay's user has: the
-// position table's rights and REPLICATION CLIENT (BINLOG MONITOR).
+// position table's rights and REPLICATION CLIENT (BINLOG MONITOR). The
+// server's position is read only when one is saved; when that read fails,
+// the Status returned with the error holds the saved position.
 func ReadStatus(ctx context.Context, db *sql.DB, database, table string) (Status, error) {
 	st := Status{Lock: LockName(database, table)}
 	var holder sql.NullInt64
@@ -90,6 +92,9 @@ func ReadStatus(ctx context.Context, db *sql.DB, database, table string) (Status
 		st.Position.Pos = uint32(pos)
 		st.Age = time.Duration(max(age.Int64, 0)) * time.Microsecond
 	}
+	if !st.Saved {
+		return st, nil
+	}
 	s, err := serverFlavor(ctx, db)
 	if err != nil {
 		return st, err
@@ -99,11 +104,9 @@ func ReadStatus(ctx context.Context, db *sql.DB, database, table string) (Status
 		return st, err
 	}
 	st.Current = Position(cur)
-	if st.Saved {
-		st.BehindFiles = filesBetween(st.Position.File, st.Current.File)
-		if st.BehindFiles == 0 && st.Current.Pos > st.Position.Pos {
-			st.BehindBytes = int64(st.Current.Pos - st.Position.Pos)
-		}
+	st.BehindFiles = filesBetween(st.Position.File, st.Current.File)
+	if st.BehindFiles == 0 && st.Current.Pos > st.Position.Pos {
+		st.BehindBytes = int64(st.Current.Pos - st.Position.Pos)
 	}
 	return st, nil
 }
