@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -116,4 +120,56 @@ func TestStatsShowsTheBinlogPosition(t *testing.T) {
 	if st := ok(t, cmd{args: args}.run(t)).stdout; !strings.Contains(st, "a relay streams (holds lock") || !strings.Contains(st, ": 1 file behind") {
 		t.Errorf("stats with the lock held, after a rotation:\n%s", st)
 	}
+
+	// The console's overview reads the same.
+	overview := consoleOverview(t, cmd{args: []string{"console", "--addr", "127.0.0.1:0", "--storage-url", c.URL(tb.Database), "--table", tb.Name}})
+	for _, w := range []string{`id="binlog-position"`, "1 file", "a relay streams", "saved gtid 0-1-1 (" + file + ":4)"} {
+		if !strings.Contains(overview, w) {
+			t.Errorf("the console's overview lacks %q:\n%s", w, overview)
+		}
+	}
+}
+
+// consoleOverview starts c, a console on a loopback address, and returns
+// its overview page.
+func consoleOverview(t *testing.T, c cmd) string {
+	t.Helper()
+	x, cancel := c.start(t)
+	defer cancel()
+	stderr, err := x.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = x.Process.Signal(os.Interrupt)
+		_ = x.Wait()
+	}()
+	lines := bufio.NewScanner(stderr)
+	var addr string
+	for addr == "" && lines.Scan() {
+		var entry struct{ Msg, Addr string }
+		if json.Unmarshal(lines.Bytes(), &entry) == nil && entry.Msg == "console: listening" {
+			addr = entry.Addr
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no listening line on stderr (%v)", lines.Err())
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	resp, err := http.Get(addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET / = %d (%v):\n%s", resp.StatusCode, err, body)
+	}
+	return string(body)
 }
