@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/relay/internal/harness/mysqltest"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
+	"github.com/outbox-relay/relay/internal/mycluster"
 )
 
 // grants --capture binlog gives a throwaway user of the shared MariaDB
@@ -98,7 +99,8 @@ func showGrants(t *testing.T, user string) string {
 }
 
 // --capture binlog names PostgreSQL's own mode, and migrate --capture
-// binlog on MySQL has nothing to create.
+// binlog on MySQL creates the position table, warning when the server's
+// log cannot serve the relays yet.
 func TestCaptureBinlogWhereItApplies(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.New(t)
@@ -109,10 +111,29 @@ func TestCaptureBinlogWhereItApplies(t *testing.T) {
 			t.Errorf("%s --capture binlog on PostgreSQL: exit %d, want 2 naming --capture wal:\n%s", sub, bad.code, bad)
 		}
 	}
+	// The shared server runs without its binary log: migrate creates
+	// the position table all the same and warns, naming the fix.
 	tb := mysqltest.New(t)
 	r := ok(t, cmd{args: []string{"migrate", "--storage-url", mysqltest.DatabaseURL(tb.Database), "--table", tb.Name, "--capture", "binlog"}}.run(t))
-	if !strings.Contains(r.stderr, "nothing to create: the relay creates outbox_relay_positions when it starts") {
-		t.Errorf("migrate --capture binlog on MySQL:\n%s", r)
+	for _, w := range []string{"position table " + tb.Database + ".outbox_relay_positions ready",
+		"warning: CAPTURE=binlog relays cannot start on this server yet", "log_bin=OFF", "--log-bin --binlog-format=ROW"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("migrate --capture binlog on a server without its log lacks %q:\n%s", w, r)
+		}
+	}
+	var n int
+	if err := mysqltest.Admin(t).QueryRowContext(ctx, "SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'outbox_relay_positions'",
+		tb.Database).Scan(&n); err != nil || n != 1 {
+		t.Errorf("migrate --capture binlog made no position table (%d, %v)", n, err)
+	}
+	// Again, on a server whose log serves: no warning, nothing changed.
+	c := mycluster.Start(t, mycluster.Options{})
+	at := mysqltest.NewAt(t, c.URL(""))
+	for range 2 {
+		r = ok(t, cmd{args: []string{"migrate", "--storage-url", c.URL(at.Database), "--table", at.Name, "--capture", "binlog"}}.run(t))
+		if !strings.Contains(r.stderr, "outbox_relay_positions ready") || strings.Contains(r.stderr, "warning") {
+			t.Errorf("migrate --capture binlog on a server with its log:\n%s", r)
+		}
 	}
 	if bad := (cmd{args: []string{"migrate", "--storage-url", mysqltest.DatabaseURL(tb.Database), "--table", tb.Name, "--capture", "wal"}}.run(t)); bad.code != 2 || !strings.Contains(bad.stderr, "use --capture binlog") {
 		t.Errorf("migrate --capture wal on MySQL: exit %d, want 2 naming --capture binlog:\n%s", bad.code, bad)

@@ -78,6 +78,18 @@ func consoleCommand() *cli.Command {
 						return nil, err
 					}
 					return &console.Slot{Name: s.Name, Active: s.Active, WALStatus: s.WALStatus, RetainedBytes: s.RetainedBytes}, nil
+				},
+				Binlog: func(ctx context.Context) (*console.BinlogPosition, error) {
+					b, err := binlogPosition(ctx, store)
+					if b == nil || err != nil {
+						return nil, err
+					}
+					p := &console.BinlogPosition{Active: b.Active, Saved: b.Saved.String(),
+						Age: time.Duration(b.LagSeconds * float64(time.Second)), BehindBytes: b.BehindBytes, BehindFiles: b.BehindFiles}
+					if b.ServerPosition != nil {
+						p.Server = b.ServerPosition.String()
+					}
+					return p, nil
 				}})
 			if err != nil {
 				return usagef("%w", pkgconfig.Rename(err, func(pkg, field string) string { return consoleFields[pkg+"."+field] }))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,8 +9,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/outbox-relay/relay/internal/bytesize"
+	"github.com/outbox-relay/relay/pkg/capture"
+	"github.com/outbox-relay/relay/pkg/capture/binlog"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"
 	"github.com/outbox-relay/relay/pkg/storage"
+	"github.com/outbox-relay/relay/pkg/storage/mysql"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
 )
 
@@ -36,8 +40,9 @@ func migrateCommand() *cli.Command {
 			"--capture wal (PostgreSQL 15+, wal_level=logical) also creates the publication the relay\n" +
 			"reads the table's inserts through with CAPTURE=wal (the relay makes its replication slot);\n" +
 			"--capture poll drops the publication and the slot again, once no relay streams from it.\n" +
-			"--capture binlog (MySQL/MariaDB) has nothing to create: the relay creates its position table\n" +
-			"outbox_relay_positions when it starts (relay-cli grants --capture binlog lets it).",
+			"--capture binlog (MySQL/MariaDB) also creates outbox_relay_positions, where the relays keep\n" +
+			"their binlog position, and warns when the server's log cannot serve them yet (log_bin,\n" +
+			"binlog_format=ROW, binlog_row_image=FULL).",
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "print", Usage: "print the SQL instead of applying it"},
 			&cli.BoolFlag{Name: "plan", Usage: "print what it would run on this table, whether each statement blocks writers, and the table's size; change nothing"},
@@ -46,7 +51,7 @@ func migrateCommand() *cli.Command {
 				Usage: "longest `WAIT` for a lock that writers would queue behind; the statement is tried again later"},
 			&cli.BoolFlag{Name: "allow-blocking", Usage: "run changes that block the table's writers throughout (MySQL: a column that rebuilds the table), in a maintenance window"},
 			&cli.StringFlag{Name: "partition-by", Usage: "create the table partitioned by `PERIOD` of created_at: day or hour (PostgreSQL)"},
-			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL); binlog (MySQL/MariaDB) needs nothing created"},
+			&cli.StringFlag{Name: "capture", Usage: "`MODE` the relays will run with: wal creates the publication CAPTURE=wal reads, poll drops it and the slot (PostgreSQL); binlog (MySQL/MariaDB) creates the position table CAPTURE=binlog keeps"},
 			&cli.StringFlag{Name: "publication", Usage: "publication `NAME` for --capture (default outbox_relay_<schema>_<table>, as WAL_PUBLICATION_NAME)", EnvVars: []string{"WAL_PUBLICATION_NAME"}},
 			slotFlag(),
 			&cli.StringFlag{Name: "wal-storage-url", EnvVars: []string{"WAL_STORAGE_URL"},
@@ -270,8 +275,7 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 	}
 	if mode == captureBinlog {
 		// checkCaptureStorage made sure the table is MySQL's.
-		fmt.Fprintf(c.App.ErrWriter, "relay-cli: --capture binlog: nothing to create: the relay creates %s when it starts; give its user the rights with relay-cli grants --capture binlog --login-role USER\n", binlogPositionsTable)
-		return nil
+		return migrateBinlog(c, store.(*mysql.Store))
 	}
 	pg, ok := store.(*postgres.Store)
 	if !ok {
@@ -300,6 +304,27 @@ func migrateCapture(c *cli.Context, store storage.Storage, mode string) error {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "relay-cli: dropped publication %s and replication slot %s; the relays poll with CAPTURE=poll\n", publication, slot)
+	return nil
+}
+
+// migrateBinlog is `migrate --capture binlog`: the table the relays keep
+// their binlog position in, and a warning when the server's log cannot
+// serve them yet (a migrate may well run before the server is
+// reconfigured).
+func migrateBinlog(c *cli.Context, store *mysql.Store) error {
+	cfg := binlog.Config{Conn: store.ConnConfig(), Database: store.Database(), Table: store.TableName()}
+	if err := binlog.CreatePositionTable(c.Context, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "relay-cli: position table %s.%s ready; start the relays with CAPTURE=binlog (their user needs relay-cli grants --capture binlog --login-role USER)\n",
+		store.Database(), binlog.PositionTable)
+	var setup *capture.SetupError
+	switch err := binlog.CheckServer(c.Context, cfg); {
+	case errors.As(err, &setup):
+		fmt.Fprintf(c.App.ErrWriter, "relay-cli: warning: CAPTURE=binlog relays cannot start on this server yet: %s; %s\n", setup.Problem, setup.Fix)
+	case err != nil:
+		fmt.Fprintf(c.App.ErrWriter, "relay-cli: warning: could not check the server's binary log: %v\n", err)
+	}
 	return nil
 }
 

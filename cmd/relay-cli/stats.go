@@ -140,6 +140,9 @@ type statsJSON struct {
 	DeadRetention      *float64 `json:"dead_retention_seconds"`
 	// WALSlot is the CAPTURE=wal replication slot, when it exists.
 	WALSlot *slotJSON `json:"wal_slot,omitempty"`
+	// BinlogPosition is the CAPTURE=binlog reader's saved position and
+	// its lag, when one is saved.
+	BinlogPosition *binlogJSON `json:"binlog_position,omitempty"`
 	// ClaimBound is the storage's claim bound at the relays'
 	// SWEEP_INTERVAL, as the relay's /readyz reports it; absent for a
 	// storage that does not say.
@@ -302,6 +305,10 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 	if err != nil {
 		return err
 	}
+	position, err := binlogPosition(c.Context, store)
+	if err != nil {
+		return err
+	}
 	if c.Bool("json") {
 		v := statsJSON{
 			Table:      store.Table(),
@@ -320,6 +327,7 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 			DeliveredRetention:  ret.deliveredSeconds(),
 			DeadRetention:       ret.deadSeconds(),
 			WALSlot:             slot,
+			BinlogPosition:      position,
 			ClaimBound:          bound,
 		}
 		for _, b := range st.BlockedKeys {
@@ -363,6 +371,11 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 	}
 	if bound != nil {
 		if _, err := fmt.Fprintf(out, "\nclaims: %s\n", bound.text()); err != nil {
+			return err
+		}
+	}
+	if position != nil {
+		if err := writeBinlogText(out, position); err != nil {
 			return err
 		}
 	}

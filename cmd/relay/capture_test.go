@@ -47,10 +47,6 @@ func TestCaptureWALConfigurationErrorsExit2(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "CAPTURE=wal") {
 		t.Fatalf("MySQL: exit %d, want 2; stderr:\n%s", code, stderr)
 	}
-	code, _, stderr = runRelay(t, map[string]string{"CAPTURE": "binlog", "PUBLISHER_URL": "null://"})
-	if code != 2 || !strings.Contains(stderr, "CAPTURE must be poll or wal") {
-		t.Fatalf("CAPTURE=binlog: exit %d, want 2; stderr:\n%s", code, stderr)
-	}
 }
 
 // A role without REPLICATION cannot stream the WAL: exit 2 saying what to

@@ -61,6 +61,33 @@ type Config struct {
 	// Slot reads the table's CAPTURE=wal replication slot for the
 	// overview (nil, or a nil *Slot: no slot to show).
 	Slot func(ctx context.Context) (*Slot, error)
+	// Binlog reads the table's CAPTURE=binlog position for the overview
+	// (nil, or a nil *BinlogPosition: no position to show).
+	Binlog func(ctx context.Context) (*BinlogPosition, error)
+}
+
+// BinlogPosition is a CAPTURE=binlog reader's saved position as the
+// overview shows it.
+type BinlogPosition struct {
+	// Active is true while a relay streams (holds the reader's lock).
+	Active bool
+	// Saved is the saved position and Server the end of the server's
+	// log, as the binlog package prints them ("" when unreadable).
+	Saved, Server string
+	// Age is how long ago the position was saved.
+	Age time.Duration
+	// BehindBytes is the log between Saved and Server in one file;
+	// BehindFiles how many files Saved is behind (-1: unknown).
+	BehindBytes int64
+	BehindFiles int
+}
+
+// Trouble is what an operator should look at, or "".
+func (b BinlogPosition) Trouble() string {
+	if !b.Active {
+		return "no relay streams: the claims deliver the events, later"
+	}
+	return ""
 }
 
 // Slot is a CAPTURE=wal replication slot as the overview shows it.

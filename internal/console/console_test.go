@@ -556,3 +556,26 @@ func TestOverviewShowsTheWALSlot(t *testing.T) {
 	_, body = f2.get(t, "/")
 	mustNotContain(t, "overview without a slot", body, `id="wal-slot"`)
 }
+
+// With CAPTURE=binlog the overview shows the reader's saved position, how
+// far the server's log is ahead of it, and when no relay streams.
+func TestOverviewShowsTheBinlogPosition(t *testing.T) {
+	t.Parallel()
+	pos := &console.BinlogPosition{Saved: "gtid 0-1-5 (binlog.000001:3283)", Server: "gtid 0-1-9 (binlog.000001:7379)",
+		Age: 3 * time.Second, BehindBytes: 4096}
+	f := newFixture(t, pgtest.Harness{}, console.Config{Binlog: func(context.Context) (*console.BinlogPosition, error) { return pos, nil }})
+	code, body := f.get(t, "/")
+	if code != http.StatusOK {
+		t.Fatalf("GET / = %d:\n%s", code, body)
+	}
+	mustContain(t, "overview", body, `id="binlog-position"`, "Binlog position", "4.0 KiB", "saved 3.0s ago",
+		"no relay streams", "saved gtid 0-1-5 (binlog.000001:3283)", "server gtid 0-1-9 (binlog.000001:7379)")
+	rotated := &console.BinlogPosition{Active: true, Saved: "binlog.000001:4", Server: "binlog.000003:4", BehindFiles: 2}
+	f2 := newFixture(t, pgtest.Harness{}, console.Config{Binlog: func(context.Context) (*console.BinlogPosition, error) { return rotated, nil }})
+	_, body = f2.get(t, "/")
+	mustContain(t, "overview of a rotated log", body, "2 files", "a relay streams")
+	mustNotContain(t, "overview of a streaming reader", body, "no relay streams")
+	f3 := newFixture(t, pgtest.Harness{}, console.Config{Binlog: func(context.Context) (*console.BinlogPosition, error) { return nil, nil }})
+	_, body = f3.get(t, "/")
+	mustNotContain(t, "overview without a position", body, `id="binlog-position"`)
+}

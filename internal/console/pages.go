@@ -38,13 +38,26 @@ type page struct {
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"age":     age,
-		"stamp":   stamp,
-		"stamps":  stampSeconds,
-		"stampp":  func(t *time.Time) string { return stampOrDash(t) },
-		"deref":   func(s *string) string { return derefOr(s, "") },
-		"num":     func(n int64) string { return strconv.FormatInt(n, 10) },
-		"bytes":   bytesize.Format,
+		"age":    age,
+		"stamp":  stamp,
+		"stamps": stampSeconds,
+		"stampp": func(t *time.Time) string { return stampOrDash(t) },
+		"deref":  func(s *string) string { return derefOr(s, "") },
+		"num":    func(n int64) string { return strconv.FormatInt(n, 10) },
+		"bytes":  bytesize.Format,
+		"behind": func(b BinlogPosition) string {
+			switch {
+			case b.Server == "":
+				return "?"
+			case b.BehindFiles < 0:
+				return "another file"
+			case b.BehindFiles == 1:
+				return "1 file"
+			case b.BehindFiles > 1:
+				return strconv.Itoa(b.BehindFiles) + " files"
+			}
+			return bytesize.Format(b.BehindBytes)
+		},
 		"shortid": func(id uuid.UUID) string { return id.String()[:8] },
 	}
 	pages := map[string]*template.Template{}
@@ -96,6 +109,10 @@ type overviewData struct {
 	// why it could not be read.
 	Slot    *Slot
 	SlotErr string
+	// Binlog is the CAPTURE=binlog position, nil when none is saved;
+	// BinlogErr says why it could not be read.
+	Binlog    *BinlogPosition
+	BinlogErr string
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -116,6 +133,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.Slot != nil {
 		if data.Slot, err = c.cfg.Slot(ctx); err != nil {
 			data.SlotErr = err.Error()
+		}
+	}
+	if c.cfg.Binlog != nil {
+		if data.Binlog, err = c.cfg.Binlog(ctx); err != nil {
+			data.BinlogErr = err.Error()
 		}
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview",

@@ -18,9 +18,7 @@ package binlog
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -108,16 +106,8 @@ func ServerIDFor(relayID string) uint32 {
 	return 1<<31 | h.Sum32()&(1<<31-1)
 }
 
-// lockName is the named lock of the table's reader; MySQL allows 64
-// characters, so a long table name is hashed.
-func (c Config) lockName() string {
-	name := "outbox_relay.binlog." + c.Database + "." + c.Table
-	if len(name) <= 64 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(c.Database + "." + c.Table))
-	return "outbox_relay.binlog." + hex.EncodeToString(sum[:])[:40]
-}
+// lockName is the named lock of the table's reader.
+func (c Config) lockName() string { return LockName(c.Database, c.Table) }
 
 // key is the table's row in PositionTable.
 func (c Config) key() string { return c.Database + "." + c.Table }
