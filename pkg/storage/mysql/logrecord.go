@@ -258,7 +258,10 @@ func (s *Store) LockLog(ctx context.Context) (unlock func(), err error) {
 	}
 	var tx *sql.Tx
 	for {
-		if tx, err = conn.BeginTx(ctx, nil); err != nil {
+		// Not ctx: database/sql rolls a transaction back when its
+		// context ends, and the lock must outlive the stream's, until
+		// its last batch is recorded (unlock). ctx still ends the wait.
+		if tx, err = conn.BeginTx(context.WithoutCancel(ctx), nil); err != nil {
 			break
 		}
 		var id int

@@ -238,6 +238,40 @@ func TestClaimsBesideTheLogTakeFreshRowsWhileNoStreamHoldsTheLogLock(t *testing.
 	}
 }
 
+// The log lock outlives the context it was taken with: a relay's
+// shutdown cancels it while the stream's last batches are still at the
+// broker, and the lock must hold until they are recorded (unlock).
+// (database/sql rolled the lock's transaction back at the cancel, and the
+// randomized test saw another relay claim events the stopping one had
+// published.)
+func TestLockLogOutlivesItsContext(t *testing.T) {
+	t.Parallel()
+	tb := mysqltest.New(t)
+	ids := tb.Insert(t, mysqltest.Event{})
+	lockCtx, cancel := context.WithCancel(ctx)
+	unlock, err := tb.Store.LockLog(lockCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	cancel()
+	p := storage.ClaimParams{RelayID: "r", Limit: 10, Fresh: storage.FreshEvents{ToLog: true, WhenUnlocked: true}}
+	b, err := tb.Store.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Events) > 0 {
+		t.Fatalf("with the lock's context ended the claim took %v: the lock was gone", eventIDs(b.Events))
+	}
+	unlock()
+	if b, err = tb.Store.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := eventIDs(b.Events); !slices.Equal(got, ids) {
+		t.Fatalf("after unlock the claim took %v, want %v", got, ids)
+	}
+}
+
 // LockLog waits for a claim that holds the log lock's row shared, and a
 // claim that tries the row while a stream waits for it takes no fresh row
 // past its backfill: a try never jumps a waiting stream.
