@@ -755,3 +755,13 @@ func alive(pid int) bool {
 	}
 	return true
 }
+
+// PID is the running server's process id (0 when it is stopped), for
+// benchmarks that read its CPU time.
+func (c *Cluster) PID() int {
+	p, _ := c.running()
+	if p == nil {
+		return 0
+	}
+	return p.Pid
+}

@@ -1,10 +1,11 @@
 // Package capture is the boundary between the relay and the logs it can
-// read events from instead of claiming rows (CAPTURE=wal): a Source opens a
+// read events from instead of claiming rows: a Source opens a
 // Stream of committed transactions, in commit order, and is told when each
 // is acknowledged (Txn.Ack: its events are settled, the relay's word for
 // their outcome being recorded), so that it tells the database to discard
-// only what can never be needed again. pkg/capture/pgwal reads PostgreSQL's write-ahead log; a
-// new log (MySQL's binlog, say) is one more package implementing Source.
+// only what can never be needed again. pkg/capture/pgwal reads PostgreSQL's
+// write-ahead log (CAPTURE=wal), pkg/capture/binlog MySQL's and MariaDB's
+// binary log (CAPTURE=binlog).
 package capture
 
 import (

@@ -88,8 +88,9 @@ type ClaimParams struct {
 // those up to BackfillTo, which the relay's own stream leaves to the
 // claims, and, WhenUnlocked, all of them while no stream holds the
 // table's log lock (PostgreSQL's is an advisory lock,
-// schema/postgres.LogLockClass, which the claim's transaction then holds
-// shared, so that a stream that starts waits for it). Events due again
+// schema/postgres.LogLockClass, MySQL's the row of <table>_log_lock; the
+// claim's transaction then holds it shared, so that a stream that starts
+// waits for it). Events due again
 // (retried, released, reaped, scheduled) are the claims' either way.
 // Under OrderingPartition it applies to the first unfinished event of
 // each key: a key whose head is due again is claimed with its whole run.
