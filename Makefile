@@ -172,6 +172,10 @@ lint:
 # 8 producers for WAL_DURATION (produced/s, delivered/s, backlog), commit →
 # publish latency at 1,000 events/s, and three rounds of EVENTS with and
 # without a snapshot held; a table of it all at the end.
+# MODE=binlog: CAPTURE=poll against CAPTURE=binlog on a private MariaDB with
+# its binary log on: drain rate and the server's CPU per event (50,000
+# events in transactions of 100, with a producer-only run to subtract),
+# and commit → publish latency at 100 single-event transactions a second.
 # MODE=upgrade: a table of ROWS events made by an earlier release's schema
 # (PostgreSQL and MySQL), upgraded by migrate --cleanup while four
 # producers insert one event per transaction: the longest insert and how
@@ -186,7 +190,9 @@ KEYS ?= 0
 PREPARED_GAP ?= 10ms
 BENCH_BROKER = $(if $(filter kafka,$(BROKER)),Kafka,$(if $(filter amqp,$(BROKER)),AMQP,$(if $(filter redis,$(BROKER)),Redis,$(if $(filter webhook,$(BROKER)),Webhook,NATS))))
 bench: services
-ifeq ($(MODE),latency)
+ifeq ($(MODE),binlog)
+	$(GO) test -run '^$$' -bench 'Binlog$$' -benchtime 1x -timeout 60m ./pkg/relay
+else ifeq ($(MODE),latency)
 	$(GO) test -run '^$$' -bench 'LatencyNATS$$' -benchtime 1x ./pkg/relay -storage $(STORAGE)
 else ifeq ($(MODE),prepared)
 	$(GO) test -run '^$$' -bench 'LatencyPrepared$$' -benchtime 1x ./pkg/relay -prepared.gap $(PREPARED_GAP)
