@@ -124,15 +124,20 @@ func text(v any) (s string, ok bool) {
 // datetimeLayout is how the binlog library writes a DATETIME(6).
 const datetimeLayout = "2006-01-02 15:04:05.999999"
 
-// timeOf reads a DATETIME column, which holds UTC.
+// timeOf reads a DATETIME column, which holds UTC. The zero date a
+// permissive sql_mode lets a producer write reads as the zero time: the
+// event still goes, as the claims would send it.
 func timeOf(v any) (time.Time, error) {
 	switch v := v.(type) {
 	case time.Time:
 		return time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC), nil
-	case string:
-		return time.ParseInLocation(datetimeLayout, v, time.UTC)
 	case []byte:
-		return time.ParseInLocation(datetimeLayout, string(v), time.UTC)
+		return timeOf(string(v))
+	case string:
+		if strings.HasPrefix(v, "0000-00-00") {
+			return time.Time{}, nil
+		}
+		return time.ParseInLocation(datetimeLayout, v, time.UTC)
 	}
 	return time.Time{}, fmt.Errorf("not a time: %T", v)
 }

@@ -81,6 +81,18 @@ func TestLayoutReadsAFreshRow(t *testing.T) {
 	if ev, _, _, err := l.event(padded); err != nil || ev.ID != zeroEnd {
 		t.Fatalf("an id ending in zero bytes: %v, %v", ev.ID, err)
 	}
+	// A zero date (a permissive sql_mode) is no error: a zero
+	// available_at is due, a zero created_at makes the row the claims'
+	// (available_at after it), as they read it.
+	zero := append([]any(nil), row...)
+	zero[8] = "0000-00-00 00:00:00"
+	if _, _, fresh, err := l.event(zero); err != nil || !fresh {
+		t.Fatalf("a zero available_at: fresh %v, err %v", fresh, err)
+	}
+	zero[8], zero[12] = row[8], "0000-00-00 00:00:00.000000"
+	if _, _, fresh, err := l.event(zero); err != nil || fresh {
+		t.Fatalf("a zero created_at: fresh %v, err %v", fresh, err)
+	}
 	if _, _, _, err := l.event(row[:10]); err == nil {
 		t.Fatal("a row of another width was read")
 	}
