@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/outbox-relay/relay/pkg/capture/binlog"
 	"github.com/outbox-relay/relay/pkg/storage"
 	"github.com/outbox-relay/relay/pkg/storage/mysql"
 	"github.com/outbox-relay/relay/pkg/storage/postgres"
@@ -50,11 +51,6 @@ func checkCaptureStorage(store storage.Storage, mode string) error {
 	return nil
 }
 
-// binlogPositionsTable is where a CAPTURE=binlog relay keeps how far it
-// read the binary log, in the outbox table's database; the relay creates
-// it when it starts.
-const binlogPositionsTable = "outbox_relay_positions"
-
 // mysqlAccount is a login user as --login-role gives it on MySQL: user,
 // user@host or 'user'@'host' (host % when left out). The characters are
 // those of ordinary names, so the account can go into SQL as it is.
@@ -89,7 +85,7 @@ type binlogGrants struct {
 
 func newBinlogGrants(version, database, account string) binlogGrants {
 	g := binlogGrants{account: account, rights: "REPLICATION SLAVE, REPLICATION CLIENT",
-		positions: quoteMySQL(database) + "." + quoteMySQL(binlogPositionsTable)}
+		positions: quoteMySQL(database) + "." + quoteMySQL(binlog.PositionTable)}
 	if isMariaDBAtLeast(version, 10, 5) {
 		g.rights = "REPLICATION SLAVE, BINLOG MONITOR"
 	}

@@ -7,18 +7,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	gosql "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
-	"github.com/outbox-relay/relay/internal/interleave"
 	"github.com/outbox-relay/relay/pkg/capture/binlog"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
-	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // TestBinlogClaimsUnderRandomInterleavings checks CAPTURE=binlog's promise
@@ -41,71 +38,26 @@ import (
 // `make fuzz STORAGE=mysql CAPTURE=binlog DURATION=10m SEED=…`.
 func TestBinlogClaimsUnderRandomInterleavings(t *testing.T) {
 	t.Parallel()
-	seed := interleave.Seed(t)
-	duration := interleave.Duration(t, "INTERLEAVE_DURATION", 6*time.Second)
-	choose := rand.New(rand.NewPCG(seed, 0))
-	m := &walModel{committed: map[uuid.UUID]walWritten{}, rolledBack: map[uuid.UUID]bool{}, poison: map[uuid.UUID]bool{}, kinds: map[string]int{}}
-	m.ordered = choose.IntN(2) == 0
-	relayCount := 1 + choose.IntN(2)
-	// MySQL cannot hold claims (LeaseLock).
-	mode := []relay.LeaseMode{relay.LeaseAuto, relay.LeaseStatus}[choose.IntN(2)]
-	batch := []int{1, 2, 7, 100}[choose.IntN(4)]
-	t.Logf("%d relays, ordered %v, lease mode %s, batch %d", relayCount, m.ordered, mode, batch)
-
-	b := newBinlogTable(t)
-	b.Exec(t, "CREATE TABLE hot (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0)")
-	b.Exec(t, "INSERT INTO hot (id) VALUES (1), (2), (3)")
-	pub := newFuzzPublisher(rand.New(rand.NewPCG(seed, 1)))
-	cfg := relay.Config{
-		BatchSize:     batch,
-		LeaseMode:     mode,
-		SweepInterval: 24 * time.Hour,
-		Retry:         relay.RetryPolicy{MaxAttempts: 25, BaseDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, Jitter: relay.NoJitter},
-	}
-	if m.ordered {
-		cfg.Ordering = storage.OrderingPartition
-	}
-
-	stop := make(chan struct{})
-	var producers, rest sync.WaitGroup
-	for i := range 3 {
-		producers.Add(1)
-		go func() {
-			defer producers.Done()
-			r := rand.New(rand.NewPCG(seed, uint64(10+i)))
-			for !stopped(stop) {
-				if err := binlogProduceOne(context.Background(), b, m, r); err != nil && !lockConflict(err) {
-					t.Errorf("producer %d: %v", i, err)
-					return
-				}
-				pause(r, stop, 30*time.Millisecond)
+	var b *binlogTable
+	runInterleaving(t, interleaving{
+		leaseModes: []relay.LeaseMode{relay.LeaseAuto, relay.LeaseStatus}, // MySQL cannot hold claims
+		setUp: func() deadReader {
+			b = newBinlogTable(t)
+			b.Exec(t, "CREATE TABLE hot (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0)")
+			b.Exec(t, "INSERT INTO hot (id) VALUES (1), (2), (3)")
+			return b
+		},
+		produce: func(m *walModel, r *rand.Rand) error {
+			if err := binlogProduceOne(context.Background(), b, m, r); !lockConflict(err) {
+				return err
 			}
-		}()
-	}
-	producers.Add(1)
-	go func() {
-		defer producers.Done()
-		operateBinlog(t, b, m, rand.New(rand.NewPCG(seed, 2)), stop)
-	}()
-	relaysStop := make(chan struct{})
-	for i := range relayCount {
-		rest.Add(1)
-		go func() {
-			defer rest.Done()
-			cycleBinlogRelays(t, b, cfg, pub, rand.New(rand.NewPCG(seed, uint64(20+i))), relaysStop)
-		}()
-	}
-
-	time.Sleep(duration)
-	close(stop)
-	producers.Wait()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) && len(m.undelivered(b, pub)) > 0 {
-		time.Sleep(100 * time.Millisecond)
-	}
-	close(relaysStop)
-	rest.Wait()
-	m.check(t, b, pub)
+			return nil
+		},
+		operate: func(m *walModel, r *rand.Rand, stop <-chan struct{}) { operateBinlog(t, b, m, r, stop) },
+		cycle: func(cfg relay.Config, pub publisher.Publisher, r *rand.Rand, stop <-chan struct{}) {
+			cycleBinlogRelays(t, b, cfg, pub, r, stop)
+		},
+	})
 }
 
 // deadIDs are the table's DEAD events.
@@ -435,15 +387,5 @@ func startCycledBinlog(b *binlogTable, cfg relay.Config, pub publisher.Publisher
 	if err != nil {
 		return cycledRelay{}, err
 	}
-	c, err := relay.NewCapture(e, b.source(cfg.RelayID), b.Store,
-		relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Mode: "binlog", Position: "binlog position"})
-	if err != nil {
-		return cycledRelay{}, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rl := cycledRelay{&walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}, make(chan struct{})}
-	engineDone := make(chan struct{})
-	go func() { e.Run(ctx); close(engineDone) }()
-	go func() { err := c.Run(ctx); close(rl.captureDone); <-engineDone; rl.done <- err }()
-	return rl, nil
+	return runCapture(e, b.source(cfg.RelayID), b.Store, binlogCaptureConfig(nil))
 }

@@ -42,6 +42,12 @@ func (b *binlogTable) source(relayID string) binlog.Source {
 // or it is stopped.
 func startBinlog(t *testing.T, b *binlogTable, cfg relay.Config, pub publisher.Publisher) *walRelay {
 	t.Helper()
+	return startBinlogObserved(t, b, cfg, pub, nil)
+}
+
+// startBinlogObserved is startBinlog with the capture observed by obs.
+func startBinlogObserved(t *testing.T, b *binlogTable, cfg relay.Config, pub publisher.Publisher, obs relay.CaptureObserver) *walRelay {
+	t.Helper()
 	if cfg.RelayID == "" {
 		cfg.RelayID = "binlog-" + uuid.NewString()[:8]
 	}
@@ -58,17 +64,18 @@ func startBinlog(t *testing.T, b *binlogTable, cfg relay.Config, pub publisher.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := relay.NewCapture(e, b.source(cfg.RelayID), b.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Mode: "binlog", Position: "binlog position"})
+	r, err := runCapture(e, b.source(cfg.RelayID), b.Store, binlogCaptureConfig(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}
-	engineDone := make(chan struct{})
-	go func() { e.Run(ctx); close(engineDone) }()
-	go func() { err := c.Run(ctx); <-engineDone; r.done <- err }()
 	t.Cleanup(func() { _ = r.stop(t) })
-	return r
+	return r.walRelay
+}
+
+// binlogCaptureConfig is a Capture's configuration for a binlog reader in
+// these tests, observed by obs when set.
+func binlogCaptureConfig(obs relay.CaptureObserver) relay.CaptureConfig {
+	return relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Observer: obs, Mode: "binlog", Position: "binlog position"}
 }
 
 // arrivals is a publisher that notes when each event first arrived and
@@ -227,20 +234,7 @@ func TestBinlogPurgedPositionFallsBackToTheTable(t *testing.T) {
 	}
 	meanwhile := b.InsertN(t, 30, "meanwhile")
 	purgeAll(t, b.Store.DB())
-	e, err := relay.New(relay.Config{RelayID: "purged2", PollInterval: 50 * time.Millisecond, SweepInterval: 24 * time.Hour, Logger: testLogger()}, b.Store, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := relay.NewCapture(e, b.source("purged2"), b.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Observer: events, Mode: "binlog", Position: "binlog position"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r2 := &walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}
-	engineDone := make(chan struct{})
-	go func() { e.Run(ctx); close(engineDone) }()
-	go func() { err := c.Run(ctx); <-engineDone; r2.done <- err }()
-	t.Cleanup(func() { _ = r2.stop(t) })
+	startBinlogObserved(t, b, relay.Config{RelayID: "purged2"}, pub, events)
 	waitFor(t, "the events written before the purge", 30*time.Second, func() bool { all, _ := pub.got(meanwhile); return all })
 	if events.lost.Load() == 0 {
 		t.Fatal("the capture never said its position was lost")

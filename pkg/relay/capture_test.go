@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/relay"
+	"github.com/outbox-relay/relay/pkg/storage"
 )
 
 // walTable is an outbox table on a private cluster with wal_level=logical,
@@ -252,17 +253,27 @@ func startWALObserved(t *testing.T, w *walTable, cfg relay.Config, pub publisher
 	}
 	src := pgwal.Source{Config: w.WAL(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
 		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond, Logger: cfg.Logger})}
-	c, err := relay.NewCapture(e, src, w.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Observer: obs})
+	r, err := runCapture(e, src, w.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = r.stop(t) })
+	return r.walRelay
+}
+
+// runCapture runs e, and a Capture of src recording through rec beside
+// it, until the relay is stopped.
+func runCapture(e *relay.Engine, src capture.Source, rec storage.LogRecorder, cfg relay.CaptureConfig) (cycledRelay, error) {
+	c, err := relay.NewCapture(e, src, rec, cfg)
+	if err != nil {
+		return cycledRelay{}, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}
+	rl := cycledRelay{&walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}, make(chan struct{})}
 	engineDone := make(chan struct{})
 	go func() { e.Run(ctx); close(engineDone) }()
-	go func() { err := c.Run(ctx); <-engineDone; r.done <- err }()
-	t.Cleanup(func() { _ = r.stop(t) })
-	return r
+	go func() { err := c.Run(ctx); close(rl.captureDone); <-engineDone; rl.done <- err }()
+	return rl, nil
 }
 
 func (r *walRelay) stop(t *testing.T) error {

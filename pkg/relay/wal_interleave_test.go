@@ -50,20 +50,52 @@ import (
 // test: `make fuzz CAPTURE=wal DURATION=10m SEED=…`.
 func TestWALClaimsUnderRandomInterleavings(t *testing.T) {
 	t.Parallel()
+	var w *walTable
+	runInterleaving(t, interleaving{
+		leaseModes: []relay.LeaseMode{relay.LeaseAuto, relay.LeaseLock, relay.LeaseStatus},
+		setUp:      func() deadReader { w = newWALTable(t, "max_prepared_transactions = 10"); return w },
+		produce: func(m *walModel, r *rand.Rand) error {
+			return walProduceOne(context.Background(), w, m, r)
+		},
+		operate: func(m *walModel, r *rand.Rand, stop <-chan struct{}) { operate(t, w, m, r, stop) },
+		cycle: func(cfg relay.Config, pub publisher.Publisher, r *rand.Rand, stop <-chan struct{}) {
+			cycleRelays(t, w, cfg, pub, r, stop)
+		},
+	})
+}
+
+// interleaving is what a randomized capture test runs: its table, and
+// how producers write, how an operator disturbs the log, and how relays
+// run on it.
+type interleaving struct {
+	// leaseModes the relays may be given (lock is unordered only).
+	leaseModes []relay.LeaseMode
+	setUp      func() deadReader
+	// produce writes one transaction; an error ends the producer.
+	produce func(m *walModel, r *rand.Rand) error
+	operate func(m *walModel, r *rand.Rand, stop <-chan struct{})
+	cycle   func(cfg relay.Config, pub publisher.Publisher, r *rand.Rand, stop <-chan struct{})
+}
+
+// runInterleaving draws the run's choices from its seed, runs three
+// producers, the operator and one or two cycled relays for the run's
+// duration, waits up to 90 s for every committed event to be delivered,
+// and checks the model.
+func runInterleaving(t *testing.T, in interleaving) {
 	seed := interleave.Seed(t)
 	duration := interleave.Duration(t, "INTERLEAVE_DURATION", 6*time.Second)
 	choose := rand.New(rand.NewPCG(seed, 0))
 	m := &walModel{committed: map[uuid.UUID]walWritten{}, rolledBack: map[uuid.UUID]bool{}, poison: map[uuid.UUID]bool{}, kinds: map[string]int{}}
 	m.ordered = choose.IntN(2) == 0
 	relayCount := 1 + choose.IntN(2)
-	mode := []relay.LeaseMode{relay.LeaseAuto, relay.LeaseLock, relay.LeaseStatus}[choose.IntN(3)]
+	mode := in.leaseModes[choose.IntN(len(in.leaseModes))]
 	if m.ordered && mode == relay.LeaseLock {
 		mode = relay.LeaseStatus // lock is unordered only
 	}
 	batch := []int{1, 2, 7, 100}[choose.IntN(4)]
 	t.Logf("%d relays, ordered %v, lease mode %s, batch %d", relayCount, m.ordered, mode, batch)
 
-	w := newWALTable(t, "max_prepared_transactions = 10")
+	dead := in.setUp()
 	pub := newFuzzPublisher(rand.New(rand.NewPCG(seed, 1)))
 	cfg := relay.Config{
 		BatchSize:     batch,
@@ -83,7 +115,7 @@ func TestWALClaimsUnderRandomInterleavings(t *testing.T) {
 			defer producers.Done()
 			r := rand.New(rand.NewPCG(seed, uint64(10+i)))
 			for !stopped(stop) {
-				if err := walProduceOne(context.Background(), w, m, r); err != nil {
+				if err := in.produce(m, r); err != nil {
 					t.Errorf("producer %d: %v", i, err)
 					return
 				}
@@ -94,29 +126,29 @@ func TestWALClaimsUnderRandomInterleavings(t *testing.T) {
 	producers.Add(1)
 	go func() {
 		defer producers.Done()
-		operate(t, w, m, rand.New(rand.NewPCG(seed, 2)), stop)
+		in.operate(m, rand.New(rand.NewPCG(seed, 2)), stop)
 	}()
 	relaysStop := make(chan struct{})
 	for i := range relayCount {
 		rest.Add(1)
 		go func() {
 			defer rest.Done()
-			cycleRelays(t, w, cfg, pub, rand.New(rand.NewPCG(seed, uint64(20+i))), relaysStop)
+			in.cycle(cfg, pub, rand.New(rand.NewPCG(seed, uint64(20+i))), relaysStop)
 		}()
 	}
 
 	time.Sleep(duration)
 	close(stop)
 	producers.Wait()
-	// The operator has put the publication back: everything committed
-	// must be delivered while the relays go on.
+	// The operator has put the log back: everything committed must be
+	// delivered while the relays go on.
 	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) && len(m.undelivered(w, pub)) > 0 {
+	for time.Now().Before(deadline) && len(m.undelivered(dead, pub)) > 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
 	close(relaysStop)
 	rest.Wait()
-	m.check(t, w, pub)
+	m.check(t, dead, pub)
 }
 
 // walInterleaveBound is how long after an event is both committed and due
@@ -467,16 +499,7 @@ func startCycled(w *walTable, cfg relay.Config, pub publisher.Publisher) (cycled
 	src := pgwal.Source{Config: w.WAL(pgwal.Config{Slot: w.slot, Publication: "outbox_relay_events",
 		StatusInterval: 100 * time.Millisecond, Heartbeat: 200 * time.Millisecond,
 		PublicationCheck: 500 * time.Millisecond, Logger: cfg.Logger})}
-	c, err := relay.NewCapture(e, src, w.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond})
-	if err != nil {
-		return cycledRelay{}, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rl := cycledRelay{&walRelay{engine: e, capture: c, cancel: cancel, done: make(chan error, 1)}, make(chan struct{})}
-	engineDone := make(chan struct{})
-	go func() { e.Run(ctx); close(engineDone) }()
-	go func() { err := c.Run(ctx); close(rl.captureDone); <-engineDone; rl.done <- err }()
-	return rl, nil
+	return runCapture(e, src, w.Store, relay.CaptureConfig{StandbyRetry: 100 * time.Millisecond})
 }
 
 // fuzzPublisher records every try and delivery of every event, in order,

@@ -53,35 +53,10 @@ func TestConformance(t *testing.T) {
 
 const wait = 20 * time.Second
 
-func open(t *testing.T, src binlog.Source) (capture.Stream, capture.Start) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		st, start, err := src.Open(context.Background())
-		if err == nil {
-			t.Cleanup(func() { _ = st.Close(context.Background()) })
-			return st, start
-		}
-		if !errors.Is(err, capture.ErrBusy) || time.Now().After(deadline) {
-			t.Fatalf("open the binlog: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func next(t *testing.T, st capture.Stream) capture.Txn {
-	t.Helper()
-	select {
-	case txn, ok := <-st.Txns():
-		if !ok {
-			t.Fatalf("stream ended: %v", st.Err())
-		}
-		return txn
-	case <-time.After(wait):
-		t.Fatal("no transaction arrived")
-	}
-	return capture.Txn{}
-}
+var (
+	open = capturetest.Open
+	next = capturetest.Next
+)
 
 func ids(txn capture.Txn) []uuid.UUID {
 	out := make([]uuid.UUID, len(txn.Events))

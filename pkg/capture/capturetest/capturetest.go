@@ -39,8 +39,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ResetStartsANewPosition", func(t *testing.T) { t.Parallel(); testReset(t, h.New(t)) })
 }
 
-// open opens s, retrying while the previous reader is being let go.
-func open(t *testing.T, s capture.Source) (capture.Stream, capture.Start) {
+// Open opens s, retrying while the previous reader is being let go, and
+// closes the stream when the test ends.
+func Open(t *testing.T, s capture.Source) (capture.Stream, capture.Start) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
@@ -56,8 +57,9 @@ func open(t *testing.T, s capture.Source) (capture.Stream, capture.Start) {
 	}
 }
 
-// next receives the next transaction.
-func next(t *testing.T, st capture.Stream) capture.Txn {
+// Next receives the next transaction, failing the test when the stream
+// ends or none arrives in time.
+func Next(t *testing.T, st capture.Stream) capture.Txn {
 	t.Helper()
 	select {
 	case txn, ok := <-st.Txns():
@@ -98,40 +100,40 @@ func requireIDs(t *testing.T, txn capture.Txn, want []uuid.UUID) {
 // Transactions arrive in commit order, each whole, its events in the order
 // written.
 func testCommitOrder(t *testing.T, s Setup) {
-	st, start := open(t, s.Source)
+	st, start := Open(t, s.Source)
 	if !start.Created {
 		t.Error("the first Open did not report a new position")
 	}
 	a := s.Insert(t, 3)
 	b := s.Insert(t, 1)
-	requireIDs(t, next(t, st), a)
-	requireIDs(t, next(t, st), b)
+	requireIDs(t, Next(t, st), a)
+	requireIDs(t, Next(t, st), b)
 }
 
 // A new stream sends again every transaction not acknowledged in the last one,
 // and none that was.
 func testReplay(t *testing.T, s Setup) {
-	st, _ := open(t, s.Source)
+	st, _ := Open(t, s.Source)
 	a := s.Insert(t, 2)
 	b := s.Insert(t, 2)
-	ta := next(t, st)
+	ta := Next(t, st)
 	requireIDs(t, ta, a)
-	requireIDs(t, next(t, st), b)
+	requireIDs(t, Next(t, st), b)
 	ta.Ack()
 	if err := st.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	st2, start := open(t, s.Source)
+	st2, start := Open(t, s.Source)
 	if start.Created {
 		t.Error("reopening reported a new position")
 	}
-	requireIDs(t, next(t, st2), b)
+	requireIDs(t, Next(t, st2), b)
 	none(t, st2)
 }
 
 // While one stream is open, another Open says ErrBusy.
 func testOneReader(t *testing.T, s Setup) {
-	open(t, s.Source)
+	Open(t, s.Source)
 	_, _, err := s.Source.Open(context.Background())
 	if !errors.Is(err, capture.ErrBusy) {
 		t.Fatalf("second Open: %v, want ErrBusy", err)
@@ -141,7 +143,7 @@ func testOneReader(t *testing.T, s Setup) {
 // Reset discards the position: the next stream is new and holds nothing
 // written before it.
 func testReset(t *testing.T, s Setup) {
-	st, _ := open(t, s.Source)
+	st, _ := Open(t, s.Source)
 	if err := st.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +159,11 @@ func testReset(t *testing.T, s Setup) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	st2, start := open(t, s.Source)
+	st2, start := Open(t, s.Source)
 	if !start.Created {
 		t.Error("Open after Reset did not report a new position")
 	}
 	none(t, st2)
 	after := s.Insert(t, 1)
-	requireIDs(t, next(t, st2), after)
+	requireIDs(t, Next(t, st2), after)
 }
