@@ -440,3 +440,19 @@ func TestNoPositionIsMadeWhileAnXATransactionIsPrepared(t *testing.T) {
 	}
 	open(t, src)
 }
+
+// A column added to the table while a reader streams: its rows grow
+// wider, the reader reads the table's columns again and goes on. (It
+// asked its own pool, whose one connection holds the reader lock, and
+// waited for ever.)
+func TestAColumnAddedWhileStreamingIsReadAgain(t *testing.T) {
+	t.Parallel()
+	tb, src := startServer(t).table(t)
+	st, _ := open(t, src)
+	tb.Exec(t, "ALTER TABLE openoutbox_events ADD COLUMN tenant VARCHAR(32) NULL FIRST")
+	want := tb.Insert(t, mysqltest.Event{Type: "after.alter"})
+	txn := next(t, st)
+	if got := ids(txn); len(got) != 1 || got[0] != want[0] || txn.Events[0].Type != "after.alter" {
+		t.Fatalf("after the ALTER got %v (%+v), want %v", got, txn.Events, want)
+	}
+}

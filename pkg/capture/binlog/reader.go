@@ -496,8 +496,11 @@ func (r *reader) rows(e *replication.RowsEvent, t *txnState) error {
 		}
 		r.layout = l
 	} else if int(e.ColumnCount) != r.layout.width {
-		// The table changed since the reader read its columns.
-		names, err := tableColumns(context.Background(), r.db, r.cfg.Database, r.cfg.Table)
+		// The table changed since the reader read its columns. On the
+		// lock's connection: the reader's pool has no other.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		names, err := tableColumns(ctx, r.conn, r.cfg.Database, r.cfg.Table)
+		cancel()
 		if err != nil {
 			return err
 		}
