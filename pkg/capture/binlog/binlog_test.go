@@ -456,3 +456,24 @@ func TestAColumnAddedWhileStreamingIsReadAgain(t *testing.T) {
 		t.Fatalf("after the ALTER got %v (%+v), want %v", got, txn.Events, want)
 	}
 }
+
+// With binlog_row_metadata=FULL the log names each row's columns: rows
+// written before an ALTER that moved the columns are read by their own
+// names, also when the reader starts after the ALTER.
+func TestRowsAreReadByTheNamesTheLogGives(t *testing.T) {
+	t.Parallel()
+	tb, src := startServer(t, "--binlog-row-metadata=FULL").table(t)
+	st, _ := open(t, src)
+	before := tb.Insert(t, mysqltest.Event{Type: "before.alter"})
+	next(t, st).Ack()
+	if err := st.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	unsettled := tb.Insert(t, mysqltest.Event{Type: "unsettled"})
+	tb.Exec(t, "ALTER TABLE openoutbox_events MODIFY event_type VARCHAR(255) NOT NULL FIRST")
+	st2, _ := open(t, src)
+	txn := next(t, st2)
+	if got := ids(txn); len(got) != 1 || got[0] != unsettled[0] || txn.Events[0].Type != "unsettled" {
+		t.Fatalf("the row written before the ALTER read as %+v, want %v (before it: %v)", txn.Events, unsettled, before)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ type reader struct {
 
 	acks    acks
 	layout  layout
+	logged  []string // the column names the log last gave, with binlog_row_metadata=FULL
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -489,12 +491,16 @@ func (r *reader) decodeRows(e *replication.RowsEvent, data []byte) error {
 
 // rows adds an insert's fresh events to t.
 func (r *reader) rows(e *replication.RowsEvent, t *txnState) error {
-	if names := e.Table.ColumnNameString(); len(names) > 0 && len(names) != r.layout.width {
-		l, err := layoutOf(names)
-		if err != nil {
-			return &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
+	if names := e.Table.ColumnNameString(); len(names) > 0 {
+		// binlog_row_metadata=FULL: the log names the row's columns,
+		// whatever the table looks like now.
+		if !slices.Equal(names, r.logged) {
+			l, err := layoutOf(names)
+			if err != nil {
+				return &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
+			}
+			r.layout, r.logged = l, names
 		}
-		r.layout = l
 	} else if int(e.ColumnCount) != r.layout.width {
 		// The table changed since the reader read its columns. On the
 		// lock's connection: the reader's pool has no other.
