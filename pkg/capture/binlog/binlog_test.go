@@ -477,3 +477,18 @@ func TestRowsAreReadByTheNamesTheLogGives(t *testing.T) {
 		t.Fatalf("the row written before the ALTER read as %+v, want %v (before it: %v)", txn.Events, unsettled, before)
 	}
 }
+
+// Without the log's column names, an ALTER that moves a column while the
+// reader streams is met in the log: the rows after it are read by the
+// table's new order.
+func TestAColumnMovedWhileStreamingIsReadAgain(t *testing.T) {
+	t.Parallel()
+	tb, src := startServer(t).table(t)
+	st, _ := open(t, src)
+	tb.Exec(t, "ALTER TABLE openoutbox_events MODIFY event_type VARCHAR(255) NOT NULL FIRST")
+	want := tb.Insert(t, mysqltest.Event{Type: "after.move"})
+	txn := next(t, st)
+	if got := ids(txn); len(got) != 1 || got[0] != want[0] || txn.Events[0].Type != "after.move" {
+		t.Fatalf("after the ALTER got %+v, want %v", txn.Events, want)
+	}
+}

@@ -72,6 +72,9 @@ func open(ctx context.Context, cfg Config) (r *reader, start capture.Start, err 
 	if err != nil {
 		return nil, start, err
 	}
+	if !srv.rowMetadata {
+		cfg.Logger.Warn("binlog_row_metadata is not FULL: the log does not name its rows' columns, so an ALTER TABLE of the outbox that moves columns while rows of the old shape are still to be read may be read wrongly; set binlog_row_metadata=FULL")
+	}
 	names, err := tableColumns(ctx, conn, cfg.Database, cfg.Table)
 	if err != nil {
 		return nil, start, err
@@ -438,6 +441,14 @@ func (r *reader) read(ctx context.Context, from position) {
 			default:
 				// A statement that is its own transaction (DDL).
 				t.other = true
+				if r.logged == nil && r.altersTable(e) {
+					// Without the log's column names, the rows after
+					// it are read by the table's columns as they are now.
+					if err := r.readColumns(); err != nil {
+						r.fail(err)
+						return
+					}
+				}
 				if !end(pos(e.GSet)) {
 					return
 				}
@@ -471,6 +482,34 @@ func (r *reader) positionAt(file string, logPos uint32, set gomysql.GTIDSet) pos
 	return p
 }
 
+// readColumns reads the outbox table's columns again, on the lock's
+// connection: the reader's pool has no other.
+func (r *reader) readColumns() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names, err := tableColumns(ctx, r.conn, r.cfg.Database, r.cfg.Table)
+	if err != nil {
+		return err
+	}
+	l, err := layoutOf(names)
+	if err != nil {
+		return &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
+	}
+	r.layout = l
+	return nil
+}
+
+// altersTable reports whether a statement of the log may change the
+// outbox table's columns: an ALTER TABLE naming it, in its database.
+func (r *reader) altersTable(e *replication.QueryEvent) bool {
+	q := strings.ToLower(string(e.Query))
+	if !strings.Contains(q, "alter") || !strings.Contains(q, strings.ToLower(r.cfg.Table)) {
+		return false
+	}
+	schema := string(e.Schema)
+	return schema == r.cfg.Database || strings.Contains(q, strings.ToLower(r.cfg.Database))
+}
+
 // ours reports whether a table map is the outbox table's.
 func (r *reader) ours(t *replication.TableMapEvent) bool {
 	return t != nil && string(t.Schema) == r.cfg.Database && string(t.Table) == r.cfg.Table
@@ -502,20 +541,13 @@ func (r *reader) rows(e *replication.RowsEvent, t *txnState) error {
 			r.layout, r.logged = l, names
 		}
 	} else if int(e.ColumnCount) != r.layout.width {
-		// The table changed since the reader read its columns. On the
-		// lock's connection: the reader's pool has no other.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		names, err := tableColumns(ctx, r.conn, r.cfg.Database, r.cfg.Table)
-		cancel()
-		if err != nil {
+		// The table changed since the reader read its columns.
+		if err := r.readColumns(); err != nil {
 			return err
 		}
-		if len(names) != int(e.ColumnCount) {
-			return &SetupError{Problem: fmt.Sprintf("the log holds rows of %d columns of the outbox table, which has %d now: it was altered since", e.ColumnCount, len(names)),
+		if r.layout.width != int(e.ColumnCount) {
+			return &SetupError{Problem: fmt.Sprintf("the log holds rows of %d columns of the outbox table, which has %d now: it was altered since", e.ColumnCount, r.layout.width),
 				Fix: "set binlog_row_metadata=FULL so that the log names its columns, then restart the relay"}
-		}
-		if r.layout, err = layoutOf(names); err != nil {
-			return &SetupError{Problem: err.Error(), Fix: "run relay-cli migrate"}
 		}
 	}
 	for _, row := range e.Rows {
