@@ -90,6 +90,35 @@ func serverCPUOf(c *mycluster.Cluster) time.Duration {
 	return processCPU(strconv.Itoa(c.PID()))
 }
 
+// threadCPU reads the CPU time of each of the server's threads (one per
+// connection: the binlog dump thread among them).
+func threadCPU(c *mycluster.Cluster) map[string]time.Duration {
+	pid := strconv.Itoa(c.PID())
+	tasks, _ := os.ReadDir("/proc/" + pid + "/task")
+	out := make(map[string]time.Duration, len(tasks))
+	for _, t := range tasks {
+		out[t.Name()] = processCPU(pid + "/task/" + t.Name())
+	}
+	return out
+}
+
+// busiest logs the three threads that spent the most CPU between two
+// readings, per event.
+func busiest(b *testing.B, mode string, before, after map[string]time.Duration, n int) {
+	type spent struct {
+		tid string
+		cpu time.Duration
+	}
+	var all []spent
+	for tid, cpu := range after {
+		all = append(all, spent{tid, cpu - before[tid]})
+	}
+	slices.SortFunc(all, func(x, y spent) int { return int(y.cpu - x.cpu) })
+	for _, s := range all[:min(3, len(all))] {
+		b.Logf("%s: server thread %s %.1f µs/event", mode, s.tid, perEvent(s.cpu, n))
+	}
+}
+
 // startBenchRelay runs a relay in mode on tb until the returned stop.
 func startBenchRelay(b *testing.B, tb *mysqltest.Table, mode string, pub *arrivals) (stop func()) {
 	b.Helper()
@@ -131,7 +160,7 @@ func binlogCost(b *testing.B, c *mycluster.Cluster, mode string, n int) binlogRu
 	stop := startBenchRelay(b, tb, mode, pub)
 	defer stop()
 	const per = 100
-	db0 := serverCPUOf(c)
+	db0, threads0 := serverCPUOf(c), threadCPU(c)
 	start := time.Now()
 	var all []uuid.UUID
 	for len(all) < n {
@@ -153,6 +182,7 @@ func binlogCost(b *testing.B, c *mycluster.Cluster, mode string, n int) binlogRu
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	busiest(b, mode, threads0, threadCPU(c), n)
 	return binlogRun{events: n, elapsed: time.Since(start), db: serverCPUOf(c) - db0}
 }
 
