@@ -100,21 +100,9 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// position is a place in the server's log: after a transaction.
-type position struct {
-	// GTID is the GTID position or set (empty: none known); File and
-	// Pos the binlog file and the offset in it.
-	GTID string
-	File string
-	Pos  uint32
-}
-
-func (p position) String() string {
-	if p.GTID != "" {
-		return fmt.Sprintf("gtid %s (%s:%d)", p.GTID, p.File, p.Pos)
-	}
-	return fmt.Sprintf("%s:%d", p.File, p.Pos)
-}
+// position is Position, as the reader keeps it: the place after a
+// transaction.
+type position = Position
 
 // currentPosition is the end of the server's log now.
 func currentPosition(ctx context.Context, q querier, s server) (position, error) {

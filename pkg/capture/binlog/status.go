@@ -34,7 +34,12 @@ type Position struct {
 	Pos  uint32
 }
 
-func (p Position) String() string { return position(p).String() }
+func (p Position) String() string {
+	if p.GTID != "" {
+		return fmt.Sprintf("gtid %s (%s:%d)", p.GTID, p.File, p.Pos)
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Pos)
+}
 
 // Status is what an operator asks of a table's binlog reader: where it is
 // saved to, where the server's log ends, how far behind that is, and
