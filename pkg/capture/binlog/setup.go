@@ -219,30 +219,26 @@ ON DUPLICATE KEY UPDATE gtid = VALUES(gtid), binlog_file = VALUES(binlog_file), 
 	return nil
 }
 
-// tableColumns reads the outbox table's columns in their order.
+// tableColumns reads the outbox table's columns in their order, from an
+// empty SELECT's result: opening the table waits for a DDL that still
+// holds it, where information_schema.COLUMNS leaves a table it cannot open
+// out (seen for the moment after an ALTER's event is in the log).
 func tableColumns(ctx context.Context, q querier, database, table string) ([]string, error) {
-	rows, err := q.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, database, table)
+	rows, err := q.QueryContext(ctx, "SELECT * FROM "+quote(database)+"."+quote(table)+" LIMIT 0")
+	var my *gosql.MySQLError
+	if errors.As(err, &my) && my.Number == errNoSuchTable {
+		return nil, &SetupError{Problem: fmt.Sprintf("the outbox table %s.%s does not exist", database, table),
+			Fix: "run relay-cli migrate, or set STORAGE_AUTO_MIGRATE=true"}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox table's columns: %w", err)
 	}
 	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		names = append(names, n)
+	names, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("read the outbox table's columns: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(names) == 0 {
-		return nil, &SetupError{Problem: fmt.Sprintf("the outbox table %s.%s does not exist", database, table),
-			Fix: "run relay-cli migrate, or set STORAGE_AUTO_MIGRATE=true"}
-	}
-	return names, nil
+	return names, rows.Err()
 }
 
 // quote quotes an identifier.
