@@ -1,12 +1,27 @@
 // Package storage is the boundary between the relay and the databases that
 // hold outbox tables. It declares what each consumer needs as a small
-// interface — the engine (Queue, and optionally HeldQueue for claims held
-// in their transaction and LogRecorder for events read from the database's
-// log), the reaper (Reaper), wakeups (Notifier, optional), operators
-// (Admin) and schema management (Schema) — and a
-// registry from which a driver is chosen by the URL's scheme. Every query is
-// one method taking a params struct, so new options do not change
-// signatures.
+// interface, and a registry from which a driver is chosen by the URL's
+// scheme. Every query is one method taking a params struct, so new
+// options do not change signatures. The interfaces:
+//   - Storage: one table as a driver opens it, Queue, Reaper, Admin and
+//     Schema at once;
+//   - Queue: the engine's claims, settles, releases and renewals;
+//   - HeldQueue (optional): claims held in their open transaction, HeldTx;
+//   - HeldTx: a held claim's transaction, which settles the batch;
+//   - LogRecorder (optional): the settles of events read from the
+//     database's log (CAPTURE=wal, CAPTURE=binlog);
+//   - ClaimBounder (optional): how late a committed event may be claimed;
+//   - Reaper: the reaper's taking back of expired leases;
+//   - Notifier (optional): wakeups when events are inserted;
+//   - DueWatcher (optional): wakeups when a scheduled or backed-off row
+//     comes due;
+//   - Admin: operators (relay-cli, the backlog gauges, the console);
+//   - Schema: creating and checking the table;
+//   - RetentionLocker (optional): one pruning process per table;
+//   - Partitioner (optional): a time-partitioned table's partitions;
+//   - PartitionMigrator (optional): creating the table partitioned;
+//   - SQLDatabase (optional): the database/sql handle, for tables kept
+//     beside the outbox (the inbox's relay-cli commands).
 //
 // Policy is decided here, once, and drivers apply it: the reap rule
 // (ReapParams.DeadFrom), the ordered claim's run limit (ClaimParams.RunLimit)
