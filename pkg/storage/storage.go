@@ -128,8 +128,11 @@ type Queue interface {
 // (LEASE_MODE=lock), instead of moving them to DELIVERING and back: every
 // delivered event then costs one new row version and its index entries, not
 // two, and no lease is left for the reaper — when a relay dies its
-// transaction ends, and its rows are PENDING as they were, for a claim to
-// find within ClaimParams.SweepInterval. Unordered claims only: an ordered
+// transaction ends, and its rows are PENDING as they were. No claim passes
+// a row another transaction's lock kept from it (PostgreSQL's frontier
+// stops before it), so the next claim after the transaction ended takes
+// them; a relay that hangs keeps them until the database ends its idle
+// transaction (ClaimHeld's idle). Unordered claims only: an ordered
 // claim must see which keys are at the broker, which only DELIVERING rows
 // show to other relays.
 type HeldQueue interface {
