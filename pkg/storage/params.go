@@ -69,13 +69,13 @@ type ClaimParams struct {
 	// broker, and the cap bounds the publishing rounds per batch. 0 means
 	// RunLimitDefault.
 	RunLimit int
-	// SweepInterval is how often a claim also looks behind the relay's
-	// claim position, at a cost that grows with the dead row versions a
-	// held-back vacuum leaves there. Where the driver's position can let
-	// a row commit behind it (MySQL's cursor) it bounds how long that row
-	// waits; PostgreSQL's claims need it for nothing but defence in
-	// depth. 0 means
-	// SweepIntervalDefault.
+	// SweepInterval is how often a claim also reads again behind where
+	// the relay's claims have reached (MySQL's cursor floor, PostgreSQL's
+	// claim frontier), at a cost that grows with the dead row versions a
+	// held-back vacuum leaves there. Where a row can commit behind that
+	// place (MySQL's cursor) it bounds how long the row waits;
+	// PostgreSQL's claims need it for nothing but defence in depth. 0
+	// means SweepIntervalDefault.
 	SweepInterval time.Duration
 	// Fresh says which fresh events a claim may take; the zero value, all
 	// of them. Only drivers that implement LogRecorder honour it.
@@ -117,8 +117,12 @@ func (f FreshEvents) UpTo() int64 {
 	return max(f.BackfillTo, 0)
 }
 
-// SweepIntervalDefault is ClaimParams.SweepInterval's default: events of
-// transactions that commit late wait at most this long (plus one claim).
+// SweepIntervalDefault is ClaimParams.SweepInterval's default. On MySQL
+// and MariaDB with CAPTURE=poll it bounds the wait of an event whose
+// transaction commits late, behind the cursor's floor: at most this long,
+// plus one claim (the driver's ClaimBound). PostgreSQL's claim frontier
+// finds such events by rule, and with CAPTURE=binlog the log delivers
+// them; there a sweep is defence in depth only.
 const SweepIntervalDefault = 10 * time.Second
 
 // RunLimitDefault is ClaimParams.RunLimit's default. With 100 active keys,
