@@ -59,8 +59,9 @@ type Config struct {
 	// PollInterval is how long the engine waits for new events when a claim
 	// came back short and nothing woke it.
 	PollInterval time.Duration
-	// SweepInterval is how often a claim also looks behind the relay's
-	// claim position (storage.ClaimParams.SweepInterval says where that
+	// SweepInterval is how often a claim also reads again behind where
+	// the relay's claims have reached: MySQL's cursor floor, PostgreSQL's
+	// claim frontier (storage.ClaimParams.SweepInterval says where that
 	// bounds a wait and where it is only a defence in depth).
 	SweepInterval time.Duration
 	// MaxInFlightBatches bounds the batches claimed and not yet settled.

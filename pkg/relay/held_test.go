@@ -239,8 +239,8 @@ func TestLeaseModeLockNeedsAStorageThatHoldsClaims(t *testing.T) {
 // byte limit make batches of a few bytes, which the engine would otherwise
 // take for the end of the backlog and wait out its poll interval (an hour
 // here) after. A transaction held open meanwhile, as on any busy database,
-// holds the claim position back: the rows a cut batch left must not be
-// passed then either.
+// stays in the claim frontier's watch: the rows a cut batch left must not
+// be passed then either.
 func TestClaimsCutByTheirByteLimitClaimAgainAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []relay.LeaseMode{relay.LeaseLock, relay.LeaseStatus} {

@@ -260,7 +260,8 @@ func (tb *Table) Exec(t testing.TB, sql string, args ...any) int64 {
 
 // HoldWriter opens a transaction that has an id and keeps it open until
 // the test ends: another session's writer, as on any busy database, which
-// holds back every relay's claim position until it ends.
+// every relay's claim frontier watches from when it passes the
+// transaction's id until a claim's snapshot sees it ended.
 func (tb *Table) HoldWriter(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()

@@ -189,7 +189,9 @@ func testHeldAbortLeavesRowsAsTheyWere(t *testing.T, h Harness) {
 	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
 		t.Error("Settle after Abort succeeded, want an error: the transaction has ended")
 	}
-	// Behind the relay's claim position now: its sweep finds them.
+	// The relay's claims had passed them; the driver takes back what the
+	// aborted claim had locked (PostgreSQL's frontier watches their
+	// writers again from the lowest of them), so a later claim takes them.
 	claimUntil(t, tb.Storage(), p, ids[0], 10*time.Second)
 }
 

@@ -103,8 +103,11 @@ func testClaimFindsALateCommitBehindManyClaims(t *testing.T, h Harness) {
 }
 
 // testClaimFindsRowsHandedBackAtOnce: rows released, failed with no delay,
-// reaped or retried from DEAD lie behind the claim position; each is
-// claimed again by the next claim, not after a sweep.
+// reaped or retried from DEAD were written before rows the claims have
+// taken since; each hand-back places its row ahead of where the claims
+// have reached (MySQL's cursor: updated_at now, so its state_at is now or
+// later; PostgreSQL's frontier: the handing transaction as its writer),
+// and the next claim takes it, not a sweep.
 func testClaimFindsRowsHandedBackAtOnce(t *testing.T, h Harness) {
 	claimFindsRowsHandedBack(t, h, 0)
 }

@@ -302,9 +302,10 @@ func testReleaseBurnsNoAttempt(t *testing.T, h Harness) {
 	if row.Status != outbox.StatusPending || row.Attempts != 1 || str(row.LastError) != "earlier" || row.LockedBy != nil || row.LockedAt != nil {
 		t.Errorf("released row = %s, want PENDING with attempts and last_error unchanged, unlocked", describe(row))
 	}
-	// Due at once: available_at kept, or moved to the database's now (how
-	// the PostgreSQL driver finds released rows behind its claim position),
-	// never into the future.
+	// Due at once: available_at kept, or moved to the database's now (the
+	// PostgreSQL driver's release puts the row in the due index, written by
+	// the releasing transaction, so that its claim frontier meets it
+	// again), never into the future.
 	if now := tb.Now(t); !row.AvailableAt.Equal(availableAt) && !within(row.AvailableAt, now, clockSlack) || row.AvailableAt.After(now) {
 		t.Errorf("release moved available_at from %s to %s, want it kept or the database's now (%s)", availableAt, row.AvailableAt, now)
 	}

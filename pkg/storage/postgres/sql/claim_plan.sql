@@ -2,7 +2,7 @@
 -- which the settings end with). Statistics that lag a burst of
 -- inserts (a table never analysed, or analysed while empty) make the
 -- planner believe few rows are pending, and it then reads every pending
--- row after the claim position (a sequential or bitmap scan) and sorts
+-- row after the claim frontier (a sequential or bitmap scan) and sorts
 -- them to take the first few hundred. With only index scans allowed, the
 -- cheapest plan in any estimate walks the pending index in seq order and
 -- stops at the batch's size: no sort to do, and no more rows than the LIMIT.
