@@ -62,8 +62,8 @@ const (
 	// claims; with more, the claims walk the index for a while
 	// (indexWalkFor) and then start over.
 	maxWaitingKeys = 10_000
-	// maxKnownKeys bounds the keys remembered; resting ones are
-	// forgotten beyond it (a key met again then starts from its first
+	// maxKnownKeys bounds the keys remembered: with more, every resting
+	// one is forgotten (a key met again then starts from its first
 	// event).
 	maxKnownKeys = 100_000
 	// keyReadLeast is the least number of rows claim_keys.sql reads of
@@ -78,10 +78,14 @@ const (
 // keep ahead of the claims without reading far ahead of them.
 func keyReadMost(limit int) int64 { return max(int64(limit), keyReadLeast) }
 
+// indexWalkLeast is the least time a relay with too many waiting keys
+// walks the index for.
+const indexWalkLeast = 5 * time.Second
+
 // indexWalkFor is how long a relay with too many waiting keys walks the
-// index: a sweep interval's worth, at the least a few seconds.
+// index: a sweep interval's worth, at least indexWalkLeast.
 func indexWalkFor(sweepInterval time.Duration) time.Duration {
-	return max(sweepInterval, 5*time.Second)
+	return max(sweepInterval, indexWalkLeast)
 }
 
 func newKeyWalk() *keyWalk {
