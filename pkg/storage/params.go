@@ -84,10 +84,10 @@ type ClaimParams struct {
 
 // FreshEvents says which fresh events — written and never handed back:
 // available_at not after created_at — a claim may take. While the relay
-// polls, all. Beside a log reader (CAPTURE=wal), those no stream delivers:
-// those up to BackfillTo, which the relay's own stream leaves to the
-// claims, and, WhenUnlocked, all of them while no stream holds the
-// table's log lock (PostgreSQL's is an advisory lock,
+// polls, all. Beside a log reader (CAPTURE=wal or binlog), those no
+// stream delivers: those up to BackfillTo, which the relay's own stream
+// leaves to the claims, and, WhenUnlocked, all of them while no stream
+// holds the table's log lock (PostgreSQL's is an advisory lock,
 // schema/postgres.LogLockClass, MySQL's the row of <table>_log_lock; the
 // claim's transaction then holds it shared, so that a stream that starts
 // waits for it). Events due again
