@@ -19,7 +19,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"unicode"
@@ -42,33 +41,9 @@ import (
 var version, commit = "dev", ""
 
 func main() {
-	ctx, cancel := context.WithCancel(context.Background())
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	var got atomic.Value // the signal that ended ctx
-	go func() {
-		s := <-signals
-		got.Store(s)
-		signal.Stop(signals) // a second one ends the process at once
-		cancel()
-	}()
-	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
-	sig, _ := got.Load().(os.Signal)
-	os.Exit(interruptedCode(code, sig))
-}
-
-// interruptedCode is the exit code of a run that ended with code after
-// sig (nil: none) ended its context: a command that failed because it was
-// interrupted exits as a shell reports a process the signal killed, 128
-// plus its number (130 for Ctrl-C, 143 for SIGTERM), so that a script
-// tells it from a failure; one that ended cleanly (stats --watch, the
-// console) keeps its 0, and a usage error its 2.
-func interruptedCode(code int, sig os.Signal) int {
-	n, ok := sig.(syscall.Signal)
-	if !ok || code != exitFailure {
-		return code
-	}
-	return 128 + int(n)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 
 // Exit codes.
