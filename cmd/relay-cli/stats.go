@@ -93,7 +93,7 @@ func statsCommand() *cli.Command {
 // watchStats redraws until interrupted, which is how it is meant to end:
 // exit code 0. A database error on the first read ends it (the URL or table
 // is probably wrong); later ones are reported and the watch goes on.
-func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, ret retentionSettings, bound *claimBoundJSON, interval time.Duration) error {
+func watchStats(c *cli.Context, store storage.Storage, p storage.StatsParams, ret retentionSettings, bound *storage.ClaimBound, interval time.Duration) error {
 	ctx := c.Context
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -161,12 +161,17 @@ type claimBoundJSON struct {
 
 // claimBoundOf asks the storage for its claim bound at sweep, the relays'
 // SWEEP_INTERVAL; nil when it does not say.
-func claimBoundOf(store storage.Storage, sweep time.Duration) *claimBoundJSON {
+func claimBoundOf(store storage.Storage, sweep time.Duration) *storage.ClaimBound {
 	cb, ok := store.(storage.ClaimBounder)
 	if !ok {
 		return nil
 	}
 	b := cb.ClaimBound(sweep)
+	return &b
+}
+
+// newClaimBoundJSON is b in stats' form.
+func newClaimBoundJSON(b storage.ClaimBound) *claimBoundJSON {
 	j := &claimBoundJSON{Exact: b.Exact, Why: b.Why, Fix: b.Fix}
 	if !b.Exact {
 		j.LateCommitWaitSeconds = seconds(b.LateCommitWait)
@@ -297,9 +302,10 @@ type leaseJSON struct {
 	OldestLeaseAgeSec float64    `json:"oldest_lease_age_seconds"`
 }
 
-// bound is the storage's claim bound at the relays' SWEEP_INTERVAL, nil when
-// the storage does not say.
-func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, bound *claimBoundJSON, watching bool) error {
+// storeBound is the storage's claim bound at the relays' SWEEP_INTERVAL,
+// nil when the storage does not say; it is shown as it stands beside a
+// log reader that streams now, if one does (storage.ClaimBound.BesideLog).
+func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret retentionSettings, storeBound *storage.ClaimBound, watching bool) error {
 	out := c.App.Writer
 	slot, err := walSlot(c.Context, store, c.String("slot"), c.String("publication"))
 	if err != nil {
@@ -308,6 +314,11 @@ func printStats(c *cli.Context, store storage.Storage, st storage.Stats, ret ret
 	position, err := binlogPosition(c.Context, store)
 	if err != nil {
 		return err
+	}
+	var bound *claimBoundJSON
+	if storeBound != nil {
+		streaming := slot != nil && slot.Active || position != nil && position.Active
+		bound = newClaimBoundJSON(storeBound.BesideLog(streaming))
 	}
 	if c.Bool("json") {
 		v := statsJSON{

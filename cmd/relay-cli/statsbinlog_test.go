@@ -83,17 +83,25 @@ func TestStatsShowsTheBinlogPosition(t *testing.T) {
 		BehindFiles    int     `json:"behind_files"`
 		LagSeconds     float64 `json:"lag_seconds"`
 	}
+	var exact bool // stats' claim_bound.exact, as read with the position
 	read := func() position {
 		t.Helper()
 		v := decode[struct {
 			BinlogPosition *position `json:"binlog_position"`
+			ClaimBound     struct {
+				Exact bool `json:"exact"`
+			} `json:"claim_bound"`
 		}](t, ok(t, cmd{args: append(args, "--json")}.run(t)))
 		if v.BinlogPosition == nil {
 			t.Fatal("stats --json has no binlog_position")
 		}
+		exact = v.ClaimBound.Exact
 		return *v.BinlogPosition
 	}
 	j := read()
+	if exact {
+		t.Error("stats says the claims are exact while no binlog reader streams: polling's bound holds")
+	}
 	if j.Active || j.PositionTable != "outbox_relay_positions" || j.Saved != (pos{"0-1-1", file, 4}) || j.Server != "mariadb server_id=1" ||
 		j.ServerPosition == nil || j.ServerPosition.File != file || j.BehindFiles != 0 || j.BehindBytes != int64(j.ServerPosition.Pos-4) ||
 		j.LagSeconds < 90 || j.LagSeconds > 150 {
@@ -116,6 +124,9 @@ func TestStatsShowsTheBinlogPosition(t *testing.T) {
 	if j = read(); !j.Active || j.BehindFiles != 1 || j.BehindBytes != 0 {
 		b, _ := json.Marshal(j)
 		t.Fatalf("stats --json with the lock held, after a rotation: %s", b)
+	}
+	if !exact {
+		t.Error("stats says the claims are not exact while a binlog reader streams: the log brings every event at its commit")
 	}
 	if st := ok(t, cmd{args: args}.run(t)).stdout; !strings.Contains(st, "a relay streams (holds lock") || !strings.Contains(st, ": 1 file behind") {
 		t.Errorf("stats with the lock held, after a rotation:\n%s", st)

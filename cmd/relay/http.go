@@ -103,11 +103,14 @@ type readiness struct {
 	broker brokerPinger
 	engine engineStater
 	health *healthState
-	// capture is the WAL reader under CAPTURE=wal, nil when polling.
-	capture captureStater
-	// claimBound is reported as it is in every answer; nil when the
+	// capture is the log reader under CAPTURE=wal or CAPTURE=binlog, nil
+	// when polling; captureMode is the CAPTURE value that names it.
+	capture     captureStater
+	captureMode string
+	// claimBound is the storage's claim bound, reported beside the
+	// capture's state (storage.ClaimBound.BesideLog); nil when the
 	// storage does not say.
-	claimBound *claimBoundJSON
+	claimBound *storage.ClaimBound
 	// cacheFor is how long an answer is reused; readyCacheFor but in tests.
 	cacheFor time.Duration
 
@@ -171,9 +174,15 @@ func (r *readiness) check() readyReport {
 		"database": checkResult(dbErr),
 		"broker":   checkResult(brokerErr),
 		"engine":   r.engineResult(),
-	}, ClaimBound: r.claimBound}
+	}}
+	streaming := false
 	if r.capture != nil {
-		rep.Checks["capture"] = captureResult(r.capture)
+		rep.Checks["capture"] = captureResult(r.captureMode, r.capture)
+		st, _ := r.capture.Status()
+		streaming = st == relay.CaptureStreaming || st == relay.CaptureBackfilling
+	}
+	if r.claimBound != nil {
+		rep.ClaimBound = newClaimBoundJSON(r.claimBound.BesideLog(streaming))
 	}
 	for _, v := range rep.Checks {
 		if v != statusOK {
@@ -210,16 +219,16 @@ type captureStater interface {
 // captureResult is ok while the relay streams, backfills or stands by for
 // another relay's stream; a lost slot or a stream that cannot open says so,
 // and why: events then reach the broker only through polling.
-func captureResult(c captureStater) string {
+func captureResult(mode string, c captureStater) string {
 	s, err := c.Status()
 	switch s {
 	case relay.CaptureStreaming, relay.CaptureBackfilling, relay.CaptureStandby, relay.CaptureStarting:
 		return statusOK
 	}
 	if err != nil {
-		return "wal " + string(s) + ": " + redact.URL(err.Error())
+		return mode + " " + string(s) + ": " + redact.URL(err.Error())
 	}
-	return "wal " + string(s)
+	return mode + " " + string(s)
 }
 
 func checkResult(err error) string {

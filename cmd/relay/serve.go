@@ -237,13 +237,13 @@ func claimBound(cfg config, store storage.Storage, log *slog.Logger) *storage.Cl
 		return nil
 	}
 	b := cb.ClaimBound(cfg.SweepInterval)
-	if !b.Exact && cfg.Capture == captureBinlog {
+	if !b.Exact && cfg.Capture != capturePoll {
 		// The log brings every new event in commit order; the claims'
-		// bound holds only while no relay streams it (/readyz's capture
-		// state says when), and the capture logs that loudly.
-		log.Info("new events come from the binary log in commit order; while no relay streams it, the claims take them, and those of late commits wait up to SWEEP_INTERVAL",
+		// bound holds only while no relay streams it, which /readyz
+		// reports (storage.ClaimBound.BesideLog).
+		log.Info("new events come from the log in commit order; while no relay streams it, the claims take them, and those of late commits wait up to SWEEP_INTERVAL",
 			"sweep_interval", cfg.SweepInterval.String())
-		return &storage.ClaimBound{Exact: true}
+		return &b
 	}
 	if !b.Exact {
 		log.Warn(fmt.Sprintf("events of transactions that commit late wait up to SWEEP_INTERVAL (%s) plus one claim (%s); to remove the wait, %s",
@@ -331,9 +331,8 @@ func startHTTP(cfg config, sd *shutdown, closeStore *closeStep, store storage.St
 	if parts.capture != nil {
 		ready.capture = parts.capture
 	}
-	if parts.claimBound != nil {
-		ready.claimBound = newClaimBoundJSON(*parts.claimBound)
-	}
+	ready.claimBound = parts.claimBound
+	ready.captureMode = cfg.Capture
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, "", listenError(cfg.HTTPAddr, err)

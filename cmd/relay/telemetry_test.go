@@ -252,8 +252,11 @@ func TestMetricsCountDeliveriesAndBacklog(t *testing.T) {
 }
 
 type readyBody struct {
-	Status string            `json:"status"`
-	Checks map[string]string `json:"checks"`
+	Status     string            `json:"status"`
+	Checks     map[string]string `json:"checks"`
+	ClaimBound *struct {
+		Exact bool `json:"exact"`
+	} `json:"claim_bound"`
 }
 
 func (r *liveRelay) ready(t *testing.T) (int, readyBody) {

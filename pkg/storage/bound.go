@@ -29,3 +29,17 @@ type ClaimBound struct {
 	// Fix says, when the bound is not exact, what makes it exact.
 	Fix string
 }
+
+// BesideLog is the bound of claims beside a log reader (CAPTURE=wal,
+// CAPTURE=binlog): while a reader streams the table, every new event
+// comes from the log at its commit, in commit order, and the claims take
+// only what the log leaves them — events handed back, which land ahead
+// of them, and the backfill, which reads from the start — so the bound is
+// exact whatever the storage's own. While none streams, the claims take
+// every event, and b holds.
+func (b ClaimBound) BesideLog(streaming bool) ClaimBound {
+	if streaming {
+		return ClaimBound{Exact: true}
+	}
+	return b
+}
