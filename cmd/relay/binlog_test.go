@@ -116,7 +116,9 @@ func TestCaptureBinlogDeliversFromTheLog(t *testing.T) {
 	eventually.True(t, 30*time.Second, func() bool {
 		_, ready = r.ready(t)
 		return ready.ClaimBound != nil && ready.ClaimBound.Exact
-	}, func() string { return fmt.Sprintf("/readyz claim_bound exact while the binlog streams; /readyz %+v", ready) })
+	}, func() string {
+		return fmt.Sprintf("/readyz claim_bound exact while the binlog streams; /readyz %+v", ready)
+	})
 	if log := r.log.String(); !strings.Contains(log, "reading new events from the binary log") {
 		t.Errorf("the log does not say the relay reads the binary log:\n%s", log)
 	}
