@@ -40,18 +40,7 @@ func (s *Store) RecordFailed(ctx context.Context, p storage.RecordFailParams) (i
 	if len(p.Failures) == 0 {
 		return 0, nil
 	}
-	var failures strings.Builder
-	lead := make([]any, 0, 4*len(p.Failures))
-	ids := make([]uuid.UUID, len(p.Failures))
-	for i, f := range p.Failures {
-		if i > 0 {
-			failures.WriteString(" UNION ALL ")
-		}
-		failures.WriteString("SELECT ? AS id, ? AS error, ? AS dead, ? AS delay_us")
-		lead = append(lead, f.ID[:], storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds())
-		ids[i] = f.ID
-	}
-	query := strings.Replace(s.queries["record_failed"], "{{failures}}", failures.String(), 1)
+	query, lead, ids := s.withFailures("record_failed", p.Failures)
 	return s.record(ctx, "record failed", query, ids, lead)
 }
 

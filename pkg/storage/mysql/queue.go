@@ -389,24 +389,32 @@ func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
 	return n, nil
 }
 
+// withFailures is the statement name with its {{failures}} mark filled:
+// a derived table of one SELECT per failure (id, error, dead, delay_us),
+// which the statement joins with the outbox table; args are the derived
+// table's arguments, ids the failures' ids, in order.
+func (s *Store) withFailures(name string, failures []storage.Failure) (query string, args []any, ids []uuid.UUID) {
+	var rows strings.Builder
+	args = make([]any, 0, 4*len(failures))
+	ids = make([]uuid.UUID, len(failures))
+	for i, f := range failures {
+		if i > 0 {
+			rows.WriteString(" UNION ALL ")
+		}
+		rows.WriteString("SELECT ? AS id, ? AS error, ? AS dead, ? AS delay_us")
+		args = append(args, f.ID[:], storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds())
+		ids[i] = f.ID
+	}
+	return strings.Replace(s.queries[name], "{{failures}}", rows.String(), 1), args, ids
+}
+
 // MarkFailed records one failed attempt for each of the lease's rows in
 // p.Failures.
 func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
 	if len(p.Failures) == 0 {
 		return 0, nil
 	}
-	var failures strings.Builder
-	args := make([]any, 0, 5*len(p.Failures)+2)
-	ids := make([]uuid.UUID, len(p.Failures))
-	for i, f := range p.Failures {
-		if i > 0 {
-			failures.WriteString(" UNION ALL ")
-		}
-		failures.WriteString("SELECT ? AS id, ? AS error, ? AS dead, ? AS delay_us")
-		args = append(args, f.ID[:], storage.StorableError(f.Error), f.Dead, f.Delay.Microseconds())
-		ids[i] = f.ID
-	}
-	query := strings.Replace(s.queries["mark_failed"], "{{failures}}", failures.String(), 1)
+	query, args, ids := s.withFailures("mark_failed", p.Failures)
 	n, err := s.settle(ctx, "", args, ids, p.Lease, query)
 	if err != nil {
 		return 0, fmt.Errorf("mark failed: %w", err)
