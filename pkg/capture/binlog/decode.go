@@ -93,10 +93,9 @@ func (l layout) event(row []any) (ev outbox.Event, seq int64, fresh bool, err er
 	copy(ev.ID[:], id)
 	ev.Type, _ = text(col(colType))
 	ev.PartitionKey, _ = text(col(colKey))
-	payload, _ := text(col(colPayload))
-	ev.Payload = []byte(payload)
-	if h, ok := text(col(colHeaders)); ok && h != "" {
-		ev.Headers = []byte(h)
+	ev.Payload = bytesOf(col(colPayload))
+	if h := bytesOf(col(colHeaders)); len(h) > 0 {
+		ev.Headers = h
 	}
 	attempts, err := intOf(col(colAttempts))
 	if err != nil {
@@ -119,6 +118,18 @@ func text(v any) (s string, ok bool) {
 		return string(v), true
 	}
 	return "", false
+}
+
+// bytesOf is a copy of a string or bytes column's value (nil for NULL),
+// made once: the log's buffer is not the event's to keep.
+func bytesOf(v any) []byte {
+	switch v := v.(type) {
+	case string:
+		return []byte(v)
+	case []byte:
+		return append([]byte(nil), v...)
+	}
+	return nil
 }
 
 // datetimeLayout is how the binlog library writes a DATETIME(6).
