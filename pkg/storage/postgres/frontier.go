@@ -36,17 +36,16 @@ func (s *Store) ClaimBound(time.Duration) storage.ClaimBound {
 // those it watches, and looks up by id (one index probe) until a claim sees
 // them ended. A writer the frontier has not reached gets no id below it.
 type frontier struct {
-	// at is the place in (writer, seq) order that fresh rows are read
-	// after; due the place in the due index's (available_at, seq) order
-	// that rows the fresh reads passed before they were due are read after.
-	at  writePlace
+	// writerFrontier is at, the place in (writer, seq) order that fresh
+	// rows are read after, and watch: the writers passed while they were
+	// running, whose rows a claim locked but left (past its byte limit),
+	// or whose rows a held claim that ended without a commit had locked.
+	// A watched writer is dropped only once a claim saw it ended, read
+	// all its due rows from its place and no claim holds any.
+	writerFrontier
+	// due is the place in the due index's (available_at, seq) order that
+	// rows the fresh reads passed before they were due are read after.
 	due dueKey
-	// watch are the writers passed while they were running, whose rows a
-	// claim locked but left (past its byte limit), or whose rows a held
-	// claim that ended without a commit had locked: a watched writer is
-	// dropped only once a claim saw it ended, read all its due rows from
-	// its place and no claim holds any.
-	watch map[uint64]watchPlace
 	// sweeps: every SweepInterval a claim reads the fresh rows again from
 	// where the frontier was at the sweep before, and every
 	// fullSweepEvery-th from the beginning, as defence in depth. Nothing
@@ -82,38 +81,6 @@ func (s *sweepSchedule) due(interval time.Duration, now time.Time, at writePlace
 	return from, true
 }
 
-// watchPlace is where the watched arm reads a watched writer's rows from,
-// and how many held claims still hold rows of it that they left. The
-// writer's rows below from are behind the frontier, as if it were not
-// watched (invariant I): the other arms read them. from only moves
-// forward over rows the watched arm read, and back to the lowest row a
-// claim left or, ending without a commit, had locked: rereading from the
-// writer's first row at every claim stepped over the dead index entries
-// of every row of it already delivered (issue 42).
-type watchPlace struct {
-	holds int
-	from  int64
-}
-
-// watchFrom watches writer x from seq at most.
-func (f *frontier) watchFrom(x uint64, seq int64) {
-	w, ok := f.watch[x]
-	if !ok || seq < w.from {
-		w.from = seq
-	}
-	f.watch[x] = w
-}
-
-// writePlace is a place in the fresh rows' order: writer, then seq.
-type writePlace struct {
-	xid uint64
-	seq int64
-}
-
-func (a writePlace) before(b writePlace) bool {
-	return a.xid < b.xid || a.xid == b.xid && a.seq < b.seq
-}
-
 // frontierPlan is what one claim reads: fresh rows after start, due rows
 // after due of writers at or before dueBound, and watch's rows.
 type frontierPlan struct {
@@ -130,15 +97,7 @@ func (f *frontier) plan(sweepInterval time.Duration, now time.Time) frontierPlan
 	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep {
 		return frontierPlan{start: from, sweep: true}
 	}
-	w := make([]uint64, 0, len(f.watch))
-	for x := range f.watch {
-		w = append(w, x)
-	}
-	slices.Sort(w)
-	from := make([]int64, len(w))
-	for i, x := range w {
-		from[i] = f.watch[x].from
-	}
+	w, from := f.watched()
 	return frontierPlan{start: f.at, dueBound: f.at, due: f.due, watch: w, watchFrom: from}
 }
 
@@ -291,9 +250,6 @@ func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, t
 // it was, behind the frontier: their writers are watched again from the
 // lowest row of each it had locked, and the next claim takes them.
 func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierRead, held bool) (release func(abandoned bool)) {
-	if f.watch == nil {
-		f.watch = map[uint64]watchPlace{}
-	}
 	release = func(bool) {}
 	if !pl.sweep {
 		f.watchedRead(pl, limit, r)
@@ -345,60 +301,27 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 		due = dueKey{at: k.at, seq: k.seq - 1}
 	}
 	f.due = laterDue(f.due, due)
-	// Watched writers: dropped once ended and every due row of theirs
-	// from their place was read (the read stopped short) and none is held
-	// or was left.
-	if watched.n < limit-again.n {
-		for _, x := range pl.watch {
-			_, left := r.left[x]
-			_, skipped := r.skipWatched[x]
-			if r.snap.ended(x) && f.watch[x].holds == 0 && !left && !skipped {
-				delete(f.watch, x)
-			}
-		}
-	}
-	// Fresh rows: a read that stopped short saw every row of every writer
-	// below the snapshot's xmax that had ended; one that stopped at its
-	// limit, every row up to the last it returned. The running writers
-	// it passed are watched.
-	to := fresh.lastFresh
-	if fresh.n < limit-again.n-watched.n {
-		to = writePlace{xid: r.snap.xmax}
-	}
-	// Never past xmax: a row there names a writer that had no id when the
-	// snapshot was taken, which only a row whose writer no trigger set can
-	// (triggers disabled by hand or by a restore). Passing it would put
-	// every later transaction behind the frontier; read again, it is taken
-	// like any fresh row.
-	if limit := (writePlace{xid: r.snap.xmax}); limit.before(to) {
-		to = limit
-	}
+	// Fresh rows: the writer frontier's rule (reached, pass), and never
+	// past a row another transaction's lock kept from the read.
+	to := reached(r.snap, fresh.lastFresh, fresh.n >= limit-again.n-watched.n)
 	if p := r.skipFresh; p != nil && !to.before(*p) {
 		to = writePlace{xid: p.xid, seq: p.seq - 1}
 	}
-	if !f.at.before(to) {
-		return release
-	}
-	for _, x := range r.snap.running {
-		if x >= f.at.xid && x < to.xid {
-			if _, ok := f.watch[x]; !ok {
-				f.watch[x] = watchPlace{}
-			}
-		}
-	}
-	f.at = to
+	f.pass(to, r.snap)
 	return release
 }
 
-// watchedRead moves the watched writers' places over what the watched arm
-// read: each to just after the last row of it the arm returned, and never
-// past a row of it that a lock kept from the arm, or that was not due and
-// is outside the due index. The arm reads in (writer, seq) order, each
-// writer from its place; when it stopped at its limit, the second read
-// (skip watched) saw only the first such row in that order, so writers
-// after its writer keep their places. Rows it returned and took are the
-// claim's (an abandoned held claim sets the place back), those it left are
-// read again (done).
+// watchedRead records what the watched arm read of each watched writer
+// (writerFrontier.readOn): its place moves to just after the last row of
+// it the arm returned, and never past a row of it that a lock kept from
+// the arm, or that was not due and is outside the due index. The arm
+// reads in (writer, seq) order, each writer from its place; when it
+// stopped at its limit, the second read (skip watched) saw only the first
+// such row in that order, so writers after its writer keep their places.
+// A writer leaves the watch once the arm read to the end and returned the
+// last of its due rows: none left past the byte limit, none skipped. Rows
+// it returned and took are the claim's (an abandoned held claim sets the
+// place back), those it left are read again (done).
 func (f *frontier) watchedRead(pl frontierPlan, limit int, r frontierRead) {
 	toEnd := r.arms[1].n < limit-r.arms[0].n
 	var firstSkip uint64
@@ -411,21 +334,15 @@ func (f *frontier) watchedRead(pl frontierPlan, limit int, r frontierRead) {
 		}
 	}
 	for _, x := range pl.watch {
-		if skipped && x > firstSkip {
-			break
+		to := int64(math.MinInt64) // the place stays
+		if last, read := r.watchedLast[x]; read && !(skipped && x > firstSkip) {
+			to = last + 1
 		}
-		last, read := r.watchedLast[x]
-		w, ok := f.watch[x]
-		if !read || !ok || !r.snap.ended(x) {
-			continue
-		}
-		to := last + 1
-		if s, ok := r.skipWatched[x]; ok && s < to {
+		s, skip := r.skipWatched[x]
+		if skip && s < to {
 			to = s
 		}
-		if to > w.from {
-			w.from = to
-			f.watch[x] = w
-		}
+		_, left := r.left[x]
+		f.readOn(x, r.snap, to, toEnd && !left && !skip)
 	}
 }

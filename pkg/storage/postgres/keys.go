@@ -111,14 +111,13 @@ func (w *keyWalk) usable(now time.Time) bool {
 // DELIVERED is read by it once its writer has ended: after at in writer
 // order, or among the rows of a watched writer.
 type keyFrontier struct {
-	// at is where the reads go on from. With watch it says which rows
-	// the reads have returned: a claim's walk takes no other
-	// (walk_floors.sql).
-	at writePlace
-	// watch are the writers passed while they were running, each with
-	// the highest seq of its rows read since a read saw it ended: a
-	// writer is dropped once a read returned the last of its rows.
-	watch map[uint64]int64
+	// writerFrontier is at, where the reads go on from, and watch: the
+	// writers passed while they were running, each read from its place
+	// (just after the highest seq of its rows read since a read saw it
+	// ended) and dropped once a read returned the last of its rows.
+	// Together they say which rows the reads have returned: a claim's
+	// walk takes no other (walk_floors.sql).
+	writerFrontier
 	// A sweep, every SweepInterval, reads again from where at was at the
 	// sweep before, and every fullSweepEvery-th from the beginning, as
 	// defence in depth: beside the reads from at, most rows a read, from
@@ -146,15 +145,8 @@ func (f *keyFrontier) plan(sweepInterval time.Duration, now time.Time, most int6
 	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep && from.before(f.at) && f.sweep == nil {
 		f.sweep = &from
 	}
-	pl := keyFindPlan{start: f.at, watch: []uint64{}, after: []int64{}, most: most, sweep: f.sweep}
-	for x := range f.watch {
-		pl.watch = append(pl.watch, x)
-	}
-	slices.Sort(pl.watch)
-	for _, x := range pl.watch {
-		pl.after = append(pl.after, f.watch[x])
-	}
-	return pl
+	watch, from := f.watched()
+	return keyFindPlan{start: f.at, watch: watch, after: seqsBefore(from), most: most, sweep: f.sweep}
 }
 
 // args are claim_keys.sql's arguments.
@@ -187,9 +179,6 @@ type keyRead struct {
 
 // done moves the key frontier by a read planned as pl.
 func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
-	if f.watch == nil {
-		f.watch = map[uint64]int64{}
-	}
 	if pl.sweep != nil {
 		// The sweep is over once it read up to where the reads go on
 		// from.
@@ -203,52 +192,34 @@ func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
 	// A watched writer's rows are all visible once it has ended: a read
 	// that returned fewer than it could read the last of them.
 	for _, x := range pl.watch {
-		if !r.snap.ended(x) {
-			continue
-		}
 		got := r.watched[x] // xid: how many; seq: the highest
-		if int64(got.xid) < pl.most {
-			delete(f.watch, x)
-		} else {
-			f.watch[x] = got.seq
-		}
+		f.readOn(x, r.snap, got.seq+1, int64(got.xid) < pl.most)
 	}
-	// A short read saw every row of every writer below xmax that had
-	// ended; a full one, those up to the last it returned. The running
-	// writers passed are watched.
-	to := r.last
-	if r.fresh < pl.most {
-		to = writePlace{xid: r.snap.xmax}
+	// The fresh rows: the writer frontier's rule.
+	f.pass(reached(r.snap, r.last, r.fresh >= pl.most), r.snap)
+}
+
+// seqsBefore are the seqs just before places: the key reads take a
+// watched writer's rows after a seq.
+func seqsBefore(from []int64) []int64 {
+	after := make([]int64, len(from))
+	for i, seq := range from {
+		after[i] = seq - 1
 	}
-	// Never past xmax, as the claim frontier (frontier.done).
-	if limit := (writePlace{xid: r.snap.xmax}); limit.before(to) {
-		to = limit
-	}
-	if !f.at.before(to) {
-		return
-	}
-	for _, x := range r.snap.running {
-		if x >= f.at.xid && x < to.xid {
-			if _, ok := f.watch[x]; !ok {
-				f.watch[x] = 0
-			}
-		}
-	}
-	f.at = to
+	return after
 }
 
 // readArgs are walk_floors.sql's arguments that say which rows the reads
 // have returned: those at or before at in writer order, save a watched
 // writer's after the highest seq read of it.
 func (f *keyFrontier) readArgs() []any {
-	watched := make([]string, 0, len(f.watch))
-	seqs := make([]int64, 0, len(f.watch))
-	for x, seq := range f.watch {
-		watched = append(watched, strconv.FormatUint(x, 10))
-		seqs = append(seqs, seq)
+	watch, from := f.watched()
+	watched := make([]string, len(watch))
+	for i, x := range watch {
+		watched[i] = strconv.FormatUint(x, 10)
 	}
 	return []any{strconv.FormatUint(f.at.xid, 10), f.at.seq,
-		pgtype.FlatArray[string](watched), pgtype.FlatArray[int64](seqs)}
+		pgtype.FlatArray[string](watched), pgtype.FlatArray[int64](seqsBefore(from))}
 }
 
 // saw records a keyed row not DELIVERED at seq: its key waits, and its floor

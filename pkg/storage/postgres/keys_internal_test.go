@@ -142,8 +142,8 @@ func TestTheKeyFrontierWatchesTheWritersItPassedRunning(t *testing.T) {
 	pl = f.plan(time.Hour, time.Now(), 10)
 	f.done(pl, keyRead{snap: snapshot{xmin: 100, xmax: 130, running: []uint64{100}},
 		watched: map[uint64]writePlace{110: {xid: 10, seq: 77}}, fresh: 0})
-	if got, ok := f.watch[110]; !ok || got != 77 {
-		t.Errorf("writer 110 after a full read of its rows: watched %v from %d, want from 77", ok, got)
+	if got, ok := f.watch[110]; !ok || got.from != 78 {
+		t.Errorf("writer 110 after a full read of its rows: watched %v from %d, want from 78, after the last read", ok, got.from)
 	}
 	if _, ok := f.watch[100]; !ok {
 		t.Error("writer 100, still running, was dropped")
