@@ -22,6 +22,11 @@ import (
 //     for several uses: shared parts ({% template "claim_arms" . %}) and
 //     what differs between the uses ({% if .Held %}), by sqlParams. The
 //     uses are listed in statementVariants; each is a statement of its own.
+//     A part used twice in one statement takes what differs between those
+//     uses by a function of sqlFuncs: each claim arm's row conditions
+//     ({% template "fresh_rows" (arm .) %}) are also its second read's
+//     ({% template "fresh_rows" (reread .) %}), which differs in when a row
+//     counts as due (armParams.Reread).
 //
 // A file that only defines parts ({% define %}) is no statement.
 
@@ -50,6 +55,24 @@ type sqlParams struct {
 	// exact created_at (one partition); otherwise by id alone, for rows
 	// whose created_at it could not read.
 	ExactCreated bool
+}
+
+// armParams are the parameters of a claim arm's row conditions in
+// claim_arms.sql: the statement's, and which of the arm's two reads.
+type armParams struct {
+	sqlParams
+	// Reread: the arm's second read, in skipped, which for the fresh and
+	// watched arms also sees the rows outside the due index that are not
+	// due yet.
+	Reread bool
+}
+
+// sqlFuncs are the functions of the {% %} actions: arm and reread give a
+// claim arm's row conditions the statement's parameters for the arm's read
+// or for its second read.
+var sqlFuncs = template.FuncMap{
+	"arm":    func(p sqlParams) armParams { return armParams{sqlParams: p} },
+	"reread": func(p sqlParams) armParams { return armParams{sqlParams: p, Reread: true} },
 }
 
 // statementVariants are the statements rendered from a file with {% %}
@@ -85,31 +108,9 @@ var statementVariants = []struct {
 
 // loadQueries returns every statement for table, by name.
 func loadQueries(table schema.Table) (map[string]string, error) {
-	expand := func(q string) string { return freshRule.Replace(dueAgainRules.Replace(schema.Expand(q, table))) }
-	queries, err := driverkit.LoadQueries(sqlFiles, "sql", expand)
+	queries, tmpl, err := loadTemplates(table)
 	if err != nil {
 		return nil, err
-	}
-	// The files with actions, and the parts they share, as templates.
-	tmpl := template.New("").Delims("{%", "%}").Option("missingkey=error")
-	parts, err := fs.Glob(sqlFiles, "sql/ordered/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	for _, file := range parts {
-		name := strings.TrimSuffix(path.Base(file), ".sql")
-		if _, err := tmpl.New(name).Parse(expand(driverkit.MustReadQuery(sqlFiles, file))); err != nil {
-			return nil, fmt.Errorf("sql file %s: %w", file, err)
-		}
-	}
-	for name, q := range queries {
-		if !strings.Contains(q, "{%") {
-			continue
-		}
-		if _, err := tmpl.New(name).Parse(q); err != nil {
-			return nil, fmt.Errorf("sql file %s.sql: %w", name, err)
-		}
-		delete(queries, name) // a statement only as one of its variants
 	}
 	for _, v := range statementVariants {
 		var b strings.Builder
@@ -119,6 +120,38 @@ func loadQueries(table schema.Table) (map[string]string, error) {
 		queries[v.name] = b.String()
 	}
 	return queries, nil
+}
+
+// loadTemplates returns the statements for table without {% %} actions, by
+// name, and the files with actions, and the parts they share, as
+// templates.
+func loadTemplates(table schema.Table) (map[string]string, *template.Template, error) {
+	expand := func(q string) string { return freshRule.Replace(dueAgainRules.Replace(schema.Expand(q, table))) }
+	queries, err := driverkit.LoadQueries(sqlFiles, "sql", expand)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := template.New("").Delims("{%", "%}").Option("missingkey=error").Funcs(sqlFuncs)
+	parts, err := fs.Glob(sqlFiles, "sql/ordered/*.sql")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, file := range parts {
+		name := strings.TrimSuffix(path.Base(file), ".sql")
+		if _, err := tmpl.New(name).Parse(expand(driverkit.MustReadQuery(sqlFiles, file))); err != nil {
+			return nil, nil, fmt.Errorf("sql file %s: %w", file, err)
+		}
+	}
+	for name, q := range queries {
+		if !strings.Contains(q, "{%") {
+			continue
+		}
+		if _, err := tmpl.New(name).Parse(q); err != nil {
+			return nil, nil, fmt.Errorf("sql file %s.sql: %w", name, err)
+		}
+		delete(queries, name) // a statement only as one of its variants
+	}
+	return queries, tmpl, nil
 }
 
 // mustReadSQL returns the embedded sql/<name>.sql, unexpanded.

@@ -7,6 +7,35 @@
 ({{writer}} = ANY($9::text[]::xid8[])
  AND seq >= ($12::bigint[])[array_position($9::text[]::xid8[], {{writer}})])
 {%- end %}
+{%/* The row conditions of each arm (again_rows, watched_rows, fresh_rows),
+     written once for the arm, with (arm .), and for its second read in
+     skipped, with (reread .): the reads differ only in when a row counts
+     as due (due). The fresh and watched reads also see the rows outside
+     the due index that are not due yet; the again arm reads only rows of
+     the due index, and its second read the same rows. */%}
+{% define "due" -%}
+{% if .Reread %}(available_at <= now() OR available_at <= created_at){% else %}available_at <= now(){% end %}
+{%- end %}
+{% define "again_rows" -%}
+status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
+      AND (available_at, seq) > ($7::timestamptz, $8::bigint)
+      AND ({{writer}}, seq) <= ($10::text::xid8, $11::bigint)
+      AND NOT {% template "watched_row" %}
+{%- end %}
+{% define "watched_rows" -%}
+status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND {% template "watched_row" %}
+      AND {% template "due" . %}
+      -- The lowest place, as where the index scan starts in every watched
+      -- writer: the per-writer bound above is a filter, and the scan would
+      -- still step over the entries of each writer's rows behind it (a
+      -- row comparison would not set the start next to the = ANY).
+      AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
+{%- end %}
+{% define "fresh_rows" -%}
+status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND ({{writer}}, seq) > ($4::text::xid8, $5::bigint)
+      AND seq <= {{fresh_to}} AND {% template "due" . %}
+      AND NOT {% template "watched_row" %}
+{%- end %}
 {% define "claim_arms" -%}
 -- The rows an unordered claim may take, read in three arms that never
 -- overlap (docs/architecture.md, "The claim frontier"). Every claim of rows
@@ -36,10 +65,7 @@
 WITH again AS (
     SELECT {% template "arm_columns" . %}, 0 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
-      AND (available_at, seq) > ($7::timestamptz, $8::bigint)
-      AND ({{writer}}, seq) <= ($10::text::xid8, $11::bigint)
-      AND NOT {% template "watched_row" %}
+    WHERE {% template "again_rows" (arm .) %}
     ORDER BY available_at, seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -47,22 +73,14 @@ WITH again AS (
     SELECT {% template "arm_columns" . %}, 1 AS arm
     FROM {{table}}
     WHERE cardinality($9::text[]) > 0
-      AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND {% template "watched_row" %}
-      AND available_at <= now()
-      -- The lowest place, as where the index scan starts in every watched
-      -- writer: the per-writer bound above is a filter, and the scan would
-      -- still step over the entries of each writer's rows behind it (a
-      -- row comparison would not set the start next to the = ANY).
-      AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
+      AND {% template "watched_rows" (arm .) %}
     ORDER BY {{writer}}, seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
     FOR UPDATE SKIP LOCKED
 ), fresh AS (
     SELECT {% template "arm_columns" . %}, 2 AS arm
     FROM {{table}}
-    WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND ({{writer}}, seq) > ($4::text::xid8, $5::bigint)
-      AND seq <= {{fresh_to}} AND available_at <= now()
-      AND NOT {% template "watched_row" %}
+    WHERE {% template "fresh_rows" (arm .) %}
       AND event_id NOT IN (SELECT event_id FROM again)
     ORDER BY {{writer}}, seq
     LIMIT greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
@@ -86,14 +104,14 @@ WITH again AS (
     -- those. (A row comparison as an upper bound would not stop the index
     -- scan on PostgreSQL before 17.) A read that went past the arm's last
     -- row matters only if the arm stopped short of its limit, having read
-    -- to the end. Each second read repeats its arm's conditions, less the
-    -- lock and plus the rows the due index lets it pass: keep them in step.
+    -- to the end. Each second read shares its arm's row conditions, the
+    -- arm's template (again_rows, watched_rows, fresh_rows) read with
+    -- reread: without the lock, and for the fresh and watched reads also
+    -- the rows outside the due index that are not due yet (due).
     (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
      FROM (SELECT event_id, {{writer}} AS writer, seq
            FROM {{table}}
-           WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND ({{writer}}, seq) > ($4::text::xid8, $5::bigint)
-             AND seq <= {{fresh_to}} AND (available_at <= now() OR available_at <= created_at)
-             AND NOT {% template "watched_row" %}
+           WHERE {% template "fresh_rows" (reread .) %}
            ORDER BY {{writer}}, seq
            -- None when the arms before left the fresh arm nothing to take:
            -- the read would step over the rows the watched arm reads (all
@@ -110,10 +128,7 @@ WITH again AS (
     (SELECT 'skip again', writer, seq, available_at
      FROM (SELECT event_id, {{writer}} AS writer, seq, available_at
            FROM {{table}}
-           WHERE status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND available_at > created_at AND available_at <= now()
-             AND (available_at, seq) > ($7::timestamptz, $8::bigint)
-             AND ({{writer}}, seq) <= ($10::text::xid8, $11::bigint)
-             AND NOT {% template "watched_row" %}
+           WHERE {% template "again_rows" (reread .) %}
            ORDER BY available_at, seq
            LIMIT (SELECT count(*) FROM again) + 1) AS r
      WHERE event_id NOT IN (SELECT event_id FROM again)
@@ -133,9 +148,7 @@ WITH again AS (
            FROM {{table}}
            WHERE cardinality($9::text[]) > 0
              AND greatest($2 - (SELECT count(*) FROM again), 0) > 0
-             AND status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND {% template "watched_row" %}
-             AND (available_at <= now() OR available_at <= created_at)
-             AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
+             AND {% template "watched_rows" (reread .) %}
            ORDER BY {{writer}}, seq
            LIMIT CASE WHEN (SELECT count(*) FROM watched) < greatest($2 - (SELECT count(*) FROM again), 0) THEN NULL
                       ELSE (SELECT count(*) FROM watched) + 1 END) AS r
