@@ -13,8 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	pkgconfig "github.com/outbox-relay/relay/internal/config"
 	"github.com/outbox-relay/relay/internal/console"
+	pkgconfig "github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/internal/listen"
 	"github.com/outbox-relay/relay/internal/logfmt"
 )

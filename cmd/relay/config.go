@@ -16,7 +16,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	pkgconfig "github.com/outbox-relay/relay/internal/config"
+	pkgconfig "github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/internal/retention"
 	"github.com/outbox-relay/relay/internal/telemetry"
 	"github.com/outbox-relay/relay/pkg/capture/pgwal"

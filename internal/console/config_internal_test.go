@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 )
 
 // A zero Config takes its defaults; a field that cannot work is an error
@@ -27,7 +27,7 @@ func TestConfigTakesDefaultsAndNamesFields(t *testing.T) {
 		{Config{PageSize: 1001}, "console: PageSize must be 0 to 1000, got 1001"},
 	} {
 		err := c.cfg.Validate()
-		var fe *config.FieldError
+		var fe *fieldcheck.FieldError
 		if err == nil || err.Error() != c.want || !errors.As(err, &fe) {
 			t.Errorf("%+v: Validate = %v, want the FieldError %s", c.cfg, err, c.want)
 		}

@@ -20,7 +20,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -118,7 +118,7 @@ func (s Slot) Trouble() string {
 // Validate reports every field that cannot work, by its Go name. Zero
 // fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	v := config.Check("console")
+	v := fieldcheck.Check("console")
 	v.Expect("Refresh", c.Refresh >= 0, "must not be negative, got %s", c.Refresh)
 	v.Expect("Refresh", c.Refresh <= 0 || c.Refresh >= time.Second, "must be at least 1s, got %s", c.Refresh)
 	v.Expect("PageSize", c.PageSize >= 0 && c.PageSize <= 1000, "must be 0 to 1000, got %d", c.PageSize)
@@ -126,8 +126,8 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	config.Default(&c.Refresh, RefreshDefault)
-	config.Default(&c.PageSize, PageSizeDefault)
+	fieldcheck.Default(&c.Refresh, RefreshDefault)
+	fieldcheck.Default(&c.PageSize, PageSizeDefault)
 	return c
 }
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 )
 
 // A zero Config is valid and its tuning takes the defaults; the
@@ -43,7 +43,7 @@ func TestInvalidFieldsAreNamed(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%+v: Validate = %v, want %s", c.cfg, err, c.want)
 		}
-		var fe *config.FieldError
+		var fe *fieldcheck.FieldError
 		if !errors.As(err, &fe) {
 			t.Errorf("%v is not a FieldError", err)
 		}

@@ -19,7 +19,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -79,10 +79,10 @@ type Config struct {
 func (c Config) Enabled() bool { return c.Delivered >= 0 || c.Dead >= 0 }
 
 func (c Config) withDefaults() Config {
-	config.Default(&c.Interval, IntervalDefault)
-	config.Default(&c.FirstDelay, FirstDelayDefault)
-	config.Default(&c.BatchSize, BatchSizeDefault)
-	config.Default(&c.Pause, PauseDefault)
+	fieldcheck.Default(&c.Interval, IntervalDefault)
+	fieldcheck.Default(&c.FirstDelay, FirstDelayDefault)
+	fieldcheck.Default(&c.BatchSize, BatchSizeDefault)
+	fieldcheck.Default(&c.Pause, PauseDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -95,7 +95,7 @@ func (c Config) withDefaults() Config {
 // Validate reports every field that cannot work, by its Go name. Zero
 // fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	v := config.Check("retention")
+	v := fieldcheck.Check("retention")
 	v.Expect("Interval", c.Interval >= 0, "must be positive, got %s", c.Interval)
 	v.Expect("FirstDelay", c.FirstDelay >= 0, "must be positive, got %s", c.FirstDelay)
 	v.Expect("BatchSize", c.BatchSize >= 0, "must be positive, got %d", c.BatchSize)

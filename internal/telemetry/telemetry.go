@@ -46,7 +46,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 )
 
 // Exporter names, as OTEL_METRICS_EXPORTER and OTEL_TRACES_EXPORTER take
@@ -131,7 +131,7 @@ func (c Config) withDefaults() Config {
 	if c.OTLPTracesProtocol == "" {
 		c.OTLPTracesProtocol = OTLPProtocolDefault
 	}
-	config.Default(&c.BacklogInterval, BacklogIntervalDefault)
+	fieldcheck.Default(&c.BacklogInterval, BacklogIntervalDefault)
 	if c.Console == nil {
 		c.Console = os.Stderr
 	}
@@ -144,7 +144,7 @@ func (c Config) withDefaults() Config {
 // Validate reports every field that cannot work, by its Go name. Zero
 // fields are valid: they take their defaults.
 func (c Config) Validate() error {
-	v := config.Check("telemetry")
+	v := fieldcheck.Check("telemetry")
 	_, err := exporterList(c.MetricsExporter, ExporterPrometheus, ExporterOTLP)
 	v.Wrap("MetricsExporter", err)
 	_, err = exporterList(c.TracesExporter, ExporterOTLP, ExporterConsole)

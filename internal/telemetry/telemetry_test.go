@@ -26,7 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/internal/syncbuf"
 	"github.com/outbox-relay/relay/internal/telemetry"
@@ -341,7 +341,7 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %s", c.cfg, err, c.want)
 		}
-		var fe *config.FieldError
+		var fe *fieldcheck.FieldError
 		if !errors.As(err, &fe) || strings.Contains(err.Error(), "OTEL_") {
 			t.Errorf("%v does not name the field alone", err)
 		}

@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/outbox-relay/relay/internal/driver"
 	"github.com/outbox-relay/relay/internal/redact"
+	"github.com/outbox-relay/relay/internal/registry"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/publisher/option"
 )
@@ -184,11 +184,11 @@ func Table(ctx context.Context) string {
 	return t
 }
 
-var drivers = driver.NewRegistry[driver.Opener[Publisher]]("publisher")
+var drivers = registry.New[registry.Opener[Publisher]]("publisher")
 
 // Register makes a driver available to Open under the given URL schemes;
 // driver packages call it from init.
-func Register(opener driver.Opener[Publisher], schemes ...string) {
+func Register(opener registry.Opener[Publisher], schemes ...string) {
 	drivers.Register(opener, schemes...)
 }
 

@@ -16,7 +16,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -50,10 +50,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	config.Default(&c.Interval, IntervalDefault)
-	config.Default(&c.LeaseTimeout, LeaseTimeoutDefault)
-	config.Default(&c.BatchSize, BatchSizeDefault)
-	config.Default(&c.MaxAttempts, MaxAttemptsDefault)
+	fieldcheck.Default(&c.Interval, IntervalDefault)
+	fieldcheck.Default(&c.LeaseTimeout, LeaseTimeoutDefault)
+	fieldcheck.Default(&c.BatchSize, BatchSizeDefault)
+	fieldcheck.Default(&c.MaxAttempts, MaxAttemptsDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -65,13 +65,13 @@ func (c Config) withDefaults() Config {
 
 // ConfigError is a Config field that cannot work; New and Validate
 // return one for each such field (joined), which errors.As finds.
-type ConfigError = config.FieldError
+type ConfigError = fieldcheck.FieldError
 
 // Validate reports every field that cannot work, by its Go name, as
 // *ConfigError. Zero fields are valid: they take their defaults.
 func (c Config) Validate() error {
 	d := c.withDefaults()
-	v := config.Check("reaper")
+	v := fieldcheck.Check("reaper")
 	v.Expect("Interval", d.Interval > 0, "must be positive, got %s", c.Interval)
 	v.Expect("LeaseTimeout", d.LeaseTimeout >= storage.LeaseTimeoutMin, "must be at least %s, got %s", storage.LeaseTimeoutMin, c.LeaseTimeout)
 	v.Expect("BatchSize", d.BatchSize > 0, "must be positive, got %d", c.BatchSize)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -76,15 +76,15 @@ type CaptureConfig struct {
 // Validate reports every field that cannot work, by its Go name. Zero
 // fields are valid: they take their defaults.
 func (c CaptureConfig) Validate() error {
-	v := config.Check("relay")
+	v := fieldcheck.Check("relay")
 	v.Expect("CaptureConfig.StandbyRetry", c.StandbyRetry >= 0, "must be positive, got %s", c.StandbyRetry)
 	return v.Err()
 }
 
 func (c CaptureConfig) withDefaults() CaptureConfig {
-	config.Default(&c.StandbyRetry, StandbyRetryDefault)
-	config.Default(&c.Mode, "wal")
-	config.Default(&c.Position, "replication slot")
+	fieldcheck.Default(&c.StandbyRetry, StandbyRetryDefault)
+	fieldcheck.Default(&c.Mode, "wal")
+	fieldcheck.Default(&c.Position, "replication slot")
 	if c.Observer == nil {
 		c.Observer = NopCaptureObserver{}
 	}

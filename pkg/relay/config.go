@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -154,22 +154,22 @@ func (p RetryPolicy) Delay(attempts int, r float64) time.Duration {
 }
 
 func (c Config) withDefaults() Config {
-	config.Default(&c.BatchSize, BatchSizeDefault)
-	config.Default(&c.MaxBatchBytes, MaxBatchBytesDefault)
-	config.Default(&c.PollInterval, PollIntervalDefault)
-	config.Default(&c.SweepInterval, SweepIntervalDefault)
-	config.Default(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
-	config.Default(&c.LeaseTimeout, LeaseTimeoutDefault)
-	config.Default(&c.ShutdownTimeout, ShutdownTimeoutDefault)
-	config.Default(&c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
-	config.Default(&c.Retry.BaseDelay, RetryBaseDelayDefault)
-	config.Default(&c.Retry.MaxDelay, RetryMaxDelayDefault)
-	config.Default(&c.Retry.Jitter, RetryJitterDefault)
-	config.Default(&c.NotifyDebounce, NotifyDebounceDefault)
-	config.Default(&c.Ordering, OrderingDefault)
-	config.Default(&c.OnDead, OnDeadDefault)
-	config.Default(&c.LeaseMode, LeaseModeDefault)
-	config.Default(&c.HeldMax, HeldMaxDefault)
+	fieldcheck.Default(&c.BatchSize, BatchSizeDefault)
+	fieldcheck.Default(&c.MaxBatchBytes, MaxBatchBytesDefault)
+	fieldcheck.Default(&c.PollInterval, PollIntervalDefault)
+	fieldcheck.Default(&c.SweepInterval, SweepIntervalDefault)
+	fieldcheck.Default(&c.MaxInFlightBatches, MaxInFlightBatchesDefault)
+	fieldcheck.Default(&c.LeaseTimeout, LeaseTimeoutDefault)
+	fieldcheck.Default(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	fieldcheck.Default(&c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
+	fieldcheck.Default(&c.Retry.BaseDelay, RetryBaseDelayDefault)
+	fieldcheck.Default(&c.Retry.MaxDelay, RetryMaxDelayDefault)
+	fieldcheck.Default(&c.Retry.Jitter, RetryJitterDefault)
+	fieldcheck.Default(&c.NotifyDebounce, NotifyDebounceDefault)
+	fieldcheck.Default(&c.Ordering, OrderingDefault)
+	fieldcheck.Default(&c.OnDead, OnDeadDefault)
+	fieldcheck.Default(&c.LeaseMode, LeaseModeDefault)
+	fieldcheck.Default(&c.HeldMax, HeldMaxDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -182,13 +182,13 @@ func (c Config) withDefaults() Config {
 // ConfigError is a Config (or CaptureConfig) field that cannot work; New,
 // NewCapture and Validate return one for each such field (joined), which
 // errors.As finds.
-type ConfigError = config.FieldError
+type ConfigError = fieldcheck.FieldError
 
 // Validate reports every field that cannot work, by its Go name, as
 // *ConfigError. Zero fields are valid: they take their defaults.
 func (c Config) Validate() error {
 	d := c.withDefaults()
-	v := config.Check("relay")
+	v := fieldcheck.Check("relay")
 	v.Expect("RelayID", c.RelayID != "", "must not be empty")
 	v.Expect("BatchSize", d.BatchSize > 0, "must be positive, got %d", c.BatchSize)
 	v.Expect("MaxBatchBytes", d.MaxBatchBytes > 0, "must be positive, got %d", c.MaxBatchBytes)
@@ -200,7 +200,7 @@ func (c Config) Validate() error {
 	v.Expect("Retry.MaxAttempts", d.Retry.MaxAttempts > 0, "must be positive, got %d", c.Retry.MaxAttempts)
 	v.Expect("Retry.BaseDelay", d.Retry.BaseDelay > 0, "must be positive, got %s", c.Retry.BaseDelay)
 	v.Expect("Retry.MaxDelay", d.Retry.MaxDelay >= d.Retry.BaseDelay, "(%s) must not be below %s (%s)",
-		d.Retry.MaxDelay, config.Field("Retry.BaseDelay"), d.Retry.BaseDelay)
+		d.Retry.MaxDelay, fieldcheck.Field("Retry.BaseDelay"), d.Retry.BaseDelay)
 	v.Expect("Retry.Jitter", d.Retry.Jitter == NoJitter || d.Retry.Jitter >= 0 && d.Retry.Jitter <= 1,
 		"must be between 0 and 1, got %g", c.Retry.Jitter)
 	v.Expect("Ordering", d.Ordering == storage.OrderingNone || d.Ordering == storage.OrderingPartition,
@@ -211,7 +211,7 @@ func (c Config) Validate() error {
 		"must be auto, lock or status, got %q", c.LeaseMode)
 	v.Expect("LeaseMode", d.LeaseMode != LeaseLock || d.Ordering == storage.OrderingNone,
 		"lock needs %s none: an ordered claim must see which keys are at the broker, which only DELIVERING rows show (use auto or status)",
-		config.Field("Ordering"))
+		fieldcheck.Field("Ordering"))
 	v.Expect("HeldMax", d.HeldMax > 0, "must be positive, got %s", c.HeldMax)
 	v.Expect("NotifyDebounce", d.NotifyDebounce == NoDebounce || d.NotifyDebounce >= 0,
 		"must not be negative, got %s", c.NotifyDebounce)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
 
@@ -43,7 +43,7 @@ func TestZeroConfigTakesTheDefaults(t *testing.T) {
 		t.Errorf("Config{} with defaults =\n%+v\nwant\n%+v", got, want)
 	}
 	err := Config{}.Validate()
-	var fe *config.FieldError
+	var fe *fieldcheck.FieldError
 	if !errors.As(err, &fe) || fe.Field != "RelayID" || err.Error() != "relay: RelayID must not be empty" {
 		t.Errorf("Validate without RelayID = %v, want it to name RelayID alone", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/publisher"
 	"github.com/outbox-relay/relay/pkg/storage"
 )
@@ -109,7 +109,7 @@ func New(cfg Config, store storage.Queue, pub publisher.Publisher) (*Engine, err
 	if h, ok := store.(storage.HeldQueue); ok && cfg.LeaseMode != LeaseStatus && cfg.Ordering == storage.OrderingNone {
 		e.held = h
 	} else if cfg.LeaseMode == LeaseLock {
-		v := config.Check("relay")
+		v := fieldcheck.Check("relay")
 		v.Expect("LeaseMode", false, "lock: this storage cannot hold claims (PostgreSQL can); use auto or status")
 		return nil, v.Err()
 	}

@@ -51,7 +51,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/outbox-relay/relay/internal/driver"
+	"github.com/outbox-relay/relay/internal/registry"
 )
 
 // Queue is what the relay engine needs: claim batches and settle them.
@@ -374,7 +374,7 @@ func NewDriver[T any, S Storage](name, defaultTable string, parseTable func(stri
 	}
 }
 
-var drivers = driver.NewRegistry[Driver]("storage")
+var drivers = registry.New[Driver]("storage")
 
 // Register makes a driver available under the given URL schemes; driver
 // packages call it from init.

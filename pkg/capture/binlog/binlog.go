@@ -27,7 +27,7 @@ import (
 
 	gosql "github.com/go-sql-driver/mysql"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/capture"
 )
 
@@ -46,7 +46,7 @@ type SetupError = capture.SetupError
 
 // ConfigError is a Config field that cannot work; Validate returns one
 // (joined, for several).
-type ConfigError = config.FieldError
+type ConfigError = fieldcheck.FieldError
 
 // Config says what to read and how. Conn, Database and Table are
 // required; zero durations take their defaults.
@@ -75,7 +75,7 @@ type Config struct {
 
 // Validate reports every field that cannot work, by its Go name.
 func (c Config) Validate() error {
-	v := config.Check("binlog")
+	v := fieldcheck.Check("binlog")
 	v.Expect("Config.Conn", c.Conn != nil, "must be set")
 	v.Expect("Config.Database", c.Database != "", "must be set")
 	v.Expect("Config.Table", c.Table != "", "must be set")
@@ -85,8 +85,8 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	config.Default(&c.SaveInterval, SaveIntervalDefault)
-	config.Default(&c.Heartbeat, HeartbeatDefault)
+	fieldcheck.Default(&c.SaveInterval, SaveIntervalDefault)
+	fieldcheck.Default(&c.Heartbeat, HeartbeatDefault)
 	if c.ServerID == 0 {
 		c.ServerID = ServerIDFor(c.RelayID)
 	}

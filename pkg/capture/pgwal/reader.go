@@ -26,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/outbox-relay/relay/internal/config"
+	"github.com/outbox-relay/relay/internal/fieldcheck"
 	"github.com/outbox-relay/relay/pkg/capture"
 	"github.com/outbox-relay/relay/pkg/outbox"
 )
@@ -105,13 +105,13 @@ type Config struct {
 
 // ConfigError is a Config field that cannot work; Validate returns one
 // for each such field (joined), which errors.As finds.
-type ConfigError = config.FieldError
+type ConfigError = fieldcheck.FieldError
 
 // Validate reports every field that cannot work, by its Go name, as
 // *ConfigError: a slot or publication name that could not be pasted into
 // a replication command safely, a negative StatusInterval.
 func (c Config) Validate() error {
-	v := config.Check("pgwal")
+	v := fieldcheck.Check("pgwal")
 	v.Expect("Slot", c.Slot == "" || Identifier(c.Slot), "%q: use lowercase letters, digits and underscores (at most 63)", c.Slot)
 	v.Expect("Publication", c.Publication == "" || Identifier(c.Publication), "%q: use lowercase letters, digits and underscores (at most 63)", c.Publication)
 	v.Expect("StatusInterval", c.StatusInterval >= 0, "must be positive, got %s", c.StatusInterval)
@@ -120,11 +120,11 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	config.Default(&c.Slot, NameDefault(c.Schema, c.Table))
-	config.Default(&c.Publication, NameDefault(c.Schema, c.Table))
-	config.Default(&c.StatusInterval, StatusIntervalDefault)
-	config.Default(&c.Heartbeat, HeartbeatDefault)
-	config.Default(&c.PublicationCheck, PublicationCheckDefault)
+	fieldcheck.Default(&c.Slot, NameDefault(c.Schema, c.Table))
+	fieldcheck.Default(&c.Publication, NameDefault(c.Schema, c.Table))
+	fieldcheck.Default(&c.StatusInterval, StatusIntervalDefault)
+	fieldcheck.Default(&c.Heartbeat, HeartbeatDefault)
+	fieldcheck.Default(&c.PublicationCheck, PublicationCheckDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

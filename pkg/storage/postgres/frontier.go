@@ -346,3 +346,25 @@ func (f *frontier) watchedRead(pl frontierPlan, limit int, r frontierRead) {
 		f.readOn(x, r.snap, to, toEnd && !left && !skip)
 	}
 }
+
+// fullSweepEvery makes every n-th sweep read from the beginning of the
+// table, as defence in depth (frontier.go, keys.go).
+const fullSweepEvery = 30
+
+// dueKey is a place in the due index's order, (available_at, seq): the
+// claims read the due rows from one on. The zero key is the beginning.
+type dueKey struct {
+	at  time.Time
+	seq int64
+}
+
+func (k dueKey) before(o dueKey) bool {
+	return k.at.Before(o.at) || k.at.Equal(o.at) && k.seq < o.seq
+}
+
+func laterDue(a, b dueKey) dueKey {
+	if a.before(b) {
+		return b
+	}
+	return a
+}

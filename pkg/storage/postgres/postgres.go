@@ -79,7 +79,7 @@ type Store struct {
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
 
-	// states are the relays' claim states (state.go).
+	// states are the relays' claim states (claimstate.go).
 	states claimStates
 
 	// partitionLockTimeout and partitionMoveLimit replace

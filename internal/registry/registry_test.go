@@ -1,4 +1,4 @@
-package driver
+package registry
 
 import (
 	"strings"
@@ -10,7 +10,7 @@ import (
 // binaries' users cannot add.
 func TestUnknownSchemeSuggestsTheMeantOne(t *testing.T) {
 	t.Parallel()
-	r := NewRegistry[int]("publisher")
+	r := New[int]("publisher")
 	r.Register(1, "nats", "tls")
 	r.Register(2, "amqp", "amqps")
 	r.Register(3, "postgresql")
@@ -43,7 +43,7 @@ func TestUnknownSchemeSuggestsTheMeantOne(t *testing.T) {
 // never with its password.
 func TestAddressWithoutSchemeIsSaidToLackOne(t *testing.T) {
 	t.Parallel()
-	r := NewRegistry[int]("publisher")
+	r := New[int]("publisher")
 	r.Register(1, "nats", "tls")
 	r.Register(2, "kafka")
 	for _, c := range []struct{ url, want string }{

@@ -1,7 +1,7 @@
-// Package driver maps URL schemes to the drivers a program imports, so that
+// Package registry maps URL schemes to the drivers a program imports, so that
 // storage and publisher drivers are both chosen from a URL the same way and
 // report an unknown scheme the same way.
-package driver
+package registry
 
 import (
 	"context"
@@ -32,8 +32,8 @@ type Registry[D any] struct {
 	aliases map[string]string
 }
 
-// NewRegistry returns an empty registry for drivers of the named kind.
-func NewRegistry[D any](kind string) *Registry[D] {
+// New returns an empty registry for drivers of the named kind.
+func New[D any](kind string) *Registry[D] {
 	return &Registry[D]{kind: kind, drivers: map[string]D{}, aliases: map[string]string{}}
 }
 

@@ -1,10 +1,10 @@
-// Package config is the rule every package's Config keeps: a zero field
+// Package fieldcheck is the rule every package's Config keeps: a zero field
 // takes its documented XxxDefault, and a field that cannot work is a
 // *FieldError naming the field as Go spells it ("relay: BatchSize must be
 // positive, got -5"). Packages never name environment variables or flags:
 // a command, which knows what set each field, renames the fields in the
 // errors it shows (Rename).
-package config
+package fieldcheck
 
 import (
 	"errors"
