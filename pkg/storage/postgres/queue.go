@@ -50,40 +50,23 @@ type batchSender interface {
 func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []rowAddress, unhold func(abandoned bool), _ error) {
 	p = p.WithDefaults()
 	held := idle > 0
-	b := &pgx.Batch{}
-	claim := s.queries["claim"]
-	// st is the relay's claim state: nil when the log delivers the fresh
-	// rows (p.Fresh), which a claim then reads from the beginning,
-	// moving nothing (everything).
-	var st *claimState
-	if !p.Fresh.ToLog {
-		// One relay's claims come one after another; its state is held
-		// for the claim's round trip.
-		st = s.states.of(p.RelayID)
-		st.mu.Lock()
-		defer st.mu.Unlock()
-	}
+	b := &claimBatch{}
+	claim := "claim"
+	st, unlock := s.lockState(p)
+	defer unlock()
 	// The claim of rows whose order no key keeps: every row of an
 	// unordered claim, those without a key of an ordered one.
-	fpl, fread := everything(), &frontierRead{}
-	if st != nil {
-		fpl = st.fresh.plan(p.SweepInterval, time.Now())
-	}
+	fpl, fread := freshPlan(st, p), &frontierRead{}
 	limit := p.Limit
 	if held {
-		b.Queue("BEGIN")
-		b.Queue(s.queries["held_begin"], idle.Milliseconds())
-		claim = s.queries["claim_held"]
+		b.step("begin", "BEGIN")
+		b.step("idle timeout", s.queries["held_begin"], idle.Milliseconds())
+		claim = "claim_held"
 		if st != nil {
 			limit = st.heldLimit.rows(limit)
 		}
 	}
-	lockFresh := p.Fresh.ToLog && p.Fresh.WhenUnlocked
-	if lockFresh {
-		// Beside a log reader: which fresh rows the claim statements
-		// take, by the table's log lock (fresh_lock.sql).
-		b.Queue(s.queries["fresh_lock"], p.Fresh.BackfillTo)
-	}
+	s.queueFreshLock(b, p)
 	var (
 		fromFloors *floorsClaim
 		keyed      string
@@ -113,8 +96,8 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			limit = ls.unkeyedLimit(p.Limit, true)
 			ls.mu.Unlock()
 		}
-		claim = s.queries["claim_unkeyed"]
-		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
+		claim = "claim_unkeyed"
+		b.step("lock", s.queries["claim_lock"], claimLockClass, s.table.Quoted())
 		keyed = "claim_ordered"
 		keyedArgs = []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, p.Fresh.UpTo()}
 		if fromFloors != nil {
@@ -131,56 +114,18 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			keyed = ""
 		}
 	}
-	b.Queue(s.queries["claim_plan"], planCacheMode(p.Ordering))
-	b.Queue(s.queries["claim_stamp"])
-	b.Queue(claim, append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(p.Fresh.UpTo())...)...)
+	s.queueArms(b, planCacheMode(p.Ordering), claim, p, limit, fpl)
 	if keyed != "" {
 		b.Queue(s.queries[keyed], keyedArgs...)
 	}
 
-	results := on.SendBatch(ctx, b)
-	// Closed once only: after an error, pgx's Close touches the
-	// connection's statement cache even when called again, by which time
-	// the connection is back in the pool and may serve another goroutine.
-	closed := false
-	closeResults := func() error {
-		if closed {
-			return nil
-		}
-		closed = true
-		return results.Close()
+	c := s.sendClaim(ctx, on, b)
+	defer func() { _ = c.close() }()
+	lease, err := c.lease(p.RelayID)
+	if err != nil {
+		return storage.Batch{}, nil, nil, err
 	}
-	defer func() { _ = closeResults() }()
-	if held {
-		for _, step := range []string{"begin", "idle timeout"} {
-			if _, err := results.Exec(); err != nil {
-				s.recycle(err)
-				return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %s: %w", step, err)
-			}
-		}
-	}
-	if lockFresh {
-		if _, err := results.Exec(); err != nil {
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: log lock: %w", err)
-		}
-	}
-	if p.Ordering == storage.OrderingPartition {
-		if _, err := results.Exec(); err != nil {
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: lock: %w", err)
-		}
-	}
-	if _, err := results.Exec(); err != nil {
-		s.recycle(err)
-		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: plan: %w", err)
-	}
-	lease := storage.Lease{RelayID: p.RelayID}
-	if err := results.QueryRow().Scan(&lease.LockedAt); err != nil {
-		s.recycle(err)
-		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
-	}
-	events, seqs, rows, read, err := readEvents(results, limit, held, fread)
+	events, seqs, rows, read, err := readEvents(c.results, limit, held, fread)
 	if err == nil && keyed != "" {
 		// The keyed part of an ordered claim (never held).
 		var visited func(key []byte, first pgtype.Int8, head bool)
@@ -192,41 +137,13 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 			moreSeqs []int64
 			cut      int
 		)
-		more, moreSeqs, cut, err = readKeyedEvents(results, p.Limit, visited)
+		more, moreSeqs, cut, err = readKeyedEvents(c.results, p.Limit, visited)
 		events, read.cut = mergeBySeq(events, seqs, more, moreSeqs), read.cut+cut
 	}
-	if err == nil {
-		err = closeResults()
+	if err := c.end(ctx, err, lease, held); err != nil {
+		return storage.Batch{}, nil, nil, err
 	}
-	if err != nil {
-		// The claim's connection goes back to the pool first: on a pool of
-		// one, handing back would otherwise wait for it until it timed out.
-		_ = closeResults()
-		claimErr := fmt.Errorf("claim batch: %w", err)
-		var pgErr *pgconn.PgError
-		if held {
-			// Its transaction is still open: ClaimHeld ends it, and the
-			// rows are PENDING as they were.
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, claimErr
-		}
-		if errors.As(err, &pgErr) {
-			// The server refused the claim, so the pipeline's implicit
-			// transaction rolled back and no row is leased: nothing to hand
-			// back, and a hand-back failing for the same reason would only
-			// blur the error.
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, claimErr
-		}
-		return storage.Batch{}, nil, nil, s.handBack(ctx, lease, claimErr)
-	}
-	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-	batch := storage.Batch{Lease: lease, Events: events}
-	// A claim that stopped at its own limits left events it could have
-	// taken: the relay claims again at once. Rows locked past the byte
-	// limit count towards the limit they were read under.
-	unkeyed := fread.arms[0].n + fread.arms[1].n + fread.arms[2].n
-	batch.Full = len(events)+read.cut >= p.Limit || limit > 0 && unkeyed >= limit || read.cut > 0
+	batch := claimedBatch(lease, events, p, limit, read.cut, fread)
 	if p.Ordering == storage.OrderingPartition {
 		batch.After = walkEnd(p.After, events)
 		if fromFloors != nil {
@@ -247,6 +164,145 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		defer st.mu.Unlock()
 		release(abandoned)
 	}, nil
+}
+
+// lockState is the relay's claim state, held for the claim's round trip
+// (one relay's claims come one after another), and what lets it go. It
+// is nil when the log delivers the fresh rows (p.Fresh), which a claim
+// then reads from the beginning, moving nothing (everything).
+func (s *Store) lockState(p storage.ClaimParams) (st *claimState, unlock func()) {
+	if p.Fresh.ToLog {
+		return nil, func() {}
+	}
+	st = s.states.of(p.RelayID)
+	st.mu.Lock()
+	return st, st.mu.Unlock
+}
+
+// freshPlan plans the claim of rows by the frontier's arms from st, or
+// from the beginning without one.
+func freshPlan(st *claimState, p storage.ClaimParams) frontierPlan {
+	if st == nil {
+		return everything()
+	}
+	return st.fresh.plan(p.SweepInterval, time.Now())
+}
+
+// claimBatch is a claim's pipeline as it is queued: first the statements
+// whose results only say whether they ran (steps, each named for the
+// claim's error), then the lease stamp, then the claim statements.
+type claimBatch struct {
+	pgx.Batch
+	steps []string
+}
+
+// step queues a statement before the lease stamp.
+func (b *claimBatch) step(name, sql string, args ...any) {
+	b.Queue(sql, args...)
+	b.steps = append(b.steps, name)
+}
+
+// queueFreshLock queues, beside a log reader, the choice of the fresh
+// rows the claim statements take, by the table's log lock
+// (fresh_lock.sql).
+func (s *Store) queueFreshLock(b *claimBatch, p storage.ClaimParams) {
+	if p.Fresh.ToLog && p.Fresh.WhenUnlocked {
+		b.step("log lock", s.queries["fresh_lock"], p.Fresh.BackfillTo)
+	}
+}
+
+// queueArms queues the claim of at most limit rows by the frontier's arms
+// (claim_arms.sql), as the statement name planned as mode
+// (claim_plan.sql), after the lease stamp.
+func (s *Store) queueArms(b *claimBatch, mode, name string, p storage.ClaimParams, limit int, fpl frontierPlan) {
+	b.step("plan", s.queries["claim_plan"], mode)
+	b.Queue(s.queries["claim_stamp"])
+	b.Queue(s.queries[name], append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(p.Fresh.UpTo())...)...)
+}
+
+// sentClaim is a claim's pipeline once sent.
+type sentClaim struct {
+	s       *Store
+	steps   []string
+	results pgx.BatchResults
+	closed  bool
+}
+
+func (s *Store) sendClaim(ctx context.Context, on batchSender, b *claimBatch) *sentClaim {
+	return &sentClaim{s: s, steps: b.steps, results: on.SendBatch(ctx, &b.Batch)}
+}
+
+// close closes the results, once only: after an error, pgx's Close
+// touches the connection's statement cache even when called again, by
+// which time the connection is back in the pool and may serve another
+// goroutine.
+func (c *sentClaim) close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.results.Close()
+}
+
+// lease reads the steps' results, then the lease stamp.
+func (c *sentClaim) lease(relayID string) (storage.Lease, error) {
+	for _, step := range c.steps {
+		if _, err := c.results.Exec(); err != nil {
+			c.s.recycle(err)
+			return storage.Lease{}, fmt.Errorf("claim batch: %s: %w", step, err)
+		}
+	}
+	lease := storage.Lease{RelayID: relayID}
+	if err := c.results.QueryRow().Scan(&lease.LockedAt); err != nil {
+		c.s.recycle(err)
+		return storage.Lease{}, fmt.Errorf("claim batch: %w", err)
+	}
+	return lease, nil
+}
+
+// end closes the pipeline once its rows are read, err saying how that
+// went, and returns the claim's error: nil when it took its rows.
+func (c *sentClaim) end(ctx context.Context, err error, lease storage.Lease, held bool) error {
+	if err == nil {
+		err = c.close()
+	}
+	if err == nil {
+		return nil
+	}
+	// The claim's connection goes back to the pool first: on a pool of
+	// one, handing back would otherwise wait for it until it timed out.
+	_ = c.close()
+	claimErr := fmt.Errorf("claim batch: %w", err)
+	var pgErr *pgconn.PgError
+	if held {
+		// Its transaction is still open: ClaimHeld ends it, and the
+		// rows are PENDING as they were.
+		c.s.recycle(err)
+		return claimErr
+	}
+	if errors.As(err, &pgErr) {
+		// The server refused the claim, so the pipeline's implicit
+		// transaction rolled back and no row is leased: nothing to hand
+		// back, and a hand-back failing for the same reason would only
+		// blur the error.
+		c.s.recycle(err)
+		return claimErr
+	}
+	return c.s.handBack(ctx, lease, claimErr)
+}
+
+// claimedBatch is the batch of a claim that took events, and cut more
+// past its byte limit, reading at most limit rows by the frontier's arms
+// (fr).
+func claimedBatch(lease storage.Lease, events []outbox.Event, p storage.ClaimParams, limit, cut int, fr *frontierRead) storage.Batch {
+	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
+	batch := storage.Batch{Lease: lease, Events: events}
+	// A claim that stopped at its own limits left events it could have
+	// taken: the relay claims again at once. Rows locked past the byte
+	// limit count towards the limit they were read under.
+	unkeyed := fr.arms[0].n + fr.arms[1].n + fr.arms[2].n
+	batch.Full = len(events)+cut >= p.Limit || limit > 0 && unkeyed >= limit || cut > 0
+	return batch
 }
 
 // Plan cache modes for claim_plan.sql.
