@@ -33,6 +33,9 @@ import (
 // reading the rows lets a claim whose rows cannot be read in full hand them
 // back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	if p.Ordering == storage.OrderingPartition {
+		return s.claimOrdered(ctx, p)
+	}
 	b, _, _, err := s.claim(ctx, s.pool, p, 0)
 	return b, err
 }
@@ -42,22 +45,20 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// claim is Claim on on, or, with idle > 0, a held claim (held.go): its
-// pipeline begins a transaction, which it leaves open on on's connection,
-// and takes the rows without leasing them. A held claim returns where each
-// of its rows lies (rows), and unhold, to be called when its transaction
-// ends, saying whether it ended without a commit.
+// claim is Claim unordered on on, or, with idle > 0, a held claim
+// (held.go), which is always unordered: its pipeline begins a
+// transaction, which it leaves open on on's connection, and takes the rows
+// without leasing them. A held claim returns where each of its rows lies
+// (rows), and unhold, to be called when its transaction ends, saying
+// whether it ended without a commit.
 func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []rowAddress, unhold func(abandoned bool), _ error) {
 	p = p.WithDefaults()
 	held := idle > 0
-	b := &claimBatch{}
-	claim := "claim"
 	st, unlock := s.lockState(p)
 	defer unlock()
-	// The claim of rows whose order no key keeps: every row of an
-	// unordered claim, those without a key of an ordered one.
 	fpl, fread := freshPlan(st, p), &frontierRead{}
-	limit := p.Limit
+	b := &claimBatch{}
+	claim, limit := "claim", p.Limit
 	if held {
 		b.step("begin", "BEGIN")
 		b.step("idle timeout", s.queries["held_begin"], idle.Milliseconds())
@@ -67,57 +68,7 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		}
 	}
 	s.queueFreshLock(b, p)
-	var (
-		fromFloors *floorsClaim
-		keyed      string
-		keyedArgs  []any
-	)
-	if p.Ordering == storage.OrderingPartition {
-		// Ordered claims take turns: the claim statements' snapshots are
-		// taken after the lock is held, so they see every run another
-		// relay claimed and cannot take a later part of it. The rows
-		// without a key go by the frontier as unordered ones do, the keys
-		// from their floors (keys.go) where the relay knows them.
-		if st != nil {
-			if st.keys == nil {
-				st.keys = newKeyWalk()
-			}
-			var err error
-			if fromFloors, err = s.findKeys(ctx, st.keys, p); err != nil {
-				return storage.Batch{}, nil, nil, err
-			}
-			limit = st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0)
-		} else {
-			// Beside the log the claim reads from the beginning and keeps
-			// no frontier, but the split still alternates its odd row: a
-			// plain half gave the rows without a key none at BATCH_SIZE=1.
-			ls := s.states.of(p.RelayID)
-			ls.mu.Lock()
-			limit = ls.unkeyedLimit(p.Limit, true)
-			ls.mu.Unlock()
-		}
-		claim = "claim_unkeyed"
-		b.step("lock", s.queries["claim_lock"], claimLockClass, s.table.Quoted())
-		keyed = "claim_ordered"
-		keyedArgs = []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, p.Fresh.UpTo()}
-		if fromFloors != nil {
-			keyed = "claim_ordered_keys"
-			keyedArgs = fromFloors.claimArgs(p)
-		}
-		if p.OnDead == storage.DeadBlock {
-			keyed += "_block"
-		} else {
-			keyed += "_skip"
-		}
-		if fromFloors != nil && len(fromFloors.keys) == 0 {
-			// No key waits: the rows without a key are the whole claim.
-			keyed = ""
-		}
-	}
-	s.queueArms(b, planCacheMode(p.Ordering), claim, p, limit, fpl)
-	if keyed != "" {
-		b.Queue(s.queries[keyed], keyedArgs...)
-	}
+	s.queueArms(b, planOnce, claim, p, limit, fpl)
 
 	c := s.sendClaim(ctx, on, b)
 	defer func() { _ = c.close() }()
@@ -125,31 +76,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	if err != nil {
 		return storage.Batch{}, nil, nil, err
 	}
-	events, seqs, rows, read, err := readEvents(c.results, limit, held, fread)
-	if err == nil && keyed != "" {
-		// The keyed part of an ordered claim (never held).
-		var visited func(key []byte, first pgtype.Int8, head bool)
-		if fromFloors != nil {
-			visited = fromFloors.visit
-		}
-		var (
-			more     []outbox.Event
-			moreSeqs []int64
-			cut      int
-		)
-		more, moreSeqs, cut, err = readKeyedEvents(c.results, p.Limit, visited)
-		events, read.cut = mergeBySeq(events, seqs, more, moreSeqs), read.cut+cut
-	}
+	events, _, rows, read, err := readEvents(c.results, limit, held, fread)
 	if err := c.end(ctx, err, lease, held); err != nil {
 		return storage.Batch{}, nil, nil, err
 	}
 	batch := claimedBatch(lease, events, p, limit, read.cut, fread)
-	if p.Ordering == storage.OrderingPartition {
-		batch.After = walkEnd(p.After, events)
-		if fromFloors != nil {
-			batch.After = fromFloors.end(batch.After, len(events) < p.Limit)
-		}
-	}
 	if st == nil {
 		return batch, rows, func(bool) {}, nil
 	}
@@ -164,6 +95,102 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 		defer st.mu.Unlock()
 		release(abandoned)
 	}, nil
+}
+
+// claimOrdered is Claim under ORDERING=partition. Ordered claims take
+// turns: the claim statements' snapshots are taken after the table's
+// advisory lock is held, so they see every run another relay claimed and
+// cannot take a later part of it. The rows without a key go by the
+// frontier as unordered ones do (claim_unkeyed), the keys from their
+// floors (keys.go) where the relay knows them, and the two parts come
+// back merged in write order.
+func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	p = p.WithDefaults()
+	st, unlock := s.lockState(p)
+	defer unlock()
+	fpl, fread := freshPlan(st, p), &frontierRead{}
+	var (
+		fromFloors *floorsClaim
+		limit      int
+	)
+	if st != nil {
+		if st.keys == nil {
+			st.keys = newKeyWalk()
+		}
+		var err error
+		if fromFloors, err = s.findKeys(ctx, st.keys, p); err != nil {
+			return storage.Batch{}, err
+		}
+		limit = st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0)
+	} else {
+		// Beside the log the claim reads from the beginning and keeps no
+		// frontier, but the split still alternates its odd row: a plain
+		// half gave the rows without a key none at BATCH_SIZE=1.
+		ls := s.states.of(p.RelayID)
+		ls.mu.Lock()
+		limit = ls.unkeyedLimit(p.Limit, true)
+		ls.mu.Unlock()
+	}
+	b := &claimBatch{}
+	s.queueFreshLock(b, p)
+	b.step("lock", s.queries["claim_lock"], claimLockClass, s.table.Quoted())
+	s.queueArms(b, planAsUsual, "claim_unkeyed", p, limit, fpl)
+	keyed, keyedArgs := keyedClaim(p, fromFloors)
+	if keyed != "" {
+		b.Queue(s.queries[keyed], keyedArgs...)
+	}
+
+	c := s.sendClaim(ctx, s.pool, b)
+	defer func() { _ = c.close() }()
+	lease, err := c.lease(p.RelayID)
+	if err != nil {
+		return storage.Batch{}, err
+	}
+	events, seqs, _, read, err := readEvents(c.results, limit, false, fread)
+	if err == nil && keyed != "" {
+		var visited func(key []byte, first pgtype.Int8, head bool)
+		if fromFloors != nil {
+			visited = fromFloors.visit
+		}
+		var (
+			more     []outbox.Event
+			moreSeqs []int64
+			cut      int
+		)
+		more, moreSeqs, cut, err = readKeyedEvents(c.results, p.Limit, visited)
+		events, read.cut = mergeBySeq(events, seqs, more, moreSeqs), read.cut+cut
+	}
+	if err := c.end(ctx, err, lease, false); err != nil {
+		return storage.Batch{}, err
+	}
+	batch := claimedBatch(lease, events, p, limit, read.cut, fread)
+	batch.After = walkEnd(p.After, events)
+	if fromFloors != nil {
+		batch.After = fromFloors.end(batch.After, len(events) < p.Limit)
+	}
+	if st != nil {
+		// Never held: there is nothing to release when it ends.
+		st.fresh.done(fpl, limit, lease.LockedAt, *fread, false)
+	}
+	return batch, nil
+}
+
+// keyedClaim is the statement of the keyed part of an ordered claim, with
+// its arguments: the keys from their floors, or else the walk of the
+// index. None when no key waits: the rows without a key are then the
+// whole claim.
+func keyedClaim(p storage.ClaimParams, fromFloors *floorsClaim) (name string, args []any) {
+	if fromFloors != nil && len(fromFloors.keys) == 0 {
+		return "", nil
+	}
+	name, args = "claim_ordered", []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, p.Fresh.UpTo()}
+	if fromFloors != nil {
+		name, args = "claim_ordered_keys", fromFloors.claimArgs(p)
+	}
+	if p.OnDead == storage.DeadBlock {
+		return name + "_block", args
+	}
+	return name + "_skip", args
 }
 
 // lockState is the relay's claim state, held for the claim's round trip
@@ -305,22 +332,14 @@ func claimedBatch(lease storage.Lease, events []outbox.Event, p storage.ClaimPar
 	return batch
 }
 
-// Plan cache modes for claim_plan.sql.
+// Plan cache modes for claim_plan.sql: an unordered claim's arms are
+// planned once per connection (their plan cannot change with the
+// parameters), ordered claims as PostgreSQL decides (their key reads,
+// findKeys, are planned once too).
 const (
 	planOnce    = "force_generic_plan"
 	planAsUsual = "auto"
 )
-
-// planCacheMode is how the claims of ordering are planned: an unordered
-// claim's arms once per connection (their plan cannot change with the
-// parameters), ordered claims as PostgreSQL decides (their key reads,
-// findKeys, are planned once too).
-func planCacheMode(o storage.Ordering) string {
-	if o == storage.OrderingPartition {
-		return planAsUsual
-	}
-	return planOnce
-}
 
 // mergeBySeq merges two batches, each in write order with its seqs, into
 // one in write order.
