@@ -28,27 +28,9 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	st, unlock := s.lockState(p)
 	defer unlock()
 	fpl, fread := freshPlan(st, p), &frontierRead{}
-	var (
-		fromFloors *floorsClaim
-		limit      int
-	)
-	if st != nil {
-		if st.keys == nil {
-			st.keys = newKeyWalk()
-		}
-		var err error
-		if fromFloors, err = s.findKeys(ctx, st.keys, p); err != nil {
-			return storage.Batch{}, err
-		}
-		limit = st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0)
-	} else {
-		// Beside the log the claim reads from the beginning and keeps no
-		// frontier, but the split still alternates its odd row: a plain
-		// half gave the rows without a key none at BATCH_SIZE=1.
-		ls := s.states.of(p.RelayID)
-		ls.mu.Lock()
-		limit = ls.unkeyedLimit(p.Limit, true)
-		ls.mu.Unlock()
+	fromFloors, limit, err := s.orderedSplit(ctx, st, p)
+	if err != nil {
+		return storage.Batch{}, err
 	}
 	b := &claimBatch{}
 	s.queueFreshLock(b, p)
@@ -67,17 +49,9 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	}
 	events, seqs, _, read, err := readEvents(c.results, limit, false, fread)
 	if err == nil && keyed != "" {
-		var visited func(key []byte, first pgtype.Int8, head bool)
-		if fromFloors != nil {
-			visited = fromFloors.visit
-		}
-		var (
-			more     []outbox.Event
-			moreSeqs []int64
-			cut      int
-		)
-		more, moreSeqs, cut, err = readKeyedEvents(c.results, p.Limit, visited)
-		events, read.cut = mergeBySeq(events, seqs, more, moreSeqs), read.cut+cut
+		var cut int
+		events, cut, err = readKeyedInto(c.results, p.Limit, fromFloors, events, seqs)
+		read.cut += cut
 	}
 	if err := c.end(ctx, err, lease, false); err != nil {
 		return storage.Batch{}, err
@@ -92,6 +66,28 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 		st.fresh.done(fpl, limit, lease.LockedAt, *fread, false)
 	}
 	return batch, nil
+}
+
+// orderedSplit finds the keys an ordered claim walks from their floors
+// (nil: it walks the index instead), and how many rows without a key it
+// takes. The caller holds st's mutex.
+func (s *Store) orderedSplit(ctx context.Context, st *claimState, p storage.ClaimParams) (fromFloors *floorsClaim, unkeyed int, err error) {
+	if st == nil {
+		// Beside the log the claim reads from the beginning and keeps no
+		// frontier, but the split still alternates its odd row: a plain
+		// half gave the rows without a key none at BATCH_SIZE=1.
+		ls := s.states.of(p.RelayID)
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		return nil, ls.unkeyedLimit(p.Limit, true), nil
+	}
+	if st.keys == nil {
+		st.keys = newKeyWalk()
+	}
+	if fromFloors, err = s.findKeys(ctx, st.keys, p); err != nil {
+		return nil, 0, err
+	}
+	return fromFloors, st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0), nil
 }
 
 // keyedClaim is the statement of the keyed part of an ordered claim, with
@@ -161,6 +157,19 @@ func walkEnd(after string, events []outbox.Event) string {
 // claimLockClass is the high half of the ordered-claim advisory lock key;
 // the low half is the table's OID.
 const claimLockClass = 0x6f72 // "or"
+
+// readKeyedInto reads the keyed part of an ordered claim of limit events,
+// whose walk visited fromFloors's keys (nil: it walked the index), and
+// merges its rows with those without a key (events, with their seqs) in
+// write order; cut is how many rows its byte limit cut.
+func readKeyedInto(results pgx.BatchResults, limit int, fromFloors *floorsClaim, events []outbox.Event, seqs []int64) (_ []outbox.Event, cut int, err error) {
+	var visited func(key []byte, first pgtype.Int8, head bool)
+	if fromFloors != nil {
+		visited = fromFloors.visit
+	}
+	more, moreSeqs, cut, err := readKeyedEvents(results, limit, visited)
+	return mergeBySeq(events, seqs, more, moreSeqs), cut, err
+}
 
 // readKeyedEvents reads the rows of the keyed part of an ordered claim
 // (claim_ordered.sql) in write order, with their seqs, and how many rows
