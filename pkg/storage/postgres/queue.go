@@ -33,6 +33,9 @@ import (
 // reading the rows lets a claim whose rows cannot be read in full hand them
 // back at once.
 func (s *Store) Claim(ctx context.Context, p storage.ClaimParams) (storage.Batch, error) {
+	if p.Ordering == storage.OrderingPartition {
+		return s.claimOrdered(ctx, p)
+	}
 	b, _, _, err := s.claim(ctx, s.pool, p, 0)
 	return b, err
 }
@@ -42,197 +45,42 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// claim is Claim on on, or, with idle > 0, a held claim (held.go): its
-// pipeline begins a transaction, which it leaves open on on's connection,
-// and takes the rows without leasing them. A held claim returns where each
-// of its rows lies (rows), and unhold, to be called when its transaction
-// ends, saying whether it ended without a commit.
+// claim is Claim unordered on on, or, with idle > 0, a held claim
+// (held.go), which is always unordered: its pipeline begins a
+// transaction, which it leaves open on on's connection, and takes the rows
+// without leasing them. A held claim returns where each of its rows lies
+// (rows), and unhold, to be called when its transaction ends, saying
+// whether it ended without a commit.
 func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams, idle time.Duration) (_ storage.Batch, rows []rowAddress, unhold func(abandoned bool), _ error) {
 	p = p.WithDefaults()
 	held := idle > 0
-	b := &pgx.Batch{}
-	claim := s.queries["claim"]
-	// st is the relay's claim state: nil when the log delivers the fresh
-	// rows (p.Fresh), which a claim then reads from the beginning,
-	// moving nothing (everything).
-	var st *claimState
-	if !p.Fresh.ToLog {
-		// One relay's claims come one after another; its state is held
-		// for the claim's round trip.
-		st = s.states.of(p.RelayID)
-		st.mu.Lock()
-		defer st.mu.Unlock()
-	}
-	// The claim of rows whose order no key keeps: every row of an
-	// unordered claim, those without a key of an ordered one.
-	fpl, fread := everything(), &frontierRead{}
-	if st != nil {
-		fpl = st.fresh.plan(p.SweepInterval, time.Now())
-	}
-	limit := p.Limit
+	st, unlock := s.lockState(p)
+	defer unlock()
+	fpl, fread := freshPlan(st, p), &frontierRead{}
+	b := &claimBatch{}
+	claim, limit := "claim", p.Limit
 	if held {
-		b.Queue("BEGIN")
-		b.Queue(s.queries["held_begin"], idle.Milliseconds())
-		claim = s.queries["claim_held"]
+		b.step("begin", "BEGIN")
+		b.step("idle timeout", s.queries["held_begin"], idle.Milliseconds())
+		claim = "claim_held"
 		if st != nil {
 			limit = st.heldLimit.rows(limit)
 		}
 	}
-	lockFresh := p.Fresh.ToLog && p.Fresh.WhenUnlocked
-	if lockFresh {
-		// Beside a log reader: which fresh rows the claim statements
-		// take, by the table's log lock (fresh_lock.sql).
-		b.Queue(s.queries["fresh_lock"], p.Fresh.BackfillTo)
-	}
-	var (
-		fromFloors *floorsClaim
-		keyed      string
-		keyedArgs  []any
-	)
-	if p.Ordering == storage.OrderingPartition {
-		// Ordered claims take turns: the claim statements' snapshots are
-		// taken after the lock is held, so they see every run another
-		// relay claimed and cannot take a later part of it. The rows
-		// without a key go by the frontier as unordered ones do, the keys
-		// from their floors (keys.go) where the relay knows them.
-		if st != nil {
-			if st.keys == nil {
-				st.keys = newKeyWalk()
-			}
-			var err error
-			if fromFloors, err = s.findKeys(ctx, st.keys, p); err != nil {
-				return storage.Batch{}, nil, nil, err
-			}
-			limit = st.unkeyedLimit(p.Limit, fromFloors == nil || len(fromFloors.keys) > 0)
-		} else {
-			// Beside the log the claim reads from the beginning and keeps
-			// no frontier, but the split still alternates its odd row: a
-			// plain half gave the rows without a key none at BATCH_SIZE=1.
-			ls := s.states.of(p.RelayID)
-			ls.mu.Lock()
-			limit = ls.unkeyedLimit(p.Limit, true)
-			ls.mu.Unlock()
-		}
-		claim = s.queries["claim_unkeyed"]
-		b.Queue(s.queries["claim_lock"], claimLockClass, s.table.Quoted())
-		keyed = "claim_ordered"
-		keyedArgs = []any{p.RelayID, p.Limit, p.After, p.MaxBytes, p.RunLimit, p.Fresh.UpTo()}
-		if fromFloors != nil {
-			keyed = "claim_ordered_keys"
-			keyedArgs = fromFloors.claimArgs(p)
-		}
-		if p.OnDead == storage.DeadBlock {
-			keyed += "_block"
-		} else {
-			keyed += "_skip"
-		}
-		if fromFloors != nil && len(fromFloors.keys) == 0 {
-			// No key waits: the rows without a key are the whole claim.
-			keyed = ""
-		}
-	}
-	b.Queue(s.queries["claim_plan"], planCacheMode(p.Ordering))
-	b.Queue(s.queries["claim_stamp"])
-	b.Queue(claim, append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(p.Fresh.UpTo())...)...)
-	if keyed != "" {
-		b.Queue(s.queries[keyed], keyedArgs...)
-	}
+	s.queueFreshLock(b, p)
+	s.queueArms(b, planOnce, claim, p, limit, fpl)
 
-	results := on.SendBatch(ctx, b)
-	// Closed once only: after an error, pgx's Close touches the
-	// connection's statement cache even when called again, by which time
-	// the connection is back in the pool and may serve another goroutine.
-	closed := false
-	closeResults := func() error {
-		if closed {
-			return nil
-		}
-		closed = true
-		return results.Close()
-	}
-	defer func() { _ = closeResults() }()
-	if held {
-		for _, step := range []string{"begin", "idle timeout"} {
-			if _, err := results.Exec(); err != nil {
-				s.recycle(err)
-				return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %s: %w", step, err)
-			}
-		}
-	}
-	if lockFresh {
-		if _, err := results.Exec(); err != nil {
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: log lock: %w", err)
-		}
-	}
-	if p.Ordering == storage.OrderingPartition {
-		if _, err := results.Exec(); err != nil {
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: lock: %w", err)
-		}
-	}
-	if _, err := results.Exec(); err != nil {
-		s.recycle(err)
-		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: plan: %w", err)
-	}
-	lease := storage.Lease{RelayID: p.RelayID}
-	if err := results.QueryRow().Scan(&lease.LockedAt); err != nil {
-		s.recycle(err)
-		return storage.Batch{}, nil, nil, fmt.Errorf("claim batch: %w", err)
-	}
-	events, seqs, rows, read, err := readEvents(results, limit, held, fread)
-	if err == nil && keyed != "" {
-		// The keyed part of an ordered claim (never held).
-		var visited func(key []byte, first pgtype.Int8, head bool)
-		if fromFloors != nil {
-			visited = fromFloors.visit
-		}
-		var (
-			more     []outbox.Event
-			moreSeqs []int64
-			cut      int
-		)
-		more, moreSeqs, cut, err = readKeyedEvents(results, p.Limit, visited)
-		events, read.cut = mergeBySeq(events, seqs, more, moreSeqs), read.cut+cut
-	}
-	if err == nil {
-		err = closeResults()
-	}
+	c := s.sendClaim(ctx, on, b)
+	defer func() { _ = c.close() }()
+	lease, err := c.lease(p.RelayID)
 	if err != nil {
-		// The claim's connection goes back to the pool first: on a pool of
-		// one, handing back would otherwise wait for it until it timed out.
-		_ = closeResults()
-		claimErr := fmt.Errorf("claim batch: %w", err)
-		var pgErr *pgconn.PgError
-		if held {
-			// Its transaction is still open: ClaimHeld ends it, and the
-			// rows are PENDING as they were.
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, claimErr
-		}
-		if errors.As(err, &pgErr) {
-			// The server refused the claim, so the pipeline's implicit
-			// transaction rolled back and no row is leased: nothing to hand
-			// back, and a hand-back failing for the same reason would only
-			// blur the error.
-			s.recycle(err)
-			return storage.Batch{}, nil, nil, claimErr
-		}
-		return storage.Batch{}, nil, nil, s.handBack(ctx, lease, claimErr)
+		return storage.Batch{}, nil, nil, err
 	}
-	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
-	batch := storage.Batch{Lease: lease, Events: events}
-	// A claim that stopped at its own limits left events it could have
-	// taken: the relay claims again at once. Rows locked past the byte
-	// limit count towards the limit they were read under.
-	unkeyed := fread.arms[0].n + fread.arms[1].n + fread.arms[2].n
-	batch.Full = len(events)+read.cut >= p.Limit || limit > 0 && unkeyed >= limit || read.cut > 0
-	if p.Ordering == storage.OrderingPartition {
-		batch.After = walkEnd(p.After, events)
-		if fromFloors != nil {
-			batch.After = fromFloors.end(batch.After, len(events) < p.Limit)
-		}
+	events, _, rows, read, err := readEvents(c.results, limit, held, fread)
+	if err := c.end(ctx, err, lease, held); err != nil {
+		return storage.Batch{}, nil, nil, err
 	}
+	batch := claimedBatch(lease, events, p, limit, read.cut, fread)
 	if st == nil {
 		return batch, rows, func(bool) {}, nil
 	}
@@ -249,68 +97,153 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}, nil
 }
 
-// Plan cache modes for claim_plan.sql.
+// lockState is the relay's claim state, held for the claim's round trip
+// (one relay's claims come one after another), and what lets it go. It
+// is nil when the log delivers the fresh rows (p.Fresh), which a claim
+// then reads from the beginning, moving nothing (everything).
+func (s *Store) lockState(p storage.ClaimParams) (st *claimState, unlock func()) {
+	if p.Fresh.ToLog {
+		return nil, func() {}
+	}
+	st = s.states.of(p.RelayID)
+	st.mu.Lock()
+	return st, st.mu.Unlock
+}
+
+// freshPlan plans the claim of rows by the frontier's arms from st, or
+// from the beginning without one.
+func freshPlan(st *claimState, p storage.ClaimParams) frontierPlan {
+	if st == nil {
+		return everything()
+	}
+	return st.fresh.plan(p.SweepInterval, time.Now())
+}
+
+// claimBatch is a claim's pipeline as it is queued: first the statements
+// whose results only say whether they ran (steps, each named for the
+// claim's error), then the lease stamp, then the claim statements.
+type claimBatch struct {
+	pgx.Batch
+	steps []string
+}
+
+// step queues a statement before the lease stamp.
+func (b *claimBatch) step(name, sql string, args ...any) {
+	b.Queue(sql, args...)
+	b.steps = append(b.steps, name)
+}
+
+// queueFreshLock queues, beside a log reader, the choice of the fresh
+// rows the claim statements take, by the table's log lock
+// (fresh_lock.sql).
+func (s *Store) queueFreshLock(b *claimBatch, p storage.ClaimParams) {
+	if p.Fresh.ToLog && p.Fresh.WhenUnlocked {
+		b.step("log lock", s.queries["fresh_lock"], p.Fresh.BackfillTo)
+	}
+}
+
+// queueArms queues the claim of at most limit rows by the frontier's arms
+// (claim_arms.sql), as the statement name planned as mode
+// (claim_plan.sql), after the lease stamp.
+func (s *Store) queueArms(b *claimBatch, mode, name string, p storage.ClaimParams, limit int, fpl frontierPlan) {
+	b.step("plan", s.queries["claim_plan"], mode)
+	b.Queue(s.queries["claim_stamp"])
+	b.Queue(s.queries[name], append([]any{p.RelayID, limit, p.MaxBytes}, fpl.args(p.Fresh.UpTo())...)...)
+}
+
+// sentClaim is a claim's pipeline once sent.
+type sentClaim struct {
+	s       *Store
+	steps   []string
+	results pgx.BatchResults
+	closed  bool
+}
+
+func (s *Store) sendClaim(ctx context.Context, on batchSender, b *claimBatch) *sentClaim {
+	return &sentClaim{s: s, steps: b.steps, results: on.SendBatch(ctx, &b.Batch)}
+}
+
+// close closes the results, once only: after an error, pgx's Close
+// touches the connection's statement cache even when called again, by
+// which time the connection is back in the pool and may serve another
+// goroutine.
+func (c *sentClaim) close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.results.Close()
+}
+
+// lease reads the steps' results, then the lease stamp.
+func (c *sentClaim) lease(relayID string) (storage.Lease, error) {
+	for _, step := range c.steps {
+		if _, err := c.results.Exec(); err != nil {
+			c.s.recycle(err)
+			return storage.Lease{}, fmt.Errorf("claim batch: %s: %w", step, err)
+		}
+	}
+	lease := storage.Lease{RelayID: relayID}
+	if err := c.results.QueryRow().Scan(&lease.LockedAt); err != nil {
+		c.s.recycle(err)
+		return storage.Lease{}, fmt.Errorf("claim batch: %w", err)
+	}
+	return lease, nil
+}
+
+// end closes the pipeline once its rows are read, err saying how that
+// went, and returns the claim's error: nil when it took its rows.
+func (c *sentClaim) end(ctx context.Context, err error, lease storage.Lease, held bool) error {
+	if err == nil {
+		err = c.close()
+	}
+	if err == nil {
+		return nil
+	}
+	// The claim's connection goes back to the pool first: on a pool of
+	// one, handing back would otherwise wait for it until it timed out.
+	_ = c.close()
+	claimErr := fmt.Errorf("claim batch: %w", err)
+	var pgErr *pgconn.PgError
+	if held {
+		// Its transaction is still open: ClaimHeld ends it, and the
+		// rows are PENDING as they were.
+		c.s.recycle(err)
+		return claimErr
+	}
+	if errors.As(err, &pgErr) {
+		// The server refused the claim, so the pipeline's implicit
+		// transaction rolled back and no row is leased: nothing to hand
+		// back, and a hand-back failing for the same reason would only
+		// blur the error.
+		c.s.recycle(err)
+		return claimErr
+	}
+	return c.s.handBack(ctx, lease, claimErr)
+}
+
+// claimedBatch is the batch of a claim that took events, and cut more
+// past its byte limit, reading at most limit rows by the frontier's arms
+// (fr).
+func claimedBatch(lease storage.Lease, events []outbox.Event, p storage.ClaimParams, limit, cut int, fr *frontierRead) storage.Batch {
+	lease.CreatedFrom, lease.CreatedTo = createdRange(events)
+	batch := storage.Batch{Lease: lease, Events: events}
+	// A claim that stopped at its own limits left events it could have
+	// taken: the relay claims again at once. Rows locked past the byte
+	// limit count towards the limit they were read under.
+	unkeyed := fr.arms[0].n + fr.arms[1].n + fr.arms[2].n
+	batch.Full = len(events)+cut >= p.Limit || limit > 0 && unkeyed >= limit || cut > 0
+	return batch
+}
+
+// Plan cache modes for claim_plan.sql: an unordered claim's arms are
+// planned once per connection (their plan cannot change with the
+// parameters), ordered claims as PostgreSQL decides (their key reads,
+// findKeys, are planned once too).
 const (
 	planOnce    = "force_generic_plan"
 	planAsUsual = "auto"
 )
-
-// planCacheMode is how the claims of ordering are planned: an unordered
-// claim's arms once per connection (their plan cannot change with the
-// parameters), ordered claims as PostgreSQL decides (their key reads,
-// findKeys, are planned once too).
-func planCacheMode(o storage.Ordering) string {
-	if o == storage.OrderingPartition {
-		return planAsUsual
-	}
-	return planOnce
-}
-
-// mergeBySeq merges two batches, each in write order with its seqs, into
-// one in write order.
-func mergeBySeq(a []outbox.Event, as []int64, b []outbox.Event, bs []int64) []outbox.Event {
-	if len(b) == 0 {
-		return a
-	}
-	if len(a) == 0 {
-		return b
-	}
-	out := make([]outbox.Event, 0, len(a)+len(b))
-	for len(a) > 0 && len(b) > 0 {
-		if bs[0] < as[0] {
-			out, b, bs = append(out, b[0]), b[1:], bs[1:]
-		} else {
-			out, a, as = append(out, a[0]), a[1:], as[1:]
-		}
-	}
-	return append(append(out, a...), b...)
-}
-
-// walkEnd is where the next ordered claim's walk starts: the last key this
-// claim took in claim_ordered.sql's walk, which went through the keys after
-// after in bytewise order (Go's string order, the "C" collation's), then
-// wrapped around to the start and ended with after itself. The claim
-// returns its rows in write order, so the walk's end is found from the
-// keys: the highest wrapped key, or else the highest key past after.
-func walkEnd(after string, events []outbox.Event) string {
-	var past, wrapped string
-	for i := range events {
-		switch k := events[i].PartitionKey; {
-		case k == "":
-		case k > after:
-			past = max(past, k)
-		default:
-			wrapped = max(wrapped, k)
-		}
-	}
-	switch {
-	case wrapped != "":
-		return wrapped
-	case past != "":
-		return past
-	}
-	return after
-}
 
 // createdRange bounds the events' created_at; zero when an event's is
 // unknown (±infinity reads as zero) or there are none.
@@ -365,10 +298,6 @@ func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr erro
 
 // handBackTimeout bounds handing back the rows of a failed claim.
 const handBackTimeout = 5 * time.Second
-
-// claimLockClass is the high half of the ordered-claim advisory lock key;
-// the low half is the table's OID.
-const claimLockClass = 0x6f72 // "or"
 
 // claimRead is what a claim's rows tell besides its events: how many rows
 // it locked (or, ordered, picked) but did not take, past its byte limit.
@@ -438,39 +367,6 @@ func readEvents(results pgx.BatchResults, limit int, held bool, fr *frontierRead
 		r.add()
 	}
 	return r.events, r.seqs, addrs, read, rows.Err()
-}
-
-// readKeyedEvents reads the rows of the keyed part of an ordered claim
-// (claim_ordered.sql) in write order, with their seqs, and how many rows
-// its byte limit cut. The floors' walk adds a row for each key it visited
-// (no event id), which goes to visited.
-func readKeyedEvents(results pgx.BatchResults, limit int, visited func(key []byte, first pgtype.Int8, head bool)) (events []outbox.Event, seqs []int64, cut int, err error) {
-	rows, err := results.Query()
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	defer rows.Close()
-	var (
-		r    eventReader
-		head pgtype.Bool
-		n    int64
-	)
-	dest := append(r.dest(), &head, &n)
-	r.init(limit)
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, 0, fmt.Errorf("read row: %w", err)
-		}
-		if !r.id.Valid {
-			if visited != nil {
-				visited(r.key, r.seq, head.Bool)
-			}
-			continue
-		}
-		cut = int(n)
-		r.add()
-	}
-	return r.events, r.seqs, cut, rows.Err()
 }
 
 // eventReader scans a claim's event columns, row after row into the same
