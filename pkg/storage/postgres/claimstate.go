@@ -10,9 +10,9 @@ import "sync"
 // beginning.
 type claimState struct {
 	mu sync.Mutex
-	// fresh is the frontier of the unordered claims, and of the unkeyed
+	// frontier is the claim frontier of the unordered claims, and of the unkeyed
 	// part of ordered claims.
-	fresh frontier
+	frontier frontier
 	// keys is what ordered claims know of the keys; nil until the first.
 	keys *keyWalk
 	// unkeyedOdd alternates the odd row of a batch between the rows with

@@ -39,7 +39,7 @@ func (s *Store) FrontierArgs(relayID string, limit int, fromStart bool) []any {
 	st := s.states.of(relayID)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	pl := st.fresh.plan(time.Hour, time.Now())
+	pl := st.frontier.plan(time.Hour, time.Now())
 	if fromStart {
 		pl.start, pl.due = writePlace{}, dueKey{}
 	}

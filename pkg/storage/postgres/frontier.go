@@ -64,9 +64,9 @@ type sweepSchedule struct {
 	n       int
 }
 
-// due says whether a read planned at now, with the frontier at at, is a
+// sweepNow says whether a read planned at now, with the frontier at at, is a
 // sweep, and from where it reads.
-func (s *sweepSchedule) due(interval time.Duration, now time.Time, at writePlace) (from writePlace, sweep bool) {
+func (s *sweepSchedule) sweepNow(interval time.Duration, now time.Time, at writePlace) (from writePlace, sweep bool) {
 	if s.sweptAt.IsZero() {
 		s.sweptAt = now
 	}
@@ -94,7 +94,7 @@ type frontierPlan struct {
 // plan decides the next claim. A sweep reads the fresh rows, the due
 // index's included, from an earlier place, and moves nothing.
 func (f *frontier) plan(sweepInterval time.Duration, now time.Time) frontierPlan {
-	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep {
+	if from, sweep := f.sweeps.sweepNow(sweepInterval, now, f.at); sweep {
 		return frontierPlan{start: from, sweep: true}
 	}
 	w, from := f.watched()
@@ -249,8 +249,8 @@ func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, t
 // ended without a commit (abandoned), every row it locked is PENDING as
 // it was, behind the frontier: their writers are watched again from the
 // lowest row of each it had locked, and the next claim takes them.
-func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierRead, held bool) (release func(abandoned bool)) {
-	release = func(bool) {}
+func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierRead, held bool) (unpin func(abandoned bool)) {
+	unpin = func(bool) {}
 	if !pl.sweep {
 		f.watchedRead(pl, limit, r)
 	}
@@ -267,7 +267,7 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 			f.watch[x] = w
 		}
 		left, locked := r.left, r.locked
-		release = func(abandoned bool) {
+		unpin = func(abandoned bool) {
 			for x, seq := range left {
 				// Pinned, so still watched; its place may have moved on
 				// past the rows the claim held, which are as they were.
@@ -285,7 +285,7 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 		}
 	}
 	if pl.sweep {
-		return release
+		return unpin
 	}
 	again, watched, fresh := r.arms[0], r.arms[1], r.arms[2]
 	// Due rows: a read that stopped short of its limit saw every due row
@@ -308,7 +308,7 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 		to = writePlace{xid: p.xid, seq: p.seq - 1}
 	}
 	f.pass(to, r.snap)
-	return release
+	return unpin
 }
 
 // watchedRead records what the watched arm read of each watched writer

@@ -142,7 +142,7 @@ type keyFindPlan struct {
 
 // plan plans the next read.
 func (f *keyFrontier) plan(sweepInterval time.Duration, now time.Time, most int64) keyFindPlan {
-	if from, sweep := f.sweeps.due(sweepInterval, now, f.at); sweep && from.before(f.at) && f.sweep == nil {
+	if from, sweep := f.sweeps.sweepNow(sweepInterval, now, f.at); sweep && from.before(f.at) && f.sweep == nil {
 		f.sweep = &from
 	}
 	watch, from := f.watched()

@@ -89,11 +89,11 @@ func (s *Store) claim(ctx context.Context, on batchSender, p storage.ClaimParams
 	}
 	// The rows a held claim leaves stay locked until its transaction
 	// ends: their writers stay watched until then.
-	release := st.fresh.done(fpl, limit, lease.LockedAt, *fread, held)
+	unpin := st.frontier.done(fpl, limit, lease.LockedAt, *fread, held)
 	return batch, rows, func(abandoned bool) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		release(abandoned)
+		unpin(abandoned)
 	}, nil
 }
 
@@ -116,7 +116,7 @@ func freshPlan(st *claimState, p storage.ClaimParams) frontierPlan {
 	if st == nil {
 		return everything()
 	}
-	return st.fresh.plan(p.SweepInterval, time.Now())
+	return st.frontier.plan(p.SweepInterval, time.Now())
 }
 
 // claimBatch is a claim's pipeline as it is queued: first the statements

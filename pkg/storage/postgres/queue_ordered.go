@@ -63,7 +63,7 @@ func (s *Store) claimOrdered(ctx context.Context, p storage.ClaimParams) (storag
 	}
 	if st != nil {
 		// Never held: there is nothing to release when it ends.
-		st.fresh.done(fpl, limit, lease.LockedAt, *fread, false)
+		st.frontier.done(fpl, limit, lease.LockedAt, *fread, false)
 	}
 	return batch, nil
 }
