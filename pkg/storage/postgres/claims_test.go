@@ -254,7 +254,7 @@ func (n *planNode) find(name string) *planNode {
 // beginning would.
 func TestClaimsGoForwardFromTheFrontier(t *testing.T) {
 	t.Parallel()
-	claimsReadFromTheFrontier(t, "CTE fresh", func(t *testing.T, tb *pgtest.Table, n int) { tb.InsertN(t, n, "fresh") })
+	claimsReadFromTheFrontier(t, "CTE ahead", func(t *testing.T, tb *pgtest.Table, n int) { tb.InsertN(t, n, "fresh") })
 }
 
 // The same for the rows due again, which claims read from the frontier's

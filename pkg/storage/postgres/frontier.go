@@ -31,22 +31,22 @@ func (s *Store) ClaimBound(time.Duration) storage.ClaimBound {
 // made it claimable, which has its id before the row exists. A claim's
 // snapshot says of every id whether that transaction had ended (below
 // xmin, or below xmax and not in the running list). So a claim that read
-// the fresh rows up to a place in writer order has seen every row of every
+// the rows ahead up to a place in writer order has seen every row of every
 // writer it passed that had ended, and knows which it passed were running:
 // those it watches, and looks up by id (one index probe) until a claim sees
 // them ended. A writer the frontier has not reached gets no id below it.
 type frontier struct {
-	// writerFrontier is at, the place in (writer, seq) order that fresh
-	// rows are read after, and watch: the writers passed while they were
+	// writerFrontier is at, the place in (writer, seq) order that the ahead
+	// arm reads after, and watch: the writers passed while they were
 	// running, whose rows a claim locked but left (past its byte limit),
 	// or whose rows a held claim that ended without a commit had locked.
 	// A watched writer is dropped only once a claim saw it ended, read
 	// all its due rows from its place and no claim holds any.
 	writerFrontier
 	// due is the place in the due index's (available_at, seq) order that
-	// rows the fresh reads passed before they were due are read after.
+	// rows the ahead arm passed before they were due are read after.
 	due dueKey
-	// sweeps: every SweepInterval a claim reads the fresh rows again from
+	// sweeps: every SweepInterval a claim reads the rows ahead again from
 	// where the frontier was at the sweep before, and every
 	// fullSweepEvery-th from the beginning, as defence in depth. Nothing
 	// in the argument needs it; reading from the beginning every time
@@ -81,7 +81,7 @@ func (s *sweepSchedule) sweepNow(interval time.Duration, now time.Time, at write
 	return from, true
 }
 
-// frontierPlan is what one claim reads: fresh rows after start, due rows
+// frontierPlan is what one claim reads: the rows ahead, after start, due rows
 // after due of writers at or before dueBound, and watch's rows.
 type frontierPlan struct {
 	start, dueBound writePlace
@@ -91,7 +91,7 @@ type frontierPlan struct {
 	sweep           bool
 }
 
-// plan decides the next claim. A sweep reads the fresh rows, the due
+// plan decides the next claim. A sweep reads the rows ahead, the due
 // index's included, from an earlier place, and moves nothing.
 func (f *frontier) plan(sweepInterval time.Duration, now time.Time) frontierPlan {
 	if from, sweep := f.sweeps.sweepNow(sweepInterval, now, f.at); sweep {
@@ -164,25 +164,25 @@ func (s snapshot) ended(xid uint64) bool {
 // (taken or left) and the last it returned in the arm's order.
 type armRead struct {
 	n         int
-	lastFresh writePlace
+	lastAhead writePlace
 	lastDue   dueKey
 }
 
 // frontierRead is what a claim's rows say of how far it read.
 type frontierRead struct {
 	snap snapshot
-	// arms by arm number: 0 again, 1 watched, 2 fresh.
+	// arms by arm number: 0 again, 1 watched, 2 ahead.
 	arms [3]armRead
 	// left are the writers of rows the claim locked but did not take,
 	// locked those of every row it locked, each with the lowest seq of
 	// such a row; watchedLast the watched arm's writers, each with the
 	// highest seq of a row of it the arm returned.
 	left, locked, watchedLast map[uint64]int64
-	// skipFresh and skipDue are the first rows within what the fresh and
+	// skipAhead and skipDue are the first rows within what the ahead and
 	// again arms read that another transaction's lock kept from them;
 	// skipWatched the watched writers with such rows, each with the lowest
 	// seq of one (claim_arms.sql).
-	skipFresh   *writePlace
+	skipAhead   *writePlace
 	skipDue     *dueKey
 	skipWatched map[uint64]int64
 }
@@ -205,8 +205,8 @@ func (r *frontierRead) fact(fact string, writer uint64, seq int64, dueAt time.Ti
 		var err error
 		r.snap, err = parseSnapshot(strings.TrimPrefix(fact, "snapshot "))
 		return err
-	case fact == "skip fresh":
-		r.skipFresh = &writePlace{xid: writer, seq: seq}
+	case fact == "skip ahead":
+		r.skipAhead = &writePlace{xid: writer, seq: seq}
 	case fact == "skip again":
 		r.skipDue = &dueKey{at: dueAt, seq: seq}
 	case fact == "skip watched":
@@ -233,8 +233,8 @@ func (r *frontierRead) row(arm int, writer uint64, seq int64, dueAt time.Time, t
 			r.watchedLast[writer] = seq
 		}
 	case 2:
-		if p := (writePlace{writer, seq}); a.lastFresh.before(p) {
-			a.lastFresh = p
+		if p := (writePlace{writer, seq}); a.lastAhead.before(p) {
+			a.lastAhead = p
 		}
 	}
 	if !taken {
@@ -287,9 +287,9 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 	if pl.sweep {
 		return unpin
 	}
-	again, watched, fresh := r.arms[0], r.arms[1], r.arms[2]
+	again, watched, ahead := r.arms[0], r.arms[1], r.arms[2]
 	// Due rows: a read that stopped short of its limit saw every due row
-	// it was to read up to the statement's now(); rows the fresh reads
+	// it was to read up to the statement's now(); rows the ahead arm
 	// pass from now on are due after it.
 	// A row another transaction's lock kept from the read stays after
 	// the position.
@@ -301,10 +301,10 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 		due = dueKey{at: k.at, seq: k.seq - 1}
 	}
 	f.due = laterDue(f.due, due)
-	// Fresh rows: the writer frontier's rule (reached, pass), and never
+	// The rows ahead: the writer frontier's rule (reached, pass), and never
 	// past a row another transaction's lock kept from the read.
-	to := reached(r.snap, fresh.lastFresh, fresh.n >= limit-again.n-watched.n)
-	if p := r.skipFresh; p != nil && !to.before(*p) {
+	to := reached(r.snap, ahead.lastAhead, ahead.n >= limit-again.n-watched.n)
+	if p := r.skipAhead; p != nil && !to.before(*p) {
 		to = writePlace{xid: p.xid, seq: p.seq - 1}
 	}
 	f.pass(to, r.snap)

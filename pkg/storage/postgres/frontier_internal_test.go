@@ -10,7 +10,7 @@ import (
 
 var stamp = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 
-// claimed is a frontierRead of fresh rows (arm 2) at (writer, seq) places,
+// claimed is a frontierRead of rows ahead (arm 2) at (writer, seq) places,
 // all taken, under snap.
 func claimed(snap snapshot, places ...writePlace) frontierRead {
 	var r frontierRead
@@ -61,7 +61,7 @@ func TestAFullReadEndingFarAheadMovesTheFrontierToXmaxOnly(t *testing.T) {
 		t.Error("writer 110, running and passed, is not watched")
 	}
 	var k keyFrontier
-	k.done(keyFindPlan{most: 2}, keyRead{snap: snapshot{xmin: 100, xmax: 120}, fresh: 2, last: writePlace{1 << 62, 2}})
+	k.done(keyFindPlan{most: 2}, keyRead{snap: snapshot{xmin: 100, xmax: 120}, ahead: 2, last: writePlace{1 << 62, 2}})
 	if k.at != (writePlace{xid: 120}) {
 		t.Errorf("key frontier at = %+v, want (120, 0)", k.at)
 	}
@@ -71,7 +71,7 @@ func TestTheFrontierStopsBeforeARowTheClaimCouldNotTake(t *testing.T) {
 	var f frontier
 	pl := f.plan(time.Hour, stamp)
 	r := claimed(snapshot{xmin: 120, xmax: 120}, writePlace{101, 1})
-	r.skipFresh = &writePlace{103, 7}
+	r.skipAhead = &writePlace{103, 7}
 	f.done(pl, 10, stamp, r, false)
 	if f.at != (writePlace{103, 6}) {
 		t.Errorf("at = %+v, want just before the skipped row (103, 7)", f.at)
@@ -172,7 +172,7 @@ func watchedRows(snap snapshot, x uint64, seqs ...int64) frontierRead {
 func TestAnAbandonedHeldClaimWatchesItsWriterFromItsLowestRow(t *testing.T) {
 	var f frontier
 	ended := snapshot{xmin: 200, xmax: 200}
-	// The fresh arm goes through writer 100's rows, two claims of two.
+	// The ahead arm goes through writer 100's rows, two claims of two.
 	f.done(f.plan(time.Hour, stamp), 2, stamp, claimed(ended, writePlace{100, 1}, writePlace{100, 2}), true)(false)
 	release := f.done(f.plan(time.Hour, stamp), 2, stamp, claimed(ended, writePlace{100, 3}, writePlace{100, 4}), true)
 	release(true)

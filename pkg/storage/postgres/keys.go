@@ -72,8 +72,8 @@ const (
 	keyReadLeast = 256
 )
 
-// keyReadMost is how many rows claim_keys.sql reads of each kind (fresh
-// ones, and each watched writer's), and how many keys a claim is passed,
+// keyReadMost is how many rows claim_keys.sql reads of each kind (those
+// ahead, and each watched writer's), and how many keys a claim is passed,
 // for a claim of limit events: as many as it may take, so that the reads
 // keep ahead of the claims without reading far ahead of them.
 func keyReadMost(limit int) int64 { return max(int64(limit), keyReadLeast) }
@@ -123,12 +123,12 @@ type keyFrontier struct {
 	// defence in depth: beside the reads from at, most rows a read, from
 	// sweep on up to at, which it does not move. A sweep that had to go
 	// back over a long history (every DEAD keyed row, after a full sweep)
-	// so delays no fresh row.
+	// so delays none of the reads ahead.
 	sweeps sweepSchedule
 	sweep  *writePlace
 }
 
-// keyFindPlan is one claim_keys.sql read: the fresh rows after start, the
+// keyFindPlan is one claim_keys.sql read: the rows ahead, after start, the
 // watched writers' rows each after its seq in after, most of each.
 type keyFindPlan struct {
 	start writePlace
@@ -166,8 +166,8 @@ func (pl keyFindPlan) args() []any {
 // keyRead is what one claim_keys.sql read says of how far it read.
 type keyRead struct {
 	snap snapshot
-	// fresh is how many fresh rows it read, last the last of them.
-	fresh int64
+	// ahead is how many rows ahead of the frontier it read, last the last of them.
+	ahead int64
 	last  writePlace
 	// watched are, per watched writer it read rows of, how many and the
 	// highest seq.
@@ -195,8 +195,8 @@ func (f *keyFrontier) done(pl keyFindPlan, r keyRead) {
 		got := r.watched[x] // xid: how many; seq: the highest
 		f.readOn(x, r.snap, got.seq+1, int64(got.xid) < pl.most)
 	}
-	// The fresh rows: the writer frontier's rule.
-	f.pass(reached(r.snap, r.last, r.fresh >= pl.most), r.snap)
+	// The rows ahead: the writer frontier's rule.
+	f.pass(reached(r.snap, r.last, r.ahead >= pl.most), r.snap)
 }
 
 // seqsBefore are the seqs just before places: the key reads take a
@@ -349,8 +349,8 @@ func readKeys(results pgx.BatchResults, w *keyWalk) (read keyRead, err error) {
 		switch fact {
 		case "key":
 			w.saw(key.String, seq.Int64)
-		case "fresh":
-			read.fresh, read.last = n.Int64, writePlace{xid: uint64(writer.Int64), seq: seq.Int64}
+		case "ahead":
+			read.ahead, read.last = n.Int64, writePlace{xid: uint64(writer.Int64), seq: seq.Int64}
 		case "watched":
 			read.watched[uint64(writer.Int64)] = writePlace{xid: uint64(n.Int64), seq: seq.Int64}
 		case "swept":

@@ -126,7 +126,7 @@ func TestRestingKeysAreForgottenBeyondTheBound(t *testing.T) {
 func TestTheKeyFrontierWatchesTheWritersItPassedRunning(t *testing.T) {
 	var f keyFrontier
 	pl := f.plan(time.Hour, time.Now(), 10)
-	f.done(pl, keyRead{snap: snapshot{xmin: 100, xmax: 120, running: []uint64{100, 110}}, fresh: 3, last: writePlace{105, 3}})
+	f.done(pl, keyRead{snap: snapshot{xmin: 100, xmax: 120, running: []uint64{100, 110}}, ahead: 3, last: writePlace{105, 3}})
 	if f.at != (writePlace{xid: 120}) {
 		t.Errorf("at = %+v after a short read, want (120, 0)", f.at)
 	}
@@ -141,7 +141,7 @@ func TestTheKeyFrontierWatchesTheWritersItPassedRunning(t *testing.T) {
 	// last; 100 still runs.
 	pl = f.plan(time.Hour, time.Now(), 10)
 	f.done(pl, keyRead{snap: snapshot{xmin: 100, xmax: 130, running: []uint64{100}},
-		watched: map[uint64]writePlace{110: {xid: 10, seq: 77}}, fresh: 0})
+		watched: map[uint64]writePlace{110: {xid: 10, seq: 77}}, ahead: 0})
 	if got, ok := f.watch[110]; !ok || got.from != 78 {
 		t.Errorf("writer 110 after a full read of its rows: watched %v from %d, want from 78, after the last read", ok, got.from)
 	}
@@ -162,7 +162,7 @@ func TestTheKeyFrontierWatchesTheWritersItPassedRunning(t *testing.T) {
 func TestTheKeyFrontierStopsAtTheLastRowOfAFullRead(t *testing.T) {
 	var f keyFrontier
 	pl := f.plan(time.Hour, time.Now(), 2)
-	f.done(pl, keyRead{snap: snapshot{xmin: 100, xmax: 120, running: []uint64{100, 115}}, fresh: 2, last: writePlace{105, 2}})
+	f.done(pl, keyRead{snap: snapshot{xmin: 100, xmax: 120, running: []uint64{100, 115}}, ahead: 2, last: writePlace{105, 2}})
 	if f.at != (writePlace{105, 2}) {
 		t.Errorf("at = %+v, want the last row read, (105, 2)", f.at)
 	}
@@ -184,7 +184,7 @@ func TestAKeySweepReadsAgainFromTheSweepBefore(t *testing.T) {
 		t.Fatalf("the first sweep: at %+v, plan %+v; want at where it was, and a sweep from (0, 0)", f.at, pl)
 	}
 	// A full sweep read goes on where it ended; a short one ends the sweep.
-	f.done(pl, keyRead{fresh: 0, swept: 10, sweptTo: writePlace{50, 3}, snap: snapshot{xmin: 200, xmax: 200}})
+	f.done(pl, keyRead{ahead: 0, swept: 10, sweptTo: writePlace{50, 3}, snap: snapshot{xmin: 200, xmax: 200}})
 	if f.sweep == nil || *f.sweep != (writePlace{50, 3}) {
 		t.Fatalf("after a full sweep read the sweep is at %v, want (50, 3)", f.sweep)
 	}

@@ -61,7 +61,7 @@ type sqlParams struct {
 // claim_arms.sql: the statement's, and which of the arm's two reads.
 type armParams struct {
 	sqlParams
-	// Reread: the arm's second read, in skipped, which for the fresh and
+	// Reread: the arm's second read, in skipped, which for the ahead and
 	// watched arms also sees the rows outside the due index that are not
 	// due yet.
 	Reread bool

@@ -102,8 +102,8 @@ func TestClaimArmsShareTheirSecondReads(t *testing.T) {
 		due               bool
 	}{
 		{"again", "again_rows", "again AS (", "), watched AS (", "'skip again'", "UNION ALL", false},
-		{"watched", "watched_rows", "), watched AS (", "), fresh AS (", "'skip watched'", "", true},
-		{"fresh", "fresh_rows", "), fresh AS (", "), skipped AS (", "'skip fresh'", "UNION ALL", true},
+		{"watched", "watched_rows", "), watched AS (", "), ahead AS (", "'skip watched'", "", true},
+		{"ahead", "ahead_rows", "), ahead AS (", "), skipped AS (", "'skip ahead'", "UNION ALL", true},
 	}
 	n := 0
 	for _, v := range statementVariants {

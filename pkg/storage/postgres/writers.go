@@ -12,8 +12,8 @@ import "slices"
 // rows read in a snapshot in which the writer had ended, and the writer
 // leaves the watch only when such a read returned the last of its rows.
 type writerFrontier struct {
-	// at is the place in (writer, seq) order that fresh rows are read
-	// after.
+	// at is the place in (writer, seq) order that the reads ahead go
+	// on from.
 	at writePlace
 	// watch are the writers passed while they were running, and any the
 	// claim frontier watches again (rows a claim left or abandoned), each
@@ -34,7 +34,7 @@ type watchPlace struct {
 	from  int64
 }
 
-// writePlace is a place in the fresh rows' order: writer, then seq.
+// writePlace is a place in writer order: writer, then seq.
 type writePlace struct {
 	xid uint64
 	seq int64
@@ -44,7 +44,7 @@ func (a writePlace) before(b writePlace) bool {
 	return a.xid < b.xid || a.xid == b.xid && a.seq < b.seq
 }
 
-// reached is how far a read of fresh rows in writer order, in snapshot
+// reached is how far a read of the rows ahead, in writer order, in snapshot
 // snap, saw every row it may pass: up to the last row it returned when it
 // stopped at its limit (full), up to (xmax, 0) when it read to the end.
 // Never past (xmax, 0): every writer below it that had ended had all its
@@ -52,7 +52,7 @@ func (a writePlace) before(b writePlace) bool {
 // A row beyond names a writer that had no id when the snapshot was taken,
 // which only a row whose writer no trigger set can (triggers disabled by
 // hand or by a restore); passing it would put every later transaction
-// behind the frontier, and read again it is taken like any fresh row.
+// behind the frontier, and read again it is taken like any other row ahead.
 func reached(snap snapshot, last writePlace, full bool) writePlace {
 	end := writePlace{xid: snap.xmax}
 	if !full || end.before(last) {

@@ -7,10 +7,10 @@
 ({{writer}} = ANY($9::text[]::xid8[])
  AND seq >= ($12::bigint[])[array_position($9::text[]::xid8[], {{writer}})])
 {%- end %}
-{%/* The row conditions of each arm (again_rows, watched_rows, fresh_rows),
+{%/* The row conditions of each arm (again_rows, watched_rows, ahead_rows),
      written once for the arm, with (arm .), and for its second read in
      skipped, with (reread .): the reads differ only in when a row counts
-     as due (due). The fresh and watched reads also see the rows outside
+     as due (due). The ahead and watched reads also see the rows outside
      the due index that are not due yet; the again arm reads only rows of
      the due index, and its second read the same rows. */%}
 {% define "due" -%}
@@ -31,7 +31,7 @@ status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %
       -- row comparison would not set the start next to the = ANY).
       AND seq >= (SELECT min(f) FROM unnest($12::bigint[]) AS f)
 {%- end %}
-{% define "fresh_rows" -%}
+{% define "ahead_rows" -%}
 status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %} AND ({{writer}}, seq) > ($4::text::xid8, $5::bigint)
       AND seq <= {{fresh_to}} AND {% template "due" . %}
       AND NOT {% template "watched_row" %}
@@ -46,14 +46,14 @@ status = 'PENDING' {% if .Unkeyed %}AND coalesce(partition_key, '') = ''{% end %
 --   again    rows of the due index (available_at after created_at) that are
 --            due, after the due position ($7, $8) in its order, whose writer
 --            the frontier has passed (at or before ($10, $11)) and that
---            the watched arm does not read: scheduled rows and rows backing off, which the fresh
+--            the watched arm does not read: scheduled rows and rows backing off, which the ahead
 --            arm passed before they were due;
 --   watched  the due rows of the writers in $9 from their places ($12, the
 --            lowest seq each may still have untaken; rows below it are
 --            the other arms'): transactions that were running when the
 --            frontier passed their ids, or whose rows a claim left or
 --            abandoned (watched_row);
---   fresh    due rows after the frontier ($4, $5) in writer order, those the
+--   ahead    due rows after the frontier ($4, $5) in writer order, those the
 --            watched arm reads aside; with the database's log (CAPTURE=wal)
 --            only those up to seq $6, or those fresh_lock.sql allows
 --            (queries.go, freshRule).
@@ -77,17 +77,17 @@ WITH again AS (
     ORDER BY {{writer}}, seq
     LIMIT greatest($2 - (SELECT count(*) FROM again), 0)
     FOR UPDATE SKIP LOCKED
-), fresh AS (
+), ahead AS (
     SELECT {% template "arm_columns" . %}, 2 AS arm
     FROM {{table}}
-    WHERE {% template "fresh_rows" (arm .) %}
+    WHERE {% template "ahead_rows" (arm .) %}
       AND event_id NOT IN (SELECT event_id FROM again)
     ORDER BY {{writer}}, seq
     LIMIT greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
     FOR UPDATE SKIP LOCKED
 ), skipped AS (
     -- What the arms read and did not take, read again without locking in
-    -- the same snapshot: the first such row within what the fresh and
+    -- the same snapshot: the first such row within what the ahead and
     -- again arms read, and the watched writers with such rows. The
     -- positions pass a row untaken only when it is not due yet and in the
     -- due index, where the again arm finds it once due. Any other was kept
@@ -105,23 +105,23 @@ WITH again AS (
     -- scan on PostgreSQL before 17.) A read that went past the arm's last
     -- row matters only if the arm stopped short of its limit, having read
     -- to the end. Each second read shares its arm's row conditions, the
-    -- arm's template (again_rows, watched_rows, fresh_rows) read with
-    -- reread: without the lock, and for the fresh and watched reads also
+    -- arm's template (again_rows, watched_rows, ahead_rows) read with
+    -- reread: without the lock, and for the ahead and watched reads also
     -- the rows outside the due index that are not due yet (due).
-    (SELECT 'skip fresh' AS fact, writer, seq, NULL::timestamptz AS due_at
+    (SELECT 'skip ahead' AS fact, writer, seq, NULL::timestamptz AS due_at
      FROM (SELECT event_id, {{writer}} AS writer, seq
            FROM {{table}}
-           WHERE {% template "fresh_rows" (reread .) %}
+           WHERE {% template "ahead_rows" (reread .) %}
            ORDER BY {{writer}}, seq
-           -- None when the arms before left the fresh arm nothing to take:
+           -- None when the arms before left the ahead arm nothing to take:
            -- the read would step over the rows the watched arm reads (all
            -- the rest of a large writer's) for a row it cannot report.
            LIMIT CASE WHEN greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0) > 0
-                      THEN (SELECT count(*) FROM fresh) + 1 ELSE 0 END) AS r
-     WHERE event_id NOT IN (SELECT event_id FROM fresh)
-       AND ((SELECT count(*) FROM fresh)
+                      THEN (SELECT count(*) FROM ahead) + 1 ELSE 0 END) AS r
+     WHERE event_id NOT IN (SELECT event_id FROM ahead)
+       AND ((SELECT count(*) FROM ahead)
               < greatest($2 - (SELECT count(*) FROM again) - (SELECT count(*) FROM watched), 0)
-            OR EXISTS (SELECT 1 FROM fresh f WHERE (f.writer, f.seq) > (r.writer, r.seq)))
+            OR EXISTS (SELECT 1 FROM ahead f WHERE (f.writer, f.seq) > (r.writer, r.seq)))
      ORDER BY writer, seq
      LIMIT 1)
     UNION ALL
@@ -140,7 +140,7 @@ WITH again AS (
     -- The watched writers' rows from their places: when the watched arm
     -- read to the end, all of them, for the lowest such row of each
     -- writer; when it stopped at its limit, one row more than it returned,
-    -- as for the fresh arm, for the first such row (frontier.watchedRead),
+    -- as for the ahead arm, for the first such row (frontier.watchedRead),
     -- so that the rest of a large writer's rows are not read at every
     -- claim.
     (SELECT 'skip watched', writer, min(seq), NULL::timestamptz
@@ -159,7 +159,7 @@ WITH again AS (
     -- that what a claim leaves is a tail of each arm (the first row is
     -- always taken, however large, so that none is stuck).
     SELECT *, ($3::bigint <= 0 OR sum(size) OVER w <= $3::bigint OR row_number() OVER w = 1) AS taken
-    FROM (SELECT * FROM again UNION ALL SELECT * FROM watched UNION ALL SELECT * FROM fresh) AS arms
+    FROM (SELECT * FROM again UNION ALL SELECT * FROM watched UNION ALL SELECT * FROM ahead) AS arms
     WINDOW w AS (ORDER BY arm, CASE WHEN arm = 0 THEN available_at END, CASE WHEN arm = 0 THEN seq END,
                           writer, seq ROWS UNBOUNDED PRECEDING)
 )

@@ -2,13 +2,13 @@
 -- (sql/ordered/walk_floors.sql, keys.go) reads first: the keys of the
 -- keyed rows not DELIVERED that it may not know of, found by the relay's
 -- key frontier in writer order through key_writer_idx, as the unordered
--- claims find their fresh rows (docs/architecture.md, "The claim
+-- claims' ahead arm finds its rows (docs/architecture.md, "The claim
 -- frontier" and "Ordered claims"). It locks nothing and reads rows whether
 -- due or not, PENDING, DELIVERING (another relay may have claimed a row
 -- this relay's floor had passed while its writer ran) or DEAD: a key with
 -- any unfinished event waits, its floor goes below it, and the walk finds
 -- what of it is due.
---   fresh    such rows after the key frontier ($1, $2) in writer order,
+--   ahead    such rows after the key frontier ($1, $2) in writer order,
 --            those of watched writers aside, at most $5;
 --   watched  such rows of each writer in $3 after the seq $4 holds for
 --            it, at most $5 a writer: writers that were running when the
@@ -17,11 +17,11 @@
 --            order, at most $5, up to the key frontier (a row comparison
 --            as an upper bound would not stop the index scan before
 --            PostgreSQL 17: the limit does).
--- The rows: 'key' (a key and its lowest seq read), 'fresh' (how many
--- fresh rows were read, and the last in writer order), 'watched' (per
+-- The rows: 'key' (a key and its lowest seq read), 'ahead' (how many
+-- rows ahead were read, and the last in writer order), 'watched' (per
 -- watched writer read: how many, and the highest seq), 'swept' (how many
 -- rows the sweep read, and the last) and 'snapshot'.
-WITH fresh AS (
+WITH ahead AS (
     SELECT partition_key, {{writer}} AS writer, seq
     FROM {{table}}
     WHERE status <> 'DELIVERED' AND partition_key <> ''
@@ -49,12 +49,12 @@ WITH fresh AS (
     LIMIT $5::bigint
 )
 SELECT 'key' AS fact, partition_key AS k, NULL::bigint AS writer, min(seq) AS seq, NULL::bigint AS n
-FROM (SELECT partition_key, seq FROM fresh UNION ALL SELECT partition_key, seq FROM watched
+FROM (SELECT partition_key, seq FROM ahead UNION ALL SELECT partition_key, seq FROM watched
       UNION ALL SELECT partition_key, seq FROM swept) AS found
 GROUP BY partition_key
 UNION ALL
-SELECT 'fresh', NULL, (SELECT writer::text::bigint FROM fresh ORDER BY writer DESC, seq DESC LIMIT 1),
-       (SELECT seq FROM fresh ORDER BY writer DESC, seq DESC LIMIT 1), (SELECT count(*) FROM fresh)
+SELECT 'ahead', NULL, (SELECT writer::text::bigint FROM ahead ORDER BY writer DESC, seq DESC LIMIT 1),
+       (SELECT seq FROM ahead ORDER BY writer DESC, seq DESC LIMIT 1), (SELECT count(*) FROM ahead)
 UNION ALL
 SELECT 'watched', NULL, writer::text::bigint, max(seq), count(*)
 FROM watched
