@@ -1,6 +1,10 @@
 package console_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -107,6 +111,30 @@ func testHostileInput(t *testing.T, h storagetest.Harness) {
 	// A hostile parameter's name is refused too, and shown quoted.
 	code, body := f.get(t, "/events?ty%00pe=t")
 	refused("GET /events?ty%00pe=t", `parameter &#34;ty\x00pe&#34;`, "its name contains a NUL byte", code, body)
+
+	// Raw bytes, not escaped, as a client other than a browser may send
+	// them (Go's server itself refuses a raw NUL).
+	for _, raw := range []struct{ path, param string }{{"/events?type=\xff", "type"}, {"/events/\xff", "id"}} {
+		conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(conn, "GET "+raw.path+" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		refused(fmt.Sprintf("GET %q", raw.path), raw.param, "is not valid UTF-8", resp.StatusCode, string(b))
+	}
+	// A query string that cannot be read, and a form too large to read.
+	code, body = f.get(t, "/events?q=%zz")
+	refused("GET /events?q=%zz", "query string", `cannot be read: invalid URL escape &#34;%zz&#34;`, code, body)
+	code, body, _ = f.post(t, "/events/retry", url.Values{"csrf": {token}, "q": {strings.Repeat("x", 100<<10)}})
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "form: is larger than 64 KiB") {
+		t.Errorf("POST /events/retry with a 100 KiB form = %d, want 413 naming the form:\n%s", code, body)
+	}
 
 	for _, id := range ids {
 		if s := f.status(t, id); s != outbox.StatusDead {
