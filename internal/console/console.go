@@ -162,15 +162,16 @@ func New(admin storage.Admin, cfg Config) (*Console, error) {
 		return nil, err
 	}
 	static, _ := fs.Sub(staticFiles, "static")
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", c.overview)
-	mux.HandleFunc("GET /events", c.events)
-	mux.HandleFunc("GET /events/{id}", c.event)
-	mux.HandleFunc("POST /events/{id}/retry", c.retryOne)
-	mux.HandleFunc("POST /events/retry", c.retryMatching)
-	mux.HandleFunc("GET /prune", c.prunePreview)
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	c.mux = mux
+	// Every route goes through handle, which refuses input the storage
+	// could not take before a handler sees it.
+	c.mux = http.NewServeMux()
+	c.handle("GET /{$}", http.HandlerFunc(c.overview))
+	c.handle("GET /events", http.HandlerFunc(c.events))
+	c.handle("GET /events/{id}", http.HandlerFunc(c.event))
+	c.handle("POST /events/{id}/retry", http.HandlerFunc(c.retryOne))
+	c.handle("POST /events/retry", http.HandlerFunc(c.retryMatching))
+	c.handle("GET /prune", http.HandlerFunc(c.prunePreview))
+	c.handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	return c, nil
 }
 

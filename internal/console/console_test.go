@@ -47,6 +47,7 @@ func runHandlerTests(t *testing.T, h storagetest.Harness) {
 		{"Password", testPassword},
 		{"ForeignHost", testForeignHost},
 		{"PrunePreview", testPrunePreview},
+		{"HostileInput", testHostileInput},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -94,6 +94,15 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 	c.render(w, r, status, "error", page{Title: http.StatusText(status), Error: msg})
 }
 
+// serverError answers 500 for an error of the storage's, saying what
+// failed, and logs it with who asked and the request's path (not its query
+// string, which holds the filters, nor its credentials).
+func (c *Console) serverError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	user, addr := actor(r)
+	c.log.Error("console: "+what, "error", err, "method", r.Method, "path", r.URL.Path, "user", user, "remote", addr)
+	c.fail(w, r, http.StatusInternalServerError, what+": "+err.Error())
+}
+
 var flashes = map[string]string{
 	"retried":   "Retried: the event went back to PENDING, due now, for a relay to deliver.",
 	"notdead":   "Nothing changed: the event is not DEAD (any more).",
@@ -121,23 +130,27 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	// estimated, not counted (seconds on a table of millions of rows).
 	st, err := c.admin.Stats(ctx, storage.StatsParams{EstimateDelivered: true})
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "read stats: "+err.Error())
+		c.serverError(w, r, "read stats", err)
 		return
 	}
 	rate, err := c.admin.DeliveryRate(ctx)
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "read delivery rate: "+err.Error())
+		c.serverError(w, r, "read delivery rate", err)
 		return
 	}
 	data := overviewData{Stats: st, Rate: newChart(rate)}
+	// The slot and the binlog position are a card each: the page shows
+	// why one could not be read, and the log keeps it.
 	if c.cfg.Slot != nil {
 		if data.Slot, err = c.cfg.Slot(ctx); err != nil {
 			data.SlotErr = err.Error()
+			c.log.Warn("console: read wal slot", "error", err, "method", r.Method, "path", r.URL.Path)
 		}
 	}
 	if c.cfg.Binlog != nil {
 		if data.Binlog, err = c.cfg.Binlog(ctx); err != nil {
 			data.BinlogErr = err.Error()
+			c.log.Warn("console: read binlog position", "error", err, "method", r.Method, "path", r.URL.Path)
 		}
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview",
@@ -293,7 +306,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, err := c.admin.List(r.Context(), p)
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "list events: "+err.Error())
+		c.serverError(w, r, "list events", err)
 		return
 	}
 	if len(rows) > c.cfg.PageSize {
@@ -328,7 +341,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "read event: "+err.Error())
+		c.serverError(w, r, "read event", err)
 		return
 	}
 	d := eventData{Row: row}
@@ -409,7 +422,7 @@ func (c *Console) retryOne(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := c.admin.RetryDead(r.Context(), storage.RetryDeadParams{DeadFilter: storage.DeadFilter{IDs: []uuid.UUID{id}}})
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "retry event: "+err.Error())
+		c.serverError(w, r, "retry event", err)
 		return
 	}
 	user, addr := actor(r)
@@ -455,7 +468,7 @@ func (c *Console) retryMatching(w http.ResponseWriter, r *http.Request) {
 		dry.DryRun = true
 		n, err := c.admin.RetryDead(r.Context(), dry)
 		if err != nil {
-			c.fail(w, r, http.StatusInternalServerError, "count dead events: "+err.Error())
+			c.serverError(w, r, "count dead events", err)
 			return
 		}
 		c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry DEAD events", Nav: "events",
@@ -464,7 +477,7 @@ func (c *Console) retryMatching(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := c.admin.RetryDead(r.Context(), retry)
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, "retry events: "+err.Error())
+		c.serverError(w, r, "retry events", err)
 		return
 	}
 	user, addr := actor(r)
@@ -503,9 +516,14 @@ func (c *Console) prunePreview(w http.ResponseWriter, r *http.Request) {
 			Error: "older than: " + err.Error(), Data: d})
 		return
 	}
+	if st := outbox.Status(d.Status); st != outbox.StatusDelivered && st != outbox.StatusDead {
+		c.render(w, r, http.StatusBadRequest, "prune", page{Title: "Prune preview", Nav: "prune",
+			Error: fmt.Sprintf("status: only DELIVERED and DEAD events are pruned, not %q", d.Status), Data: d})
+		return
+	}
 	res, err := c.admin.Prune(r.Context(), storage.PruneParams{Status: outbox.Status(d.Status), OlderThan: older, DryRun: true})
 	if err != nil {
-		c.render(w, r, http.StatusBadRequest, "prune", page{Title: "Prune preview", Nav: "prune", Error: err.Error(), Data: d})
+		c.serverError(w, r, "count prunable events", err)
 		return
 	}
 	d.Count, d.Asked = res.Deleted, true
