@@ -207,7 +207,7 @@ else ifeq ($(MODE),memory-large)
 else ifeq ($(MODE),cpu)
 	$(GO) test -run '^$$' -bench 'DrainCPU$$' -benchtime 1x -timeout 60m ./cmd/relay
 else ifeq ($(MODE),ordering)
-	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
+	$(GO) test -run '^$$' -bench 'DrainNATS(Partition|Keyed)$$' -benchtime $(BENCHTIME) ./pkg/relay -events $(EVENTS) -storage $(STORAGE) $(if $(filter-out 0,$(KEYS)),-ordering.keys $(KEYS))
 else ifeq ($(MODE),horizon)
 	$(GO) test -run '^$$' -bench 'Horizon$$' -benchtime 1x -timeout 60m ./pkg/relay -events $(EVENTS) -storage $(STORAGE)
 else ifeq ($(MODE),horizon-app)

@@ -50,7 +50,7 @@ func benchDrainMode(b *testing.B, pub publisher.Publisher, eventType string, key
 func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, keys int, cfg relay.Config) {
 	tb := newBenchTable(b)
 	var grown, wal int64
-	var total, dbCPU time.Duration
+	var total, dbCPU, first time.Duration
 	for i := range b.N {
 		b.StopTimer()
 		tb.fill(b, *benchEvents, eventType, keys)
@@ -88,6 +88,7 @@ func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, k
 		go func() { e.Run(ctx); close(done) }()
 		settled.await(b, int64(*benchEvents))
 		total += time.Since(began)
+		first += settled.first().Sub(began)
 		dbCPU += serverCPU() - sc0
 		if tb.walAt != nil {
 			wal += tb.walAt(b) - wal0
@@ -116,6 +117,7 @@ func benchDrainConfig(b *testing.B, pub publisher.Publisher, eventType string, k
 	// All of the database server's processes, over the drains: what relaying
 	// costs the database the relay shares with the application.
 	b.ReportMetric(perEvent(dbCPU, *benchEvents*b.N), "db-µs/event")
+	b.ReportMetric(float64(first.Milliseconds())/float64(b.N), "first-ms")
 	if tb.bytes != nil {
 		b.ReportMetric(float64(grown)/float64(*benchEvents)/float64(b.N), "table-B-grown/event")
 	}
@@ -167,17 +169,23 @@ func benchNATS(b *testing.B) publisher.Publisher {
 	return pub
 }
 
-// BenchmarkDrainNATSPartition drains a backlog spread over 100 partition
-// keys with ORDERING=partition; compare with BenchmarkDrainNATSKeyed, the
-// same backlog unordered.
+// orderingKeys is how many partition keys the ordering benchmarks spread
+// their backlog over.
+var orderingKeys = flag.Int("ordering.keys", 100, "partition keys of BenchmarkDrainNATSPartition's and …Keyed's backlog")
+
+// BenchmarkDrainNATSPartition drains a backlog spread over -ordering.keys
+// partition keys with ORDERING=partition; compare with
+// BenchmarkDrainNATSKeyed, the same backlog unordered, in the same run
+// (events/s, and first-ms: how long after the start the first event was
+// settled).
 func BenchmarkDrainNATSPartition(b *testing.B) {
-	benchDrainWith(b, benchNATS(b), "bench.event", 100, storage.OrderingPartition)
+	benchDrainWith(b, benchNATS(b), "bench.event", *orderingKeys, storage.OrderingPartition)
 }
 
 // BenchmarkDrainNATSKeyed is BenchmarkDrainNATSPartition's backlog with
 // ORDERING=none.
 func BenchmarkDrainNATSKeyed(b *testing.B) {
-	benchDrainWith(b, benchNATS(b), "bench.event", 100, storage.OrderingNone)
+	benchDrainWith(b, benchNATS(b), "bench.event", *orderingKeys, storage.OrderingNone)
 }
 
 // BenchmarkDrainNullDelete is BenchmarkDrainNull with

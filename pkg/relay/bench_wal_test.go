@@ -384,6 +384,7 @@ type settledCounter struct {
 	n         int64
 	target    int64
 	reachedAt time.Time // when n reached target
+	firstAt   time.Time // when the first event was settled delivered
 }
 
 func (s *settledCounter) Finished(_ context.Context, o relay.Outcome) {
@@ -393,10 +394,20 @@ func (s *settledCounter) Finished(_ context.Context, o relay.Outcome) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.n == 0 {
+		s.firstAt = now
+	}
 	s.n += int64(o.Delivered)
 	if s.target > 0 && s.n >= s.target && s.reachedAt.IsZero() {
 		s.reachedAt = now
 	}
+}
+
+// first is when the first event was settled delivered.
+func (s *settledCounter) first() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.firstAt
 }
 
 func (s *settledCounter) count() int64 {
