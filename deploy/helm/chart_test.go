@@ -366,3 +366,110 @@ func toStrings(v any) []string {
 	}
 	return out
 }
+
+// labelsOf returns a map of string labels at path.
+func labelsOf(o any, path ...any) map[string]string {
+	m, _ := get(o, path...).(map[string]any)
+	out := map[string]string{}
+	for k, v := range m {
+		out[k], _ = v.(string)
+	}
+	return out
+}
+
+// matches tells whether every label of selector is in labels, as a
+// Service's selector or a matchLabels selector matches. An empty selector
+// matches nothing here: the chart never means "everything".
+func matches(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// podTemplates returns the pod templates of the workloads, by kind/name.
+func podTemplates(objs []object) map[string]any {
+	out := map[string]any{}
+	for _, o := range objs {
+		switch o.kind() {
+		case "Deployment", "Job":
+			out[o.kind()+"/"+o.name()] = get(o, "spec", "template")
+		case "CronJob":
+			out[o.kind()+"/"+o.name()] = get(o, "spec", "jobTemplate", "spec", "template")
+		}
+	}
+	return out
+}
+
+// selected returns the names of the pod templates whose labels sel matches.
+func selected(objs []object, sel map[string]string) []string {
+	var out []string
+	for name, tmpl := range podTemplates(objs) {
+		if matches(sel, labelsOf(tmpl, "metadata", "labels")) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Every selector selects what it is meant to, and nothing else: the
+// ServiceMonitor the relay's Service, each Service its own pods, each
+// Deployment its pod template.
+func TestEverySelectorSelectsItsTargets(t *testing.T) {
+	values := defaults()
+	values["serviceMonitor"] = map[string]any{"enabled": true}
+	values["console"] = map[string]any{"enabled": true}
+	values["secrets"].(map[string]any)["consolePassword"] = "console-Pa55word"
+	objs := render(t, values)
+
+	sm := only(t, objs, "ServiceMonitor", "orders-outbox-relay")
+	var scraped []string
+	for _, svc := range find(objs, "Service") {
+		if matches(labelsOf(sm, "spec", "selector", "matchLabels"), labelsOf(svc, "metadata", "labels")) {
+			scraped = append(scraped, svc.name())
+		}
+	}
+	if !slices.Equal(scraped, []string{"orders-outbox-relay"}) {
+		t.Errorf("the ServiceMonitor (selector %v) selects the Services %v, want the relay's alone",
+			get(sm, "spec", "selector"), scraped)
+	}
+	for _, port := range toMaps(get(sm, "spec", "endpoints")) {
+		svc := only(t, objs, "Service", "orders-outbox-relay")
+		if !slices.ContainsFunc(toMaps(get(svc, "spec", "ports")), func(p map[string]any) bool { return p["name"] == port["port"] }) {
+			t.Errorf("the ServiceMonitor scrapes port %v, which the Service lacks", port["port"])
+		}
+	}
+
+	for svc, want := range map[string][]string{
+		"orders-outbox-relay":         {"Deployment/orders-outbox-relay"},
+		"orders-outbox-relay-console": {"Deployment/orders-outbox-relay-console"},
+	} {
+		sel := labelsOf(only(t, objs, "Service", svc), "spec", "selector")
+		if got := selected(objs, sel); !slices.Equal(got, want) {
+			t.Errorf("Service %s (selector %v) selects %v, want %v", svc, sel, got, want)
+		}
+	}
+	for name, d := range find(objs, "Deployment") {
+		sel := labelsOf(d, "spec", "selector", "matchLabels")
+		if got := selected(objs, sel); !slices.Equal(got, []string{"Deployment/" + name}) {
+			t.Errorf("Deployment %s (selector %v) selects %v, want its own pods alone", name, sel, got)
+		}
+	}
+}
+
+func toMaps(v any) []map[string]any {
+	l, _ := v.([]any)
+	var out []map[string]any
+	for _, x := range l {
+		if m, ok := x.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
