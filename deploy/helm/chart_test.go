@@ -473,3 +473,44 @@ func toMaps(v any) []map[string]any {
 	}
 	return out
 }
+
+// imagePullSecrets, nodeSelector, tolerations and affinity reach every pod
+// the chart makes, and every container has resources: a namespace whose
+// ResourceQuota requires them admits each.
+func TestEveryPodGetsPlacementPullSecretsAndResources(t *testing.T) {
+	placement := map[string]any{
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+		"nodeSelector":     map[string]any{"pool": "apps"},
+		"tolerations":      []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "apps", "effect": "NoSchedule"}},
+		"affinity": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{
+				map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": []any{"amd64"}}}}}}}},
+	}
+	values := defaults()
+	for k, v := range placement {
+		values[k] = v
+	}
+	values["console"] = map[string]any{"enabled": true}
+	values["secrets"].(map[string]any)["consolePassword"] = "console-Pa55word"
+	objs := render(t, values)
+	pods := podTemplates(objs)
+	if len(pods) != 4 {
+		t.Fatalf("pod templates %v; want the relay, the console, prune and migrate", kinds(objs))
+	}
+	for name, tmpl := range pods {
+		spec := get(tmpl, "spec")
+		for k, want := range placement {
+			w, _ := yaml.Marshal(want)
+			g, _ := yaml.Marshal(get(spec, k))
+			if string(w) != string(g) {
+				t.Errorf("%s: %s is %s, want %s", name, k, g, w)
+			}
+		}
+		containers, _ := get(spec, "containers").([]any)
+		for _, c := range containers {
+			if str(c, "resources", "requests", "cpu") == "" || str(c, "resources", "requests", "memory") == "" || str(c, "resources", "limits", "memory") == "" {
+				t.Errorf("%s: container %s has resources %v, want cpu and memory requests and a memory limit", name, str(c, "name"), get(c, "resources"))
+			}
+		}
+	}
+}
