@@ -73,7 +73,8 @@ func render(t *testing.T, values map[string]any) []object {
 	return objs
 }
 
-func tryRender(values map[string]any) ([]object, error) {
+// renderFiles renders the chart with values and returns its files by name.
+func renderFiles(values map[string]any) (map[string]string, error) {
 	ch, err := loader.Load("outbox-relay")
 	if err != nil {
 		return nil, err
@@ -83,7 +84,11 @@ func tryRender(values map[string]any) ([]object, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(ch, vals)
+	return engine.Render(ch, vals)
+}
+
+func tryRender(values map[string]any) ([]object, error) {
+	files, err := renderFiles(values)
 	if err != nil {
 		return nil, err
 	}
@@ -511,6 +516,51 @@ func TestEveryPodGetsPlacementPullSecretsAndResources(t *testing.T) {
 			if str(c, "resources", "requests", "cpu") == "" || str(c, "resources", "requests", "memory") == "" || str(c, "resources", "limits", "memory") == "" {
 				t.Errorf("%s: container %s has resources %v, want cpu and memory requests and a memory limit", name, str(c, "name"), get(c, "resources"))
 			}
+		}
+	}
+}
+
+// Helm waits for a hook --timeout (5 minutes by default), while the
+// migrate Job may run activeDeadlineSeconds, retries included. The
+// timeouts the README and NOTES.txt give outlast the Job's deadline.
+func TestTheDocumentedTimeoutOutlastsTheMigrateJob(t *testing.T) {
+	timeout := regexp.MustCompile(`--timeout (\d+)m\b`)
+	deadline := func(objs []object) int {
+		d, _ := get(only(t, objs, "Job", "orders-outbox-relay-migrate"), "spec", "activeDeadlineSeconds").(float64)
+		return int(d)
+	}
+	readme, err := os.ReadFile("outbox-relay/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := deadline(render(t, defaults()))
+	m := timeout.FindAllStringSubmatch(string(readme), -1)
+	if len(m) == 0 {
+		t.Fatal("the README gives no --timeout for helm upgrade")
+	}
+	for _, x := range m {
+		if minutes, _ := strconv.Atoi(x[1]); minutes*60 <= d {
+			t.Errorf("the README says --timeout %sm; the migrate Job's deadline is %d s", x[1], d)
+		}
+	}
+	for _, secs := range []int{60, 299, 3600, 3601, 7200} {
+		values := defaults()
+		values["migrate"] = map[string]any{"activeDeadlineSeconds": secs}
+		files, err := renderFiles(values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := render(t, values)
+		if d := deadline(objs); d != secs {
+			t.Fatalf("activeDeadlineSeconds %d rendered as %d", secs, d)
+		}
+		notes := files["outbox-relay/templates/NOTES.txt"]
+		m := timeout.FindStringSubmatch(notes)
+		if m == nil {
+			t.Fatalf("NOTES.txt gives no --timeout with activeDeadlineSeconds %d:\n%s", secs, notes)
+		}
+		if minutes, _ := strconv.Atoi(m[1]); minutes*60 <= secs {
+			t.Errorf("NOTES.txt says --timeout %sm for a deadline of %d s", m[1], secs)
 		}
 	}
 }
