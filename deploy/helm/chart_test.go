@@ -222,11 +222,6 @@ func TestTheDefaultInstall(t *testing.T) {
 	if args := get(jobPod, "containers", 0, "args"); !slices.Equal(toStrings(args), []string{"migrate"}) {
 		t.Errorf("the migrate Job runs %v", args)
 	}
-	// Its Secret exists before it: a hook of lower weight.
-	secret := only(t, objs, "Secret", "orders-outbox-relay")
-	if w, _ := strconv.Atoi(str(secret, "metadata", "annotations", "helm.sh/hook-weight")); w >= 0 {
-		t.Errorf("the Secret's hook weight is %d, want below the migrate Job's 0", w)
-	}
 	only(t, objs, "Service", "orders-outbox-relay")
 	cron := only(t, objs, "CronJob", "orders-outbox-relay-prune")
 	checkRestricted(t, "the prune CronJob", get(cron, "spec", "jobTemplate", "spec", "template", "spec"))
@@ -561,6 +556,242 @@ func TestTheDocumentedTimeoutOutlastsTheMigrateJob(t *testing.T) {
 		}
 		if minutes, _ := strconv.Atoi(m[1]); minutes*60 <= secs {
 			t.Errorf("NOTES.txt says --timeout %sm for a deadline of %d s", m[1], secs)
+		}
+	}
+}
+
+// secretRefs returns the Secret keys a pod template needs, as
+// "<secret>/<key>", and those it reads if present ("?" after them).
+func secretRefs(tmpl any) []string {
+	var out []string
+	spec := get(tmpl, "spec")
+	containers, _ := get(spec, "containers").([]any)
+	for _, c := range containers {
+		for _, e := range toMaps(get(c, "env")) {
+			if ref := get(e, "valueFrom", "secretKeyRef"); ref != nil {
+				r := str(ref, "name") + "/" + str(ref, "key")
+				if get(ref, "optional") == true {
+					r += "?"
+				}
+				out = append(out, r)
+			}
+		}
+		for _, f := range toMaps(get(c, "envFrom")) {
+			if ref := get(f, "secretRef"); ref != nil {
+				out = append(out, str(ref, "name")+"/*")
+			}
+		}
+	}
+	for _, v := range toMaps(get(spec, "volumes")) {
+		for _, item := range toMaps(get(v, "secret", "items")) {
+			out = append(out, str(v, "secret", "secretName")+"/"+str(item, "key"))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func stringData(t *testing.T, objs []object, name string) map[string]string {
+	t.Helper()
+	return labelsOf(only(t, objs, "Secret", name), "stringData")
+}
+
+// The chart's Secret is an object of the release, not a hook: helm get
+// manifest shows it, upgrades update it, uninstall deletes it. The migrate
+// hook, which runs before the release's objects exist, reads the owner's
+// URL from a hook Secret of its own, made before it and deleted after it.
+func TestTheSecretIsAReleaseObjectAndMigrateHasItsOwn(t *testing.T) {
+	values := defaults()
+	values["secrets"].(map[string]any)["ownerStorageUrl"] = "postgres://owner:Owner-Pa55@db/app"
+	objs := render(t, values)
+	secret := only(t, objs, "Secret", "orders-outbox-relay")
+	if hook := get(secret, "metadata", "annotations", "helm.sh/hook"); hook != nil {
+		t.Errorf("the release's Secret is a %v hook", hook)
+	}
+	data := stringData(t, objs, "orders-outbox-relay")
+	if data["storage-url"] != storageURL || data["publisher-url"] != publisherURL {
+		t.Errorf("the release's Secret holds %v", data)
+	}
+	for k, v := range data {
+		if strings.Contains(v, "Owner-Pa55") {
+			t.Errorf("the release's Secret keeps the owner's URL (%s) beyond the hook", k)
+		}
+	}
+
+	job := only(t, objs, "Job", "orders-outbox-relay-migrate")
+	refs := secretRefs(get(job, "spec", "template"))
+	if len(refs) != 1 {
+		t.Fatalf("the migrate Job reads %v, want one URL", refs)
+	}
+	name, key, _ := strings.Cut(refs[0], "/")
+	hookSecret := only(t, objs, "Secret", name)
+	if name == secret.name() {
+		t.Fatalf("the migrate hook reads the release's Secret, which does not exist yet on install")
+	}
+	if got := stringData(t, objs, name)[key]; got != "postgres://owner:Owner-Pa55@db/app" {
+		t.Errorf("the migrate Job's %s is %q, want the owner's URL", refs[0], got)
+	}
+	ann := func(o object, k string) string { return str(o, "metadata", "annotations", "helm.sh/"+k) }
+	if ann(hookSecret, "hook") != ann(job, "hook") {
+		t.Errorf("the hook Secret is made on %q, the Job runs on %q", ann(hookSecret, "hook"), ann(job, "hook"))
+	}
+	sw, _ := strconv.Atoi(ann(hookSecret, "hook-weight"))
+	jw, _ := strconv.Atoi(ann(job, "hook-weight"))
+	if sw >= jw {
+		t.Errorf("the hook Secret's weight %d is not below the Job's %d", sw, jw)
+	}
+	policy := strings.Split(ann(hookSecret, "hook-delete-policy"), ",")
+	if !slices.Contains(policy, "before-hook-creation") || !slices.Contains(policy, "hook-succeeded") {
+		t.Errorf("the hook Secret's delete policy is %v; want it replaced on each run and gone after", policy)
+	}
+	for name, tmpl := range podTemplates(objs) {
+		if name == "Job/orders-outbox-relay-migrate" {
+			continue
+		}
+		for _, r := range secretRefs(tmpl) {
+			if strings.HasPrefix(r, hookSecret.name()+"/") {
+				t.Errorf("%s reads the migrate hook's Secret, which is gone after the hook", name)
+			}
+		}
+	}
+
+	// Without an owner's URL, migrate runs with storageUrl.
+	objs = render(t, defaults())
+	refs = secretRefs(get(only(t, objs, "Job", "orders-outbox-relay-migrate"), "spec", "template"))
+	name, key, _ = strings.Cut(refs[0], "/")
+	if got := stringData(t, objs, name)[key]; got != storageURL {
+		t.Errorf("without ownerStorageUrl the migrate Job's URL is %q, want storageUrl", got)
+	}
+}
+
+// A change in the chart's Secret rolls the pods that read it at start.
+func TestPodsRollWhenTheSecretChanges(t *testing.T) {
+	sums := func(storage, password string) map[string]string {
+		values := defaults()
+		values["secrets"].(map[string]any)["storageUrl"] = storage
+		values["secrets"].(map[string]any)["consolePassword"] = password
+		values["console"] = map[string]any{"enabled": true}
+		out := map[string]string{}
+		for name, d := range find(render(t, values), "Deployment") {
+			out[name] = str(d, "spec", "template", "metadata", "annotations", "checksum/secret")
+		}
+		return out
+	}
+	a, b, c := sums(storageURL, "one"), sums(storageURL+"&x=1", "one"), sums(storageURL, "two")
+	for name := range a {
+		if a[name] == "" || a[name] == b[name] || a[name] == c[name] {
+			t.Errorf("Deployment %s: checksum/secret %q, %q after a new storageUrl, %q after a new password", name, a[name], b[name], c[name])
+		}
+	}
+	if len(a) != 2 {
+		t.Errorf("Deployments %v, want the relay and the console", a)
+	}
+}
+
+// Every URL setting of docs/configuration.md, and the OTLP headers, which
+// hold API keys, can come from the Secret; none of them can be put in the
+// ConfigMap.
+func TestEverySecretSettingComesFromTheSecret(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"}
+	for _, r := range regexp.MustCompile("(?m)^\\| `([A-Z][A-Z0-9_]+_URL)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		names = append(names, r[1])
+	}
+	if !slices.Contains(names, "WAL_STORAGE_URL") {
+		t.Fatalf("found %v in docs/configuration.md", names)
+	}
+	secretEnv := map[string]any{}
+	for _, n := range names {
+		if n != "STORAGE_URL" && n != "PUBLISHER_URL" {
+			secretEnv[n] = "secret value of " + n
+		}
+	}
+	values := defaults()
+	values["secrets"].(map[string]any)["env"] = secretEnv
+	objs := render(t, values)
+	relay := get(only(t, objs, "Deployment", "orders-outbox-relay"), "spec", "template", "spec", "containers", 0)
+	e := env(t, objs, relay)
+	data := stringData(t, objs, "orders-outbox-relay")
+	for _, n := range names {
+		ref, ok := strings.CutPrefix(e[n], "secret:orders-outbox-relay/")
+		if !ok {
+			t.Errorf("%s = %q, want it from the Secret", n, e[n])
+			continue
+		}
+		want := "secret value of " + n
+		switch n {
+		case "STORAGE_URL":
+			want = storageURL
+		case "PUBLISHER_URL":
+			want = publisherURL
+		}
+		if data[ref] != want {
+			t.Errorf("%s reads key %s of the Secret, which holds %q", n, ref, data[ref])
+		}
+	}
+	for _, cm := range find(objs, "ConfigMap") {
+		if y, _ := yaml.Marshal(cm); strings.Contains(string(y), "secret value of") {
+			t.Errorf("ConfigMap %s holds a secret setting", cm.name())
+		}
+	}
+	for _, n := range names {
+		values := defaults()
+		values["config"] = map[string]any{n: "api-key=leak"}
+		if _, err := tryRender(values); err == nil || !strings.Contains(err.Error(), "config."+n) {
+			t.Errorf("config.%s rendered (%v); want it refused, naming it", n, err)
+		}
+	}
+}
+
+// An existing Secret needs only the keys of the features in use: the
+// relay's two URLs, and a key per job or feature that is on; the optional
+// settings are read if the Secret has them.
+func TestAnExistingSecretNeedsOnlyTheKeysInUse(t *testing.T) {
+	needed := func(values map[string]any) []string {
+		objs := render(t, values)
+		var out []string
+		for _, tmpl := range podTemplates(objs) {
+			for _, r := range secretRefs(tmpl) {
+				if !strings.HasSuffix(r, "?") && !slices.Contains(out, r) {
+					out = append(out, r)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	own := func(more map[string]any) map[string]any {
+		v := map[string]any{"secrets": map[string]any{"existingSecret": "mine",
+			"keys": map[string]any{"ownerStorageUrl": "", "adminStorageUrl": ""}}}
+		for k, x := range more {
+			v[k] = x
+		}
+		return v
+	}
+	for _, c := range []struct {
+		values map[string]any
+		want   []string
+	}{
+		{own(nil), []string{"mine/publisher-url", "mine/storage-url"}},
+		{own(map[string]any{"console": map[string]any{"enabled": true}}),
+			[]string{"mine/console-password", "mine/publisher-url", "mine/storage-url"}},
+		{map[string]any{"secrets": map[string]any{"existingSecret": "mine"}},
+			[]string{"mine/admin-storage-url", "mine/owner-storage-url", "mine/publisher-url", "mine/storage-url"}},
+		{map[string]any{"secrets": map[string]any{"existingSecret": "mine"}, "migrate": map[string]any{"enabled": false}, "prune": map[string]any{"enabled": false}},
+			[]string{"mine/publisher-url", "mine/storage-url"}},
+	} {
+		if got := needed(c.values); !slices.Equal(got, c.want) {
+			t.Errorf("values %v need the keys %v, want %v", c.values, got, c.want)
+		}
+	}
+	objs := render(t, own(nil))
+	refs := secretRefs(get(only(t, objs, "Deployment", "orders-outbox-relay"), "spec", "template"))
+	for _, want := range []string{"mine/wal-storage-url?", "mine/otlp-headers?"} {
+		if !slices.Contains(refs, want) {
+			t.Errorf("the relay reads %v from an existing Secret; want %s, optional", refs, want)
 		}
 	}
 }

@@ -31,25 +31,45 @@ app.kubernetes.io/component: relay
 {{- .Values.secrets.existingSecret | default (include "outbox-relay.fullname" .) -}}
 {{- end -}}
 
-{{/* An env entry read from the Secret: (list . "NAME" "keyField"). */}}
+{{/* An env entry read from a Secret: (list . "NAME" "secret" "key"), or with a fourth element true for an optional reference. */}}
 {{- define "outbox-relay.secretEnv" -}}
-{{- $ := index . 0 -}}
 - name: {{ index . 1 }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "outbox-relay.secretName" $ }}
-      key: {{ index $.Values.secrets.keys (index . 2) }}
+      name: {{ index . 2 }}
+      key: {{ index . 3 }}
+      {{- if and (gt (len .) 4) (index . 4) }}
+      optional: true
+      {{- end }}
 {{- end -}}
 
-{{/* The key of the database URL for a job: its own when the chart makes the Secret with that value empty falls back to storageUrl's key. */}}
+{{/* The key of a job's database URL (field ownerStorageUrl or adminStorageUrl): its own when the chart's Secret has that URL, or when an existing Secret names a key for it; storageUrl's otherwise. */}}
 {{- define "outbox-relay.urlKey" -}}
 {{- $ := index . 0 -}}
 {{- $field := index . 1 -}}
-{{- if or $.Values.secrets.existingSecret (index $.Values.secrets $field) -}}
-{{- $field -}}
+{{- if $.Values.secrets.existingSecret -}}
+{{- index $.Values.secrets.keys $field | default $.Values.secrets.keys.storageUrl -}}
+{{- else if index $.Values.secrets $field -}}
+{{- index $.Values.secrets.keys $field -}}
 {{- else -}}
-storageUrl
+{{- $.Values.secrets.keys.storageUrl -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The relay's settings from the Secret: the two URLs, then secrets.env (the chart's Secret, one key per name) or secrets.existingSecretEnv (optional references into yours). */}}
+{{- define "outbox-relay.relaySecretEnv" -}}
+{{- $name := include "outbox-relay.secretName" . -}}
+{{ include "outbox-relay.secretEnv" (list . "STORAGE_URL" $name .Values.secrets.keys.storageUrl) }}
+{{ include "outbox-relay.secretEnv" (list . "PUBLISHER_URL" $name .Values.secrets.keys.publisherUrl) }}
+{{- if .Values.secrets.existingSecret }}
+{{- range $k, $key := .Values.secrets.existingSecretEnv }}
+{{ include "outbox-relay.secretEnv" (list $ $k $name $key true) }}
+{{- end }}
+{{- else }}
+{{- range $k, $v := .Values.secrets.env }}
+{{ include "outbox-relay.secretEnv" (list $ $k $name $k) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The restricted Pod Security Standard: the image's numeric user (Dockerfile USER 65532:65532). */}}
@@ -93,8 +113,16 @@ capabilities:
 {{- end -}}
 {{- end -}}
 {{- range $k, $v := .Values.config -}}
-{{- if or (hasSuffix "_URL" $k) (contains "PASSWORD" $k) (contains "SECRET" $k) (contains "TOKEN" $k) -}}
-{{- fail (printf "config.%s may hold a secret: set it under secrets (storageUrl, publisherUrl) or in existingSecret, not in config, which goes into a ConfigMap" $k) -}}
+{{- if or (hasSuffix "_URL" $k) (contains "PASSWORD" $k) (contains "SECRET" $k) (contains "TOKEN" $k) (contains "HEADERS" $k) -}}
+{{- fail (printf "config.%s may hold a secret: set it under secrets (storageUrl, publisherUrl, env) or in existingSecret, not in config, which goes into a ConfigMap" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := .Values.secrets.env -}}
+{{- if has $k (list "STORAGE_URL" "PUBLISHER_URL" "HTTP_ADDR" "RELAY_ID") -}}
+{{- fail (printf "secrets.env.%s: the chart sets %s itself (STORAGE_URL and PUBLISHER_URL: secrets.storageUrl and secrets.publisherUrl)" $k $k) -}}
+{{- end -}}
+{{- if hasKey $.Values.config $k -}}
+{{- fail (printf "%s is both in config and in secrets.env: keep it in secrets.env" $k) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
