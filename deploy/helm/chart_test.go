@@ -92,28 +92,37 @@ func tryRender(values map[string]any) ([]object, error) {
 	if err != nil {
 		return nil, err
 	}
+	var objs []object
+	for _, doc := range documents(files) {
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			return nil, err
+		}
+		objs = append(objs, o)
+	}
+	return objs, nil
+}
+
+// documents returns the manifests of the rendered files, in the order of
+// the files' names.
+func documents(files map[string]string) []string {
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	var objs []object
+	var docs []string
 	for _, name := range names {
 		if !strings.HasSuffix(name, ".yaml") {
 			continue
 		}
 		for _, doc := range strings.Split(files[name], "\n---") {
-			if strings.TrimSpace(stripComments(doc)) == "" {
-				continue
+			if strings.TrimSpace(stripComments(doc)) != "" {
+				docs = append(docs, doc)
 			}
-			var o object
-			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
-				return nil, err
-			}
-			objs = append(objs, o)
 		}
 	}
-	return objs, nil
+	return docs
 }
 
 func stripComments(doc string) string {
