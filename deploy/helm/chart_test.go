@@ -174,6 +174,9 @@ func env(t *testing.T, objs []object, container any) map[string]string {
 	out := map[string]string{}
 	from, _ := get(container, "envFrom").([]any)
 	for _, f := range from {
+		if get(f, "configMapRef") == nil {
+			continue
+		}
 		cm := only(t, objs, "ConfigMap", str(f, "configMapRef", "name"))
 		data, _ := get(cm, "data").(map[string]any)
 		for k, v := range data {
@@ -428,46 +431,81 @@ func selected(objs []object, sel map[string]string) []string {
 }
 
 // Every selector selects what it is meant to, and nothing else: the
-// ServiceMonitor the relay's Service, each Service its own pods, each
-// Deployment its pod template.
+// ServiceMonitor the relay's Service, each Service its own pods, the
+// PodDisruptionBudget and the topology spread the relay's pods, each
+// Deployment its pod template; with the names overridden too.
 func TestEverySelectorSelectsItsTargets(t *testing.T) {
-	values := defaults()
-	values["serviceMonitor"] = map[string]any{"enabled": true}
-	values["console"] = map[string]any{"enabled": true}
-	values["secrets"].(map[string]any)["consolePassword"] = "console-Pa55word"
-	objs := render(t, values)
-
-	sm := only(t, objs, "ServiceMonitor", "orders-outbox-relay")
-	var scraped []string
-	for _, svc := range find(objs, "Service") {
-		if matches(labelsOf(sm, "spec", "selector", "matchLabels"), labelsOf(svc, "metadata", "labels")) {
-			scraped = append(scraped, svc.name())
-		}
-	}
-	if !slices.Equal(scraped, []string{"orders-outbox-relay"}) {
-		t.Errorf("the ServiceMonitor (selector %v) selects the Services %v, want the relay's alone",
-			get(sm, "spec", "selector"), scraped)
-	}
-	for _, port := range toMaps(get(sm, "spec", "endpoints")) {
-		svc := only(t, objs, "Service", "orders-outbox-relay")
-		if !slices.ContainsFunc(toMaps(get(svc, "spec", "ports")), func(p map[string]any) bool { return p["name"] == port["port"] }) {
-			t.Errorf("the ServiceMonitor scrapes port %v, which the Service lacks", port["port"])
-		}
-	}
-
-	for svc, want := range map[string][]string{
-		"orders-outbox-relay":         {"Deployment/orders-outbox-relay"},
-		"orders-outbox-relay-console": {"Deployment/orders-outbox-relay-console"},
+	for variant, more := range map[string]map[string]any{
+		"default":          {},
+		"nameOverride":     {"nameOverride": "relay"},
+		"fullnameOverride": {"fullnameOverride": "outbox", "commonLabels": map[string]any{"team": "payments"}, "podLabels": map[string]any{"tier": "backend"}},
 	} {
-		sel := labelsOf(only(t, objs, "Service", svc), "spec", "selector")
-		if got := selected(objs, sel); !slices.Equal(got, want) {
-			t.Errorf("Service %s (selector %v) selects %v, want %v", svc, sel, got, want)
+		values := defaults()
+		values["serviceMonitor"] = map[string]any{"enabled": true}
+		values["console"] = map[string]any{"enabled": true}
+		values["secrets"].(map[string]any)["consolePassword"] = "console-Pa55word"
+		for k, v := range more {
+			values[k] = v
 		}
-	}
-	for name, d := range find(objs, "Deployment") {
-		sel := labelsOf(d, "spec", "selector", "matchLabels")
-		if got := selected(objs, sel); !slices.Equal(got, []string{"Deployment/" + name}) {
-			t.Errorf("Deployment %s (selector %v) selects %v, want its own pods alone", name, sel, got)
+		objs := render(t, values)
+		var relay, relaySvc string
+		for name, d := range find(objs, "Deployment") {
+			if !strings.HasSuffix(name, "-console") {
+				relay = "Deployment/" + name
+			}
+			sel := labelsOf(d, "spec", "selector", "matchLabels")
+			if got := selected(objs, sel); !slices.Equal(got, []string{"Deployment/" + name}) {
+				t.Errorf("%s: Deployment %s (selector %v) selects %v, want its own pods alone", variant, name, sel, got)
+			}
+			for _, c := range toMaps(get(d, "spec", "template", "spec", "topologySpreadConstraints")) {
+				if got := selected(objs, labelsOf(c, "labelSelector", "matchLabels")); !slices.Equal(got, []string{"Deployment/" + name}) {
+					t.Errorf("%s: Deployment %s spreads %v", variant, name, got)
+				}
+			}
+		}
+		services := find(objs, "Service")
+		if len(services) != 2 {
+			t.Fatalf("%s: Services %v", variant, kinds(objs))
+		}
+		for name, svc := range services {
+			got := selected(objs, labelsOf(svc, "spec", "selector"))
+			if len(got) != 1 {
+				t.Errorf("%s: Service %s (selector %v) selects %v, want one Deployment's pods", variant, name, get(svc, "spec", "selector"), got)
+			} else if got[0] == relay {
+				relaySvc = name
+			}
+		}
+		if relaySvc == "" {
+			t.Fatalf("%s: no Service selects the relay's pods", variant)
+		}
+		for _, sm := range find(objs, "ServiceMonitor") {
+			var scraped []string
+			for _, svc := range services {
+				if matches(labelsOf(sm, "spec", "selector", "matchLabels"), labelsOf(svc, "metadata", "labels")) {
+					scraped = append(scraped, svc.name())
+				}
+			}
+			if !slices.Equal(scraped, []string{relaySvc}) {
+				t.Errorf("%s: the ServiceMonitor (selector %v) selects the Services %v, want the relay's alone",
+					variant, get(sm, "spec", "selector"), scraped)
+			}
+			for _, port := range toMaps(get(sm, "spec", "endpoints")) {
+				if !slices.ContainsFunc(toMaps(get(services[relaySvc], "spec", "ports")), func(p map[string]any) bool { return p["name"] == port["port"] }) {
+					t.Errorf("%s: the ServiceMonitor scrapes port %v, which the Service lacks", variant, port["port"])
+				}
+			}
+		}
+		if len(find(objs, "ServiceMonitor")) != 1 {
+			t.Errorf("%s: %v, want one ServiceMonitor", variant, kinds(objs))
+		}
+		pdbs := find(objs, "PodDisruptionBudget")
+		if len(pdbs) != 1 {
+			t.Errorf("%s: %v, want one PodDisruptionBudget", variant, kinds(objs))
+		}
+		for name, pdb := range pdbs {
+			if got := selected(objs, labelsOf(pdb, "spec", "selector", "matchLabels")); !slices.Equal(got, []string{relay}) {
+				t.Errorf("%s: PodDisruptionBudget %s selects %v, want the relay's pods", variant, name, got)
+			}
 		}
 	}
 }
@@ -802,5 +840,166 @@ func TestAnExistingSecretNeedsOnlyTheKeysInUse(t *testing.T) {
 		if !slices.Contains(refs, want) {
 			t.Errorf("the relay reads %v from an existing Secret; want %s, optional", refs, want)
 		}
+	}
+}
+
+// with returns the default values with more set at the top level.
+func with(more map[string]any) map[string]any {
+	values := defaults()
+	for k, v := range more {
+		values[k] = v
+	}
+	return values
+}
+
+func relayPod(t *testing.T, objs []object) any {
+	t.Helper()
+	return get(only(t, objs, "Deployment", "orders-outbox-relay"), "spec", "template", "spec")
+}
+
+// A PodDisruptionBudget, topology spread with several replicas, and a
+// startupProbe before liveness and readiness.
+func TestAvailabilityAndPlacement(t *testing.T) {
+	objs := render(t, defaults())
+	pdb := only(t, objs, "PodDisruptionBudget", "orders-outbox-relay")
+	if get(pdb, "spec", "maxUnavailable") != float64(1) {
+		t.Errorf("PodDisruptionBudget %v", get(pdb, "spec"))
+	}
+	if got := get(only(t, render(t, with(map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": 2}})), "PodDisruptionBudget", "orders-outbox-relay"), "spec"); get(got, "minAvailable") != float64(2) || get(got, "maxUnavailable") != nil {
+		t.Errorf("podDisruptionBudget.minAvailable=2: %v", got)
+	}
+	if len(find(render(t, with(map[string]any{"podDisruptionBudget": map[string]any{"enabled": false}})), "PodDisruptionBudget")) != 0 {
+		t.Error("podDisruptionBudget.enabled=false still renders one")
+	}
+
+	keys := func(pod any) []string {
+		var out []string
+		for _, c := range toMaps(get(pod, "topologySpreadConstraints")) {
+			out = append(out, str(c, "topologyKey"))
+		}
+		return out
+	}
+	if got := keys(relayPod(t, objs)); !slices.Equal(got, []string{"kubernetes.io/hostname", "topology.kubernetes.io/zone"}) {
+		t.Errorf("two replicas spread over %v, want nodes and zones", got)
+	}
+	if got := keys(relayPod(t, render(t, with(map[string]any{"replicaCount": 1})))); len(got) != 0 {
+		t.Errorf("one replica spreads over %v", got)
+	}
+	if got := keys(relayPod(t, render(t, with(map[string]any{"replicaCount": 1, "autoscaling": map[string]any{"enabled": true}})))); len(got) != 2 {
+		t.Errorf("with autoscaling the relay spreads over %v", got)
+	}
+	own := []any{map[string]any{"topologyKey": "rack", "maxSkew": 2, "whenUnsatisfiable": "DoNotSchedule",
+		"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "relay"}}}}
+	if got := keys(relayPod(t, render(t, with(map[string]any{"topologySpreadConstraints": own})))); !slices.Equal(got, []string{"rack"}) {
+		t.Errorf("topologySpreadConstraints of one's own: %v", got)
+	}
+
+	relay := get(relayPod(t, objs), "containers", 0)
+	if str(relay, "startupProbe", "httpGet", "path") != "/healthz" || get(relay, "startupProbe", "failureThreshold") != float64(60) {
+		t.Errorf("startupProbe %v", get(relay, "startupProbe"))
+	}
+	if got := get(relayPod(t, render(t, with(map[string]any{"startupProbe": nil}))), "containers", 0, "startupProbe"); got != nil {
+		t.Errorf("startupProbe: null renders %v", got)
+	}
+}
+
+// The chart's pods run as a ServiceAccount of their own, without an API
+// token; the migrate hook, which runs before that ServiceAccount exists,
+// as the namespace's default.
+func TestAServiceAccountOfItsOwn(t *testing.T) {
+	values := with(map[string]any{"console": map[string]any{"enabled": true}})
+	values["secrets"].(map[string]any)["consolePassword"] = "pw"
+	objs := render(t, values)
+	sa := only(t, objs, "ServiceAccount", "orders-outbox-relay")
+	if get(sa, "automountServiceAccountToken") != false {
+		t.Errorf("ServiceAccount %v mounts its token", sa)
+	}
+	for name, tmpl := range podTemplates(objs) {
+		want := "orders-outbox-relay"
+		if name == "Job/orders-outbox-relay-migrate" {
+			want = "default"
+		}
+		if got := str(tmpl, "spec", "serviceAccountName"); got != want {
+			t.Errorf("%s runs as %q, want %q", name, got, want)
+		}
+		if get(tmpl, "spec", "automountServiceAccountToken") != false {
+			t.Errorf("%s mounts an API token", name)
+		}
+	}
+	objs = render(t, with(map[string]any{"serviceAccount": map[string]any{"create": false, "name": "relay-sa"}}))
+	if len(find(objs, "ServiceAccount")) != 0 || str(relayPod(t, objs), "serviceAccountName") != "relay-sa" {
+		t.Errorf("serviceAccount.create=false, name=relay-sa: %v, the relay runs as %q", kinds(objs), str(relayPod(t, objs), "serviceAccountName"))
+	}
+}
+
+// podLabels, podAnnotations, commonLabels, extraEnv, extraEnvFrom,
+// extraVolumes and extraVolumeMounts reach every pod and container;
+// nameOverride and fullnameOverride name the objects.
+func TestCustomisationReachesEveryPod(t *testing.T) {
+	values := with(map[string]any{
+		"console":           map[string]any{"enabled": true},
+		"podLabels":         map[string]any{"tier": "backend"},
+		"podAnnotations":    map[string]any{"example.com/owner": "payments"},
+		"commonLabels":      map[string]any{"team": "payments"},
+		"extraEnv":          []any{map[string]any{"name": "PGSSLROOTCERT", "value": "/etc/outbox/ca/ca.crt"}},
+		"extraEnvFrom":      []any{map[string]any{"secretRef": map[string]any{"name": "more"}}},
+		"extraVolumes":      []any{map[string]any{"name": "ca", "secret": map[string]any{"secretName": "db-ca"}}},
+		"extraVolumeMounts": []any{map[string]any{"name": "ca", "mountPath": "/etc/outbox/ca", "readOnly": true}},
+	})
+	values["secrets"].(map[string]any)["consolePassword"] = "pw"
+	objs := render(t, values)
+	for _, o := range objs {
+		if str(o, "metadata", "labels", "team") != "payments" {
+			t.Errorf("%s/%s lacks commonLabels", o.kind(), o.name())
+		}
+	}
+	for name, tmpl := range podTemplates(objs) {
+		if str(tmpl, "metadata", "labels", "tier") != "backend" || str(tmpl, "metadata", "labels", "team") != "payments" ||
+			str(tmpl, "metadata", "annotations", "example.com/owner") != "payments" {
+			t.Errorf("%s: pod metadata %v", name, get(tmpl, "metadata"))
+		}
+		if !slices.ContainsFunc(toMaps(get(tmpl, "spec", "volumes")), func(v map[string]any) bool { return v["name"] == "ca" }) {
+			t.Errorf("%s: volumes %v", name, get(tmpl, "spec", "volumes"))
+		}
+		containers, _ := get(tmpl, "spec", "containers").([]any)
+		for _, c := range containers {
+			if e := env(t, objs, c); e["PGSSLROOTCERT"] != "/etc/outbox/ca/ca.crt" {
+				t.Errorf("%s: container %s lacks extraEnv", name, str(c, "name"))
+			}
+			if !slices.ContainsFunc(toMaps(get(c, "envFrom")), func(f map[string]any) bool { return str(f, "secretRef", "name") == "more" }) {
+				t.Errorf("%s: container %s lacks extraEnvFrom: %v", name, str(c, "name"), get(c, "envFrom"))
+			}
+			if !slices.ContainsFunc(toMaps(get(c, "volumeMounts")), func(m map[string]any) bool { return m["mountPath"] == "/etc/outbox/ca" }) {
+				t.Errorf("%s: container %s lacks extraVolumeMounts", name, str(c, "name"))
+			}
+		}
+	}
+	objs = render(t, with(map[string]any{"nameOverride": "relay"}))
+	d := only(t, objs, "Deployment", "orders-relay")
+	if got := str(d, "spec", "template", "spec", "serviceAccountName"); got != "orders-relay" || str(d, "metadata", "labels", "app.kubernetes.io/name") != "relay" {
+		t.Errorf("nameOverride: the relay runs as %q", got)
+	}
+	objs = render(t, with(map[string]any{"fullnameOverride": "outbox"}))
+	for _, o := range objs {
+		if !strings.HasPrefix(o.name(), "outbox") {
+			t.Errorf("fullnameOverride=outbox: %s/%s", o.kind(), o.name())
+		}
+	}
+}
+
+// autoscaling.enabled: an HPA on CPU scales the relay's Deployment, which
+// no longer sets replicas; or on metrics of one's own.
+func TestAutoscaling(t *testing.T) {
+	objs := render(t, with(map[string]any{"autoscaling": map[string]any{"enabled": true, "minReplicas": 2, "maxReplicas": 5}}))
+	hpa := only(t, objs, "HorizontalPodAutoscaler", "orders-outbox-relay")
+	if str(hpa, "spec", "scaleTargetRef", "name") != "orders-outbox-relay" || str(hpa, "spec", "scaleTargetRef", "kind") != "Deployment" ||
+		get(hpa, "spec", "maxReplicas") != float64(5) || str(hpa, "spec", "metrics", 0, "resource", "name") != "cpu" {
+		t.Errorf("HPA %v", get(hpa, "spec"))
+	}
+	if r := get(only(t, objs, "Deployment", "orders-outbox-relay"), "spec", "replicas"); r != nil {
+		t.Errorf("with autoscaling the Deployment sets replicas %v: each upgrade would undo the HPA", r)
+	}
+	if len(find(render(t, defaults()), "HorizontalPodAutoscaler")) != 0 {
+		t.Error("an HPA by default")
 	}
 }

@@ -60,6 +60,20 @@ func variants() map[string]map[string]any {
 	everything["secrets"].(map[string]any)["env"] = map[string]any{"WAL_STORAGE_URL": "postgres://relay:x@db-primary/app"}
 	everything["console"] = map[string]any{"enabled": true}
 	everything["serviceMonitor"] = map[string]any{"enabled": true}
+	everything["autoscaling"] = map[string]any{"enabled": true, "metrics": []any{map[string]any{
+		"type": "External", "external": map[string]any{
+			"metric": map[string]any{"name": "openoutbox_backlog_pending_count"},
+			"target": map[string]any{"type": "AverageValue", "averageValue": "1000"}}}}}
+	everything["podLabels"] = map[string]any{"tier": "backend"}
+	everything["podAnnotations"] = map[string]any{"example.com/owner": "payments"}
+	everything["commonLabels"] = map[string]any{"team": "payments"}
+	everything["extraEnv"] = []any{map[string]any{"name": "PGSSLROOTCERT", "value": "/etc/outbox/ca/ca.crt"}}
+	everything["extraEnvFrom"] = []any{map[string]any{"secretRef": map[string]any{"name": "more"}}}
+	everything["extraVolumes"] = []any{map[string]any{"name": "ca", "secret": map[string]any{"secretName": "db-ca"}}}
+	everything["extraVolumeMounts"] = []any{map[string]any{"name": "ca", "mountPath": "/etc/outbox/ca", "readOnly": true}}
+	everything["imagePullSecrets"] = []any{map[string]any{"name": "regcred"}}
+	everything["nodeSelector"] = map[string]any{"pool": "apps"}
+	everything["tolerations"] = []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "apps", "effect": "NoSchedule"}}
 	return map[string]map[string]any{
 		"default":    defaults(),
 		"everything": everything,

@@ -1,25 +1,66 @@
-{{/* The release's objects are named after it: <release>-outbox-relay, or the release name when it already says outbox-relay. */}}
+{{/* The chart's name, for the app.kubernetes.io/name label: nameOverride or the chart's. */}}
+{{- define "outbox-relay.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's objects are named after it: fullnameOverride, or <release>-<name>, or the release name when it already says the name. */}}
 {{- define "outbox-relay.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "outbox-relay.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{/* Every object's labels: commonLabels, then the chart's, which win. */}}
 {{- define "outbox-relay.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- $chart := dict
+  "app.kubernetes.io/name" (include "outbox-relay.name" .)
+  "app.kubernetes.io/instance" .Release.Name
+  "app.kubernetes.io/version" .Chart.AppVersion
+  "app.kubernetes.io/managed-by" .Release.Service
+  "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_") -}}
+{{- toYaml (merge $chart (deepCopy .Values.commonLabels)) -}}
 {{- end -}}
 
-{{/* The relay's pods; the console's add component: console. */}}
+{{/* The labels that select a component's pods: (list . "relay"). */}}
+{{- define "outbox-relay.selectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "outbox-relay.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* The relay's pods; the console's, migrate's and prune's have their own component. */}}
 {{- define "outbox-relay.selector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: relay
+{{- include "outbox-relay.selectorLabels" (list . "relay") -}}
+{{- end -}}
+
+{{/* A pod template's metadata: (list . "component" annotations). Labels: the selector's, then podLabels and commonLabels (the selector's win); annotations: the given ones, then podAnnotations. */}}
+{{- define "outbox-relay.podMetadata" -}}
+{{- $ := index . 0 -}}
+{{- $labels := include "outbox-relay.selectorLabels" (list $ (index . 1)) | fromYaml -}}
+labels:
+  {{- toYaml (merge $labels (deepCopy $.Values.podLabels) (deepCopy $.Values.commonLabels)) | nindent 2 }}
+{{- $annotations := merge (index . 2) (deepCopy $.Values.podAnnotations) }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The ServiceAccount of the chart's pods. */}}
+{{- define "outbox-relay.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "outbox-relay.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "outbox-relay.image" -}}
@@ -127,8 +168,9 @@ capabilities:
 {{- end -}}
 {{- end -}}
 
-{{/* What every pod of the chart gets: pull secrets and placement. */}}
+{{/* What every pod of the chart gets: no API token, pull secrets and placement. */}}
 {{- define "outbox-relay.podPlacement" -}}
+automountServiceAccountToken: false
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -144,5 +186,34 @@ tolerations:
 {{- with .Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* extraEnv, extraEnvFrom and extraVolumeMounts of every container: (list . "env"|"envFrom"|"volumeMounts"). */}}
+{{- define "outbox-relay.extra" -}}
+{{- $ := index . 0 -}}
+{{- $v := dict "env" $.Values.extraEnv "envFrom" $.Values.extraEnvFrom "volumeMounts" $.Values.extraVolumeMounts -}}
+{{- with index $v (index . 1) }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The relay's topologySpreadConstraints: yours, or with several replicas (or autoscaling) the chart's, across nodes and zones. */}}
+{{- define "outbox-relay.topologySpread" -}}
+{{- if .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml .Values.topologySpreadConstraints | nindent 2 }}
+{{- else if and .Values.topologySpread.enabled (or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1)) }}
+topologySpreadConstraints:
+  {{- range list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
+  - topologyKey: {{ . }}
+    maxSkew: {{ $.Values.topologySpread.maxSkew }}
+    whenUnsatisfiable: {{ $.Values.topologySpread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "outbox-relay.selector" $ | nindent 8 }}
+    # Spread each rollout's pods, not the old and new ones together.
+    matchLabelKeys: [pod-template-hash]
+  {{- end }}
 {{- end }}
 {{- end -}}
