@@ -5,6 +5,7 @@
 package helm
 
 import (
+	"encoding/json"
 	"os"
 	"regexp"
 	"slices"
@@ -1001,5 +1002,67 @@ func TestAutoscaling(t *testing.T) {
 	}
 	if len(find(render(t, defaults()), "HorizontalPodAutoscaler")) != 0 {
 		t.Error("an HPA by default")
+	}
+}
+
+// The chart's copies of the alerts and the dashboard are the files of
+// deploy/prometheus and deploy/grafana (the chart cannot read files
+// outside itself); the PrometheusRule holds those alerts, the dashboard's
+// ConfigMap that dashboard, and the ServiceMonitor's job is the one the
+// alerts name.
+func TestMonitoringCopiesAndTheirObjects(t *testing.T) {
+	for copy, source := range map[string]string{
+		"outbox-relay/files/alerts.yml":        "../prometheus/alerts.yml",
+		"outbox-relay/files/outbox-relay.json": "../grafana/dashboards/outbox-relay.json",
+	} {
+		a, errA := os.ReadFile(copy)
+		b, errB := os.ReadFile(source)
+		if errA != nil || errB != nil || string(a) != string(b) {
+			t.Errorf("%s is not a copy of %s (%v, %v): cp %[2]s %[1]s", copy, source, errA, errB)
+		}
+	}
+	values := with(map[string]any{
+		"serviceMonitor":   map[string]any{"enabled": true},
+		"prometheusRule":   map[string]any{"enabled": true, "labels": map[string]any{"release": "kps"}},
+		"grafanaDashboard": map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "Outbox"}},
+		"nameOverride":     "relay",
+	})
+	objs := render(t, values)
+	rule := only(t, objs, "PrometheusRule", "orders-relay")
+	var source map[string]any
+	alerts, _ := os.ReadFile("../prometheus/alerts.yml")
+	if err := yaml.Unmarshal(alerts, &source); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := yaml.Marshal(get(rule, "spec", "groups"))
+	want, _ := yaml.Marshal(source["groups"])
+	if string(got) != string(want) || str(rule, "metadata", "labels", "release") != "kps" {
+		t.Errorf("the PrometheusRule's groups differ from alerts.yml:\n%s", got)
+	}
+	if !strings.Contains(string(got), "{{ $value") {
+		t.Error("the alerts' templates did not survive rendering")
+	}
+	// The job the ServiceMonitor gives the targets is the one the alerts
+	// look for (up{job="outbox-relay"}).
+	sm := only(t, objs, "ServiceMonitor", "orders-relay")
+	svc := only(t, objs, "Service", "orders-relay")
+	job := str(svc, "metadata", "labels", str(sm, "spec", "jobLabel"))
+	if !strings.Contains(string(alerts), `job="`+job+`"`) {
+		t.Errorf("the ServiceMonitor names the job %q (jobLabel %q); the alerts look for another", job, str(sm, "spec", "jobLabel"))
+	}
+
+	cm := only(t, objs, "ConfigMap", "orders-relay-dashboard")
+	dashboard, _ := os.ReadFile("../grafana/dashboards/outbox-relay.json")
+	if str(cm, "data", "outbox-relay.json") != strings.TrimRight(string(dashboard), "\n") ||
+		str(cm, "metadata", "labels", "grafana_dashboard") != "1" || str(cm, "metadata", "annotations", "grafana_folder") != "Outbox" {
+		t.Errorf("the dashboard's ConfigMap: labels %v, annotations %v, %d bytes of JSON", get(cm, "metadata", "labels"),
+			get(cm, "metadata", "annotations"), len(str(cm, "data", "outbox-relay.json")))
+	}
+	var v any
+	if err := json.Unmarshal([]byte(str(cm, "data", "outbox-relay.json")), &v); err != nil {
+		t.Errorf("the dashboard's JSON: %v", err)
+	}
+	if objs := render(t, defaults()); len(find(objs, "PrometheusRule")) != 0 || len(find(objs, "ConfigMap")) != 1 {
+		t.Errorf("by default: %v", kinds(objs))
 	}
 }

@@ -60,6 +60,8 @@ func variants() map[string]map[string]any {
 	everything["secrets"].(map[string]any)["env"] = map[string]any{"WAL_STORAGE_URL": "postgres://relay:x@db-primary/app"}
 	everything["console"] = map[string]any{"enabled": true}
 	everything["serviceMonitor"] = map[string]any{"enabled": true}
+	everything["prometheusRule"] = map[string]any{"enabled": true}
+	everything["grafanaDashboard"] = map[string]any{"enabled": true}
 	everything["autoscaling"] = map[string]any{"enabled": true, "metrics": []any{map[string]any{
 		"type": "External", "external": map[string]any{
 			"metric": map[string]any{"name": "openoutbox_backlog_pending_count"},

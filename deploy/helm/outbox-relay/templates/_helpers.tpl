@@ -25,7 +25,7 @@
   "app.kubernetes.io/version" .Chart.AppVersion
   "app.kubernetes.io/managed-by" .Release.Service
   "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_") -}}
-{{- toYaml (merge $chart (deepCopy .Values.commonLabels)) -}}
+{{- toYaml (merge $chart (omit (deepCopy .Values.commonLabels) "app.kubernetes.io/component" "app.kubernetes.io/part-of")) -}}
 {{- end -}}
 
 {{/* The labels that select a component's pods: (list . "relay"). */}}
