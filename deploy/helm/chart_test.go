@@ -1066,3 +1066,63 @@ func TestMonitoringCopiesAndTheirObjects(t *testing.T) {
 		t.Errorf("by default: %v", kinds(objs))
 	}
 }
+
+// networkPolicy.enabled: one policy over every pod of the release, with
+// egress to DNS, the database and the broker named, and nothing else.
+func TestTheNetworkPolicy(t *testing.T) {
+	db := map[string]any{"ipBlock": map[string]any{"cidr": "10.0.12.0/24"}}
+	broker := map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "nats"}}}
+	values := with(map[string]any{
+		"console": map[string]any{"enabled": true},
+		"networkPolicy": map[string]any{"enabled": true,
+			"database": map[string]any{"to": []any{db}, "ports": []any{map[string]any{"port": 5432, "protocol": "TCP"}}},
+			"broker":   map[string]any{"to": []any{broker}, "ports": []any{map[string]any{"port": 4222, "protocol": "TCP"}}}},
+	})
+	values["secrets"].(map[string]any)["consolePassword"] = "pw"
+	objs := render(t, values)
+	np := only(t, objs, "NetworkPolicy", "orders-outbox-relay")
+	if got := selected(objs, labelsOf(np, "spec", "podSelector", "matchLabels")); len(got) != 4 {
+		t.Errorf("the NetworkPolicy selects %v, want the release's four pod templates", got)
+	}
+	egress := toMaps(get(np, "spec", "egress"))
+	has := func(port float64, peer any) bool {
+		return slices.ContainsFunc(egress, func(r map[string]any) bool {
+			w, _ := yaml.Marshal(peer)
+			g, _ := yaml.Marshal(get(r, "to", 0))
+			return get(r, "ports", 0, "port") == port && string(w) == string(g)
+		})
+	}
+	if !has(5432, db) || !has(4222, broker) || !has(53, nil) || len(egress) != 3 {
+		t.Errorf("egress %v, want DNS, the database and the broker", egress)
+	}
+	if !slices.Equal(toStrings(get(np, "spec", "policyTypes")), []string{"Ingress", "Egress"}) {
+		t.Errorf("policyTypes %v", get(np, "spec", "policyTypes"))
+	}
+	if len(find(render(t, defaults()), "NetworkPolicy")) != 0 {
+		t.Error("a NetworkPolicy by default")
+	}
+}
+
+// console.ingress: an Ingress to the console's Service and port, with TLS.
+func TestTheConsoleIngress(t *testing.T) {
+	values := with(map[string]any{"console": map[string]any{"enabled": true, "ingress": map[string]any{
+		"enabled": true, "className": "nginx", "host": "outbox.example.com",
+		"tls": []any{map[string]any{"secretName": "console-tls", "hosts": []any{"outbox.example.com"}}}}}})
+	values["secrets"].(map[string]any)["consolePassword"] = "pw"
+	objs := render(t, values)
+	ing := only(t, objs, "Ingress", "orders-outbox-relay-console")
+	backend := get(ing, "spec", "rules", 0, "http", "paths", 0, "backend", "service")
+	svc := only(t, objs, "Service", str(backend, "name"))
+	if str(svc, "spec", "ports", 0, "name") != str(backend, "port", "name") || str(ing, "spec", "tls", 0, "secretName") != "console-tls" ||
+		str(ing, "spec", "ingressClassName") != "nginx" || str(ing, "spec", "rules", 0, "host") != "outbox.example.com" {
+		t.Errorf("Ingress %v", get(ing, "spec"))
+	}
+	console := get(only(t, objs, "Deployment", "orders-outbox-relay-console"), "spec", "template", "spec", "containers", 0)
+	if str(console, "livenessProbe", "tcpSocket", "port") != "http" {
+		t.Errorf("the console's livenessProbe %v", get(console, "livenessProbe"))
+	}
+	values["console"].(map[string]any)["ingress"].(map[string]any)["host"] = ""
+	if _, err := tryRender(values); err == nil || !strings.Contains(err.Error(), "console.ingress.host") {
+		t.Errorf("an Ingress without a host: %v", err)
+	}
+}

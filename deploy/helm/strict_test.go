@@ -58,7 +58,12 @@ func variants() map[string]map[string]any {
 	everything := defaults()
 	everything["secrets"].(map[string]any)["consolePassword"] = "console-Pa55word"
 	everything["secrets"].(map[string]any)["env"] = map[string]any{"WAL_STORAGE_URL": "postgres://relay:x@db-primary/app"}
-	everything["console"] = map[string]any{"enabled": true}
+	everything["console"] = map[string]any{"enabled": true, "ingress": map[string]any{"enabled": true, "host": "outbox.example.com",
+		"tls": []any{map[string]any{"secretName": "console-tls", "hosts": []any{"outbox.example.com"}}}}}
+	everything["networkPolicy"] = map[string]any{"enabled": true,
+		"metricsFrom": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"}}}},
+		"database":    map[string]any{"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": "10.0.12.0/24"}}}},
+		"extraEgress": []any{map[string]any{"ports": []any{map[string]any{"port": 4318, "protocol": "TCP"}}}}}
 	everything["serviceMonitor"] = map[string]any{"enabled": true}
 	everything["prometheusRule"] = map[string]any{"enabled": true}
 	everything["grafanaDashboard"] = map[string]any{"enabled": true}
