@@ -1126,3 +1126,25 @@ func TestTheConsoleIngress(t *testing.T) {
 		t.Errorf("an Ingress without a host: %v", err)
 	}
 }
+
+// values.schema.json: a misspelt value, or one of the wrong type, fails
+// the install with its path, here and in helm install.
+func TestTheSchemaRefusesTyposWithTheirPath(t *testing.T) {
+	for _, c := range []struct {
+		values map[string]any
+		path   string
+	}{
+		{with(map[string]any{"replicaCont": 3}), "replicaCont"},
+		{with(map[string]any{"console": map[string]any{"ingres": map[string]any{"enabled": true}}}), "ingres"},
+		{with(map[string]any{"migrate": map[string]any{"activeDeadlineSecond": 7200}}), "activeDeadlineSecond"},
+		{with(map[string]any{"podDisruptionBudget": map[string]any{"enabled": "yes"}}), "/podDisruptionBudget/enabled"},
+		{with(map[string]any{"secrets": map[string]any{"storageUrl": storageURL, "publisherUrl": publisherURL, "existingSecretEnv": map[string]any{"wal-url": "x"}}}), "wal-url"},
+	} {
+		_, err := tryRender(c.values)
+		if err == nil || !strings.Contains(err.Error(), c.path) {
+			t.Errorf("values %v: %v; want a refusal naming %s", c.values, err, c.path)
+		} else {
+			t.Log(err)
+		}
+	}
+}
