@@ -2,9 +2,12 @@ package helm
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
@@ -118,6 +121,47 @@ func TestHelmLint(t *testing.T) {
 				t.Errorf("%s: %v", name, m)
 			} else {
 				t.Logf("%s: %v", name, m)
+			}
+		}
+	}
+}
+
+// The README's yaml examples are values the chart takes: each renders
+// (over the README's secrets.yaml, the first example), decodes strictly
+// and passes lint.
+func TestTheREADMEExamplesRender(t *testing.T) {
+	readme, err := os.ReadFile("outbox-relay/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) < 4 {
+		t.Fatalf("%d yaml examples in the README", len(blocks))
+	}
+	var base map[string]any
+	if err := yaml.Unmarshal([]byte(blocks[0][1]), &base); err != nil || get(base, "secrets", "storageUrl") == nil {
+		t.Fatalf("the README's first example is not secrets.yaml (%v):\n%s", err, blocks[0][1])
+	}
+	for i, b := range blocks {
+		var example map[string]any
+		if err := yaml.UnmarshalStrict([]byte(b[1]), &example); err != nil {
+			t.Errorf("example %d: %v\n%s", i, err, b[1])
+			continue
+		}
+		values := chartutil.MergeTables(example, base)
+		if get(values, "console", "enabled") == true {
+			values["secrets"].(map[string]any)["consolePassword"] = "pw"
+		}
+		files, err := renderFiles(values)
+		if err == nil {
+			err = decodeStrict(files)
+		}
+		if err != nil {
+			t.Errorf("example %d: %v\n%s", i, err, b[1])
+		}
+		for _, m := range lint.All("outbox-relay", values, "apps", false).Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("example %d: %v", i, m)
 			}
 		}
 	}
