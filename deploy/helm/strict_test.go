@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -162,6 +163,32 @@ func TestTheREADMEExamplesRender(t *testing.T) {
 		for _, m := range lint.All("outbox-relay", values, "apps", false).Messages {
 			if m.Severity >= support.WarningSev {
 				t.Errorf("example %d: %v", i, m)
+			}
+		}
+	}
+}
+
+// NOTES.txt names every workload and Service the release installs, and
+// says how to check the relay.
+func TestNOTESNameWhatWasInstalled(t *testing.T) {
+	for name, values := range variants() {
+		files, err := renderFiles(values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes := files["outbox-relay/templates/NOTES.txt"]
+		objs, _ := tryRender(values)
+		for _, o := range objs {
+			switch o.kind() {
+			case "Deployment", "Service", "CronJob", "Job", "ServiceAccount":
+				if !strings.Contains(notes, o.name()) {
+					t.Errorf("%s: NOTES.txt does not name %s %s:\n%s", name, o.kind(), o.name(), notes)
+				}
+			}
+		}
+		for _, want := range []string{"rollout status deployment/", "/readyz"} {
+			if !strings.Contains(notes, want) {
+				t.Errorf("%s: NOTES.txt lacks %q", name, want)
 			}
 		}
 	}
