@@ -1148,3 +1148,20 @@ func TestTheSchemaRefusesTyposWithTheirPath(t *testing.T) {
 		}
 	}
 }
+
+// secrets.env with an existing Secret would be lost: it is refused, and so
+// is a setting both in config and in secrets.env.
+func TestSecretEnvMistakesAreRefused(t *testing.T) {
+	for want, values := range map[string]map[string]any{
+		"secrets.existingSecretEnv": {"secrets": map[string]any{"existingSecret": "mine", "env": map[string]any{"WAL_STORAGE_URL": "x"}}},
+		"keep it in secrets.env":    with(map[string]any{"config": map[string]any{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318"}}),
+		"secrets.env.STORAGE_URL":   {"secrets": map[string]any{"storageUrl": storageURL, "publisherUrl": publisherURL, "env": map[string]any{"STORAGE_URL": "x"}}},
+	} {
+		if want == "keep it in secrets.env" {
+			values["secrets"].(map[string]any)["env"] = map[string]any{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://u:p@otel"}
+		}
+		if _, err := tryRender(values); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("values %v: %v, want a refusal saying %q", values, err, want)
+		}
+	}
+}

@@ -158,6 +158,9 @@ capabilities:
 {{- fail (printf "config.%s may hold a secret: set it under secrets (storageUrl, publisherUrl, env) or in existingSecret, not in config, which goes into a ConfigMap" $k) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.secrets.existingSecret .Values.secrets.env -}}
+{{- fail "secrets.env fills the chart's Secret, which existingSecret replaces: name the keys of your Secret in secrets.existingSecretEnv instead" -}}
+{{- end -}}
 {{- range $k, $v := .Values.secrets.env -}}
 {{- if has $k (list "STORAGE_URL" "PUBLISHER_URL" "HTTP_ADDR" "RELAY_ID") -}}
 {{- fail (printf "secrets.env.%s: the chart sets %s itself (STORAGE_URL and PUBLISHER_URL: secrets.storageUrl and secrets.publisherUrl)" $k $k) -}}
