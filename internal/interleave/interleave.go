@@ -160,7 +160,7 @@ func (m *Model) Killed(ids []uuid.UUID) {
 }
 
 // Settled records a settle that began at began and succeeded.
-func (m *Model) Settled(st storage.Settlement, began time.Time) {
+func (m *Model) Settled(st storage.Outcome, began time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	finishing := slices.Clone(st.Delivered)

@@ -22,10 +22,10 @@ func TestClaimsBeforeTheProducerRecordsItsCommitCount(t *testing.T) {
 	due := map[uuid.UUID]time.Time{first: t0, second: t0}
 
 	m.Claimed("r", t0, t0.Add(time.Millisecond), []uuid.UUID{first})
-	m.Settled(storage.Settlement{Delivered: []uuid.UUID{first}}, t0.Add(2*time.Millisecond))
+	m.Settled(storage.Outcome{Delivered: []uuid.UUID{first}}, t0.Add(2*time.Millisecond))
 	m.Committed([]uuid.UUID{first, second}, due, "k", t0.Add(3*time.Millisecond))
 	m.Claimed("r", t0.Add(4*time.Millisecond), t0.Add(5*time.Millisecond), []uuid.UUID{second})
-	m.Settled(storage.Settlement{Delivered: []uuid.UUID{second}}, t0.Add(6*time.Millisecond))
+	m.Settled(storage.Outcome{Delivered: []uuid.UUID{second}}, t0.Add(6*time.Millisecond))
 
 	if problems := m.orderProblems(); len(problems) != 0 {
 		t.Errorf("order problems where there are none: %v", problems)
@@ -44,7 +44,7 @@ func TestASecondEventClaimedBeforeTheFirstIsFinishedIsReported(t *testing.T) {
 	m.Committed([]uuid.UUID{first, second}, due, "k", t0)
 	m.Claimed("r", t0, t0.Add(time.Millisecond), []uuid.UUID{first})
 	m.Claimed("s", t0, t0.Add(2*time.Millisecond), []uuid.UUID{second})
-	m.Settled(storage.Settlement{Delivered: []uuid.UUID{first}}, t0.Add(3*time.Millisecond))
+	m.Settled(storage.Outcome{Delivered: []uuid.UUID{first}}, t0.Add(3*time.Millisecond))
 
 	if problems := m.orderProblems(); len(problems) != 1 {
 		t.Errorf("order problems = %v, want the second event's claim", problems)

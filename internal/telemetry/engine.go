@@ -90,7 +90,8 @@ func (t *Telemetry) EngineObserver() relay.Observer { return engineObserver{t} }
 
 // Span names. A batch is one trace: outbox.batch from the start of its
 // claim to the end of its last settle, with outbox.claim, outbox.publish
-// and one outbox.settle per statement under it.
+// and one outbox.settle per settle call (all the batch's outcomes) under
+// it.
 const (
 	SpanBatch   = "outbox.batch"
 	SpanClaim   = "outbox.claim"
@@ -247,7 +248,7 @@ func producerLinks(events []outbox.Event) []trace.Link {
 	return links
 }
 
-// StartSettle times one settle statement, retries included, as
+// StartSettle times one settle call, retries included, as
 // storage.latency with op = the settle op (release too).
 func (o engineObserver) StartSettle(ctx context.Context, op string, events int) (context.Context, func(error)) {
 	t := o.t

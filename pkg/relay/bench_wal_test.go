@@ -456,26 +456,21 @@ type rowCounter struct {
 	missed atomic.Int64
 }
 
-func (s *rowCounter) count(n, given int, err error) (int, error) {
+func (s *rowCounter) count(n storage.Settled, given []uuid.UUID, err error) (storage.Settled, error) {
 	if err == nil {
-		s.missed.Add(int64(given - n))
+		s.missed.Add(int64(len(given) - n.Delivered))
 	}
 	return n, err
 }
 
-func (s *rowCounter) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	n, err := s.Store.MarkDelivered(ctx, p)
-	return s.count(n, len(p.IDs), err)
+func (s *rowCounter) Settle(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
+	n, err := s.Store.Settle(ctx, lease, o)
+	return s.count(n, o.Delivered, err)
 }
 
-func (s *rowCounter) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	n, err := s.Store.DeleteDelivered(ctx, p)
-	return s.count(n, len(p.IDs), err)
-}
-
-func (s *rowCounter) RecordDelivered(ctx context.Context, p storage.RecordParams) (int, error) {
-	n, err := s.Store.RecordDelivered(ctx, p)
-	return s.count(n, len(p.IDs), err)
+func (s *rowCounter) Record(ctx context.Context, o storage.Outcome) (storage.Settled, error) {
+	n, err := s.Store.Record(ctx, o)
+	return s.count(n, o.Delivered, err)
 }
 
 // sink is a publisher that discards events (null://) and, when asked,

@@ -507,27 +507,15 @@ type logBatch struct {
 	release func()
 }
 
-// createdTimes are events' created_at by id.
-type createdTimes map[uuid.UUID]time.Time
-
 // createdAt is the created_at of the batch's events, by id.
-func (b logBatch) createdAt() createdTimes {
-	m := make(createdTimes, b.n)
+func (b logBatch) createdAt() map[uuid.UUID]time.Time {
+	m := make(map[uuid.UUID]time.Time, b.n)
 	for _, t := range b.txns {
 		for i := range t.Events {
 			m[t.Events[i].ID] = t.Events[i].CreatedAt
 		}
 	}
 	return m
-}
-
-// of returns the created_at of ids, in their order.
-func (m createdTimes) of(ids []uuid.UUID) []time.Time {
-	out := make([]time.Time, len(ids))
-	for i, id := range ids {
-		out[i] = m[id]
-	}
-	return out
 }
 
 // logOutcome is what became of one published batch, waiting to be
@@ -671,8 +659,8 @@ func (c *Capture) recordLoop(ctx, settling context.Context, records <-chan logOu
 	}
 }
 
-// finish records a group of outcomes — one statement per kind for all —
-// and, once every record landed, acknowledges their transactions.
+// finish records a group of outcomes — one record call for all — and,
+// once it landed, acknowledges their transactions.
 func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	var all logOutcome
 	all.b.release = group[0].b.release
@@ -756,55 +744,40 @@ func (c *Capture) deferBlocked(ctx context.Context, b logBatch, events []outbox.
 	return send, hand, true
 }
 
-// record writes the batch's outcome, one statement per kind, each retried
-// until it lands or settling must stop; ok is true when all landed.
+// record writes the batch's outcome in one record call, retried until it
+// lands or settling must stop; ok is true when it landed.
 func (c *Capture) record(ctx, settling context.Context, b logBatch, delivered []uuid.UUID, failed []storage.Failure, deferred []uuid.UUID) (ok bool) {
-	ok = true
-	created := b.createdAt()
-	if len(delivered) > 0 {
-		op := OpRecordDelivered
-		if c.e.cfg.DeleteDelivered {
-			op = OpRecordDeleted
-		}
-		ok = c.recordUntil(ctx, settling, b, op, len(delivered), func(ctx context.Context) (int, error) {
-			return c.rec.RecordDelivered(ctx, storage.RecordParams{IDs: delivered, CreatedAt: created.of(delivered), Delete: c.e.cfg.DeleteDelivered})
-		}) && ok
+	o := storage.Outcome{Delivered: delivered, Delete: c.e.cfg.DeleteDelivered, Failed: failed, Released: deferred}
+	if o.Len() == 0 {
+		return true
 	}
-	if len(failed) > 0 {
-		ok = c.recordUntil(ctx, settling, b, OpRecordFailed, len(failed), func(ctx context.Context) (int, error) {
-			ids := make([]uuid.UUID, len(failed))
-			for i := range failed {
-				ids[i] = failed[i].ID
-			}
-			return c.rec.RecordFailed(ctx, storage.RecordFailParams{Failures: failed, CreatedAt: created.of(ids)})
-		}) && ok
-	}
-	if len(deferred) > 0 {
-		ok = c.recordUntil(ctx, settling, b, OpDefer, len(deferred), func(ctx context.Context) (int, error) {
-			return c.rec.Defer(ctx, storage.RecordParams{IDs: deferred, CreatedAt: created.of(deferred)})
-		}) && ok
-	}
-	return ok
+	o.CreatedAt = b.createdAt()
+	return c.recordUntil(ctx, settling, b, logOps.of(o), o.Len(), func(ctx context.Context) (storage.Settled, error) {
+		return c.rec.Record(ctx, o)
+	})
 }
 
-// recordUntil runs one record statement until it succeeds or settling
-// ends. Unlike a lease's settle it has no deadline of its own: nothing
-// takes the log's rows back, and the stream is not acknowledged past them
-// until it lands.
+// recordUntil runs one record call until it succeeds or settling ends.
+// Unlike a lease's settle it has no deadline of its own: nothing takes the
+// log's rows back, and the stream is not acknowledged past them until it
+// lands.
 //
-// A statement that changed fewer rows than it was given met rows of a
-// transaction the log sent before other sessions could see it, or rows a
-// claim took (the backfill): it waits until the batch's transactions are
-// visible and runs once more, which changes what is still the log's.
-func (c *Capture) recordUntil(ctx, settling context.Context, b logBatch, op string, n int, fn func(context.Context) (int, error)) bool {
+// A call that changed fewer rows than it was given (counted over its
+// tries, as settleUntil counts) met rows of a transaction the log sent
+// before other sessions could see it, or rows a claim took (the
+// backfill): it waits until the batch's transactions are visible and runs
+// once more, which changes what is still the log's.
+func (c *Capture) recordUntil(ctx, settling context.Context, b logBatch, op string, n int, fn func(context.Context) (storage.Settled, error)) bool {
 	rctx, cancel := detach(ctx, settling)
 	defer cancel()
 	rctx, end := c.e.obs.StartSettle(rctx, op, n)
 	wait := storageBackoffMin
 	waited := false
+	var changed storage.Settled
 	for {
-		changed, err := fn(rctx)
-		if err == nil && changed < n && !waited {
+		got, err := fn(rctx)
+		changed = changed.Add(got)
+		if err == nil && changed.Len() < n && !waited {
 			if err = c.waitVisible(rctx, b); err == nil {
 				waited = true
 				continue

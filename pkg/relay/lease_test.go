@@ -137,12 +137,14 @@ type boundsStore struct {
 	settles, unbounded atomic.Int64
 }
 
-func (s *boundsStore) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	s.settles.Add(1)
-	if p.Lease.CreatedFrom.IsZero() || p.Lease.CreatedTo.IsZero() {
-		s.unbounded.Add(1)
+func (s *boundsStore) Settle(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
+	if len(o.Delivered) > 0 {
+		s.settles.Add(1)
+		if lease.CreatedFrom.IsZero() || lease.CreatedTo.IsZero() {
+			s.unbounded.Add(1)
+		}
 	}
-	return s.Queue.MarkDelivered(ctx, p)
+	return s.Queue.Settle(ctx, lease, o)
 }
 
 // TestARenewedLeaseKeepsItsCreatedAtBounds: the settle of a batch whose

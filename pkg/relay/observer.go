@@ -28,13 +28,13 @@ type Observer interface {
 	// StartPublish begins sending events to the broker; end gets one result
 	// per event.
 	StartPublish(ctx context.Context, events []outbox.Event) (_ context.Context, end func(results []error))
-	// StartSettle begins a statement on leased rows: op is mark_delivered
-	// (or delete_delivered), mark_failed, release or renew — a held
-	// batch's settle, one round trip for all its outcomes, as the first
-	// of these it records — or, for events
-	// read from the database's log (Capture), record_delivered (or
-	// record_deleted), record_failed or defer — and events how many rows
-	// it covers.
+	// StartSettle begins a storage call on a batch's rows: a settle,
+	// one call for all the batch's outcomes, reported as the first kind
+	// it records — mark_delivered (or delete_delivered), mark_failed or
+	// release for a leased or held batch; record_delivered (or
+	// record_deleted), record_failed or defer for events read from the
+	// database's log (Capture) — or a lease's renew; events is how many
+	// rows it covers.
 	StartSettle(ctx context.Context, op string, events int) (_ context.Context, end func(err error))
 	// Finished reports what became of a claimed batch.
 	Finished(ctx context.Context, o Outcome)
@@ -55,7 +55,8 @@ type Outcome struct {
 	Released int
 }
 
-// Operations on leased rows, as reported to StartSettle.
+// Operations on leased and held rows, as reported to StartSettle: a
+// settle as the first kind it records.
 const (
 	OpMarkDelivered = "mark_delivered"
 	// OpDeleteDelivered settles delivered events by deleting their rows

@@ -145,25 +145,11 @@ func (s crashStore) Claim(ctx context.Context, p storage.ClaimParams) (storage.B
 	return s.Queue.Claim(ctx, p)
 }
 
-func (s crashStore) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
+func (s crashStore) Settle(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
 	if s.c.crashed.Load() {
-		return 0, errCrashed
+		return storage.Settled{}, errCrashed
 	}
-	return s.Queue.MarkDelivered(ctx, p)
-}
-
-func (s crashStore) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
-	if s.c.crashed.Load() {
-		return 0, errCrashed
-	}
-	return s.Queue.MarkFailed(ctx, p)
-}
-
-func (s crashStore) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	if s.c.crashed.Load() {
-		return 0, errCrashed
-	}
-	return s.Queue.Release(ctx, p)
+	return s.Queue.Settle(ctx, lease, o)
 }
 
 type crashPublisher struct {

@@ -109,80 +109,75 @@ func (c *claimed) settle(o outcome) {
 	}
 }
 
-// record writes the outcome, one statement per kind, each retried until it
-// lands (settleUntil): the engine knows the outcome, so it must not leave
-// rows DELIVERING for the reaper to find minutes later.
+// record writes the outcome in one settle call, retried until it lands
+// (settleUntil): the engine knows the outcome, so it must not leave rows
+// DELIVERING for the reaper to find minutes later.
 func (c *claimed) record(o outcome) {
+	e := c.e
+	so := storage.Outcome{Delivered: o.delivered, Delete: e.cfg.DeleteDelivered, Failed: o.failed, Released: o.released}
 	if c.tx != nil {
-		c.settleHeld(o)
+		c.settleHeld(so)
 		return
 	}
-	e := c.e
-	lease := c.batch.Lease
-	if len(o.delivered) > 0 {
-		// DELIVERED_RETENTION=0 deletes the rows instead, under the same
-		// lease guard.
-		op, settle := OpMarkDelivered, e.store.MarkDelivered
-		if e.cfg.DeleteDelivered {
-			op, settle = OpDeleteDelivered, e.store.DeleteDelivered
-		}
-		c.settleUntil(op, len(o.delivered), func(ctx context.Context) (int, error) {
-			return settle(ctx, storage.SettleParams{Lease: lease, IDs: o.delivered})
-		})
+	if so.Len() == 0 {
+		return
 	}
-	if len(o.failed) > 0 {
-		c.settleUntil(OpMarkFailed, len(o.failed), func(ctx context.Context) (int, error) {
-			return e.store.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: o.failed})
-		})
-	}
-	if len(o.released) > 0 {
-		c.settleUntil(OpRelease, len(o.released), func(ctx context.Context) (int, error) {
-			return e.store.Release(ctx, storage.SettleParams{Lease: lease, IDs: o.released})
-		})
-	}
+	c.settleUntil(leasedOps.of(so), so.Len(), func(ctx context.Context) (storage.Settled, error) {
+		return e.store.Settle(ctx, c.batch.Lease, so)
+	})
 }
 
 // settleHeld records a held batch's outcome and commits its transaction.
 // When that fails, the transaction has ended without it and the rows are
 // PENDING as they were: the outcome is recorded anew, on the rows no claim
 // took meanwhile, so that delivered events are not delivered again.
-func (c *claimed) settleHeld(o outcome) {
+func (c *claimed) settleHeld(so storage.Outcome) {
 	e := c.e
-	st := storage.Settlement{Delivered: o.delivered, Delete: e.cfg.DeleteDelivered, Failed: o.failed, Released: o.released}
-	op := e.heldOp(st)
+	op := leasedOps.of(so)
 	ctx, cancel := detach(c.ctx, c.settleBy)
 	defer cancel()
-	sctx, end := e.obs.StartSettle(ctx, op, st.Len())
-	err := c.tx.Settle(sctx, st)
+	sctx, end := e.obs.StartSettle(ctx, op, so.Len())
+	err := c.tx.Settle(sctx, so)
 	end(err)
 	if err == nil {
 		return
 	}
 	if c.settleBy.Err() != nil {
 		e.log.Warn("shutdown: giving up settling; the batch's events are PENDING again and will be published again",
-			"events", st.Len(), "error", err)
+			"events", so.Len(), "error", err)
 		return
 	}
 	e.log.Warn("settling a held batch in its transaction failed; recording its outcome anew",
-		"events", st.Len(), "error", err)
-	c.settleUntil(op, st.Len(), func(ctx context.Context) (int, error) {
-		return e.held.RecordHeld(ctx, c.batch.Lease, st)
+		"events", so.Len(), "error", err)
+	c.settleUntil(op, so.Len(), func(ctx context.Context) (storage.Settled, error) {
+		return e.held.RecordHeld(ctx, c.batch.Lease, so)
 	})
 }
 
-// heldOp is the op a held batch's settle is reported as: the first kind
-// of statement it runs, so that dashboards of the settle ops (Open
-// Outbox's mark_delivered above all) go on showing what they showed.
-func (e *Engine) heldOp(st storage.Settlement) string {
+// settleOps names the ops of one source's statements, one per kind of
+// outcome.
+type settleOps struct{ delivered, deleted, failed, released string }
+
+// The ops of a leased or held batch, and of events read from the log.
+var (
+	leasedOps = settleOps{OpMarkDelivered, OpDeleteDelivered, OpMarkFailed, OpRelease}
+	logOps    = settleOps{OpRecordDelivered, OpRecordDeleted, OpRecordFailed, OpDefer}
+)
+
+// of is the op a settle call of o is reported as: the first kind of
+// statement it runs, so that dashboards of the settle ops (Open Outbox's
+// mark_delivered above all) go on showing what they showed when each kind
+// was a call of its own.
+func (ops settleOps) of(o storage.Outcome) string {
 	switch {
-	case len(st.Delivered) > 0 && st.Delete:
-		return OpDeleteDelivered
-	case len(st.Delivered) > 0:
-		return OpMarkDelivered
-	case len(st.Failed) > 0:
-		return OpMarkFailed
+	case len(o.Delivered) > 0 && o.Delete:
+		return ops.deleted
+	case len(o.Delivered) > 0:
+		return ops.delivered
+	case len(o.Failed) > 0:
+		return ops.failed
 	}
-	return OpRelease
+	return ops.released
 }
 
 // settleGrace is the least time a settle gets, even when the lease has run
@@ -190,11 +185,13 @@ func (e *Engine) heldOp(st storage.Settlement) string {
 // makes a late settle safe.
 const settleGrace = 5 * time.Second
 
-// settleUntil runs one settle statement until it succeeds, the lease runs
-// out (the reaper then takes the rows back) or the shutdown budget is spent.
+// settleUntil runs one settle call until it succeeds, the lease runs out
+// (the reaper then takes the rows back) or the shutdown budget is spent.
 // Its context is not the batch's: a shutdown must not stop a settle that
-// can still land in time.
-func (c *claimed) settleUntil(op string, n int, fn func(context.Context) (int, error)) {
+// can still land in time. The rows settled are counted over the tries: a
+// try that failed part-way reports what it did settle, which the next
+// try, under the lease guard, does not settle again.
+func (c *claimed) settleUntil(op string, n int, fn func(context.Context) (storage.Settled, error)) {
 	e := c.e
 	ctx, cancel := detach(c.ctx, c.settleBy)
 	defer cancel()
@@ -203,14 +200,17 @@ func (c *claimed) settleUntil(op string, n int, fn func(context.Context) (int, e
 	defer cancelDeadline()
 	ctx, end := e.obs.StartSettle(ctx, op, n)
 	wait := storageBackoffMin
+	var settled storage.Settled
 	for {
-		settled, err := fn(ctx)
+		got, err := fn(ctx)
+		settled = settled.Add(got)
 		if err == nil {
 			e.health.setSettleErr(nil)
 			end(nil)
-			if settled < n {
+			if settled.Len() < n {
 				e.log.Warn("some rows had changed hands before they were settled; their lease expired and another claim owns them",
-					"op", op, "events", n, "settled", settled)
+					"op", op, "events", n, "settled", settled.Len(),
+					"delivered", settled.Delivered, "failed", settled.Failed, "released", settled.Released)
 			}
 			return
 		}

@@ -194,12 +194,6 @@ func (b Batch) Bytes() int64 {
 	return n
 }
 
-// SettleParams names leased rows whose outcome needs no detail.
-type SettleParams struct {
-	Lease Lease
-	IDs   []uuid.UUID
-}
-
 // Failure is the outcome of one failed publish.
 type Failure struct {
 	ID    uuid.UUID
@@ -229,43 +223,47 @@ func StorableError(msg string) string {
 	return msg[:cut] + "…"
 }
 
-// FailParams records failed publishes of leased rows.
-type FailParams struct {
-	Lease    Lease
-	Failures []Failure
-}
-
-// Settlement is the outcome of a held batch (HeldQueue).
-type Settlement struct {
+// Outcome is what became of a batch's events after their publish, as one
+// call hands it to the storage whatever the batch's source: Queue.Settle
+// (a leased batch), HeldTx.Settle and HeldQueue.RecordHeld (a held one),
+// LogRecorder.Record (events read from the log).
+type Outcome struct {
+	// Delivered went to the broker.
 	Delivered []uuid.UUID
 	// Delete deletes the delivered rows instead of marking them
 	// (DELIVERED_RETENTION=0).
 	Delete bool
+	// Failed count an attempt each: PENDING again after their Delay, or
+	// DEAD.
 	Failed []Failure
-	// Released go back untouched and due at once, as Queue.Release.
+	// Released go back untouched and due at once, attempts unchanged: the
+	// broker was unavailable, the relay is shutting down, or (the log's
+	// events) an earlier event holds their key and the claims deliver
+	// them in its order.
 	Released []uuid.UUID
+	// CreatedAt holds, by id, the created_at of rows as the log read them
+	// (LogRecorder only; the other sources leave it nil), so that a table
+	// partitioned by it is searched in one partition per row. An id it
+	// lacks, or a zero time (unknown, such as ±infinity), is searched in
+	// every partition.
+	CreatedAt map[uuid.UUID]time.Time
 }
 
-// Len is how many events the settlement covers.
-func (s Settlement) Len() int { return len(s.Delivered) + len(s.Failed) + len(s.Released) }
+// Len is how many events the outcome covers.
+func (o Outcome) Len() int { return len(o.Delivered) + len(o.Failed) + len(o.Released) }
 
-// RecordParams names rows the log reader settles (LogRecorder).
-type RecordParams struct {
-	IDs []uuid.UUID
-	// CreatedAt holds each row's created_at as the log read it (zero:
-	// unknown, such as ±infinity), so that a table partitioned by it is
-	// searched in one partition per row. Nil: all unknown.
-	CreatedAt []time.Time
-	// Delete deletes delivered rows instead of marking them
-	// (DELIVERED_RETENTION=0).
-	Delete bool
+// Settled counts the rows one settle call changed, by kind of outcome
+// (Delivered counts deleted rows too).
+type Settled struct {
+	Delivered, Failed, Released int
 }
 
-// RecordFailParams records failed attempts of rows the log reader took.
-type RecordFailParams struct {
-	Failures []Failure
-	// CreatedAt: see RecordParams.
-	CreatedAt []time.Time
+// Len is how many rows the call changed.
+func (s Settled) Len() int { return s.Delivered + s.Failed + s.Released }
+
+// Add is s and t counted together.
+func (s Settled) Add(t Settled) Settled {
+	return Settled{Delivered: s.Delivered + t.Delivered, Failed: s.Failed + t.Failed, Released: s.Released + t.Released}
 }
 
 // BlockedKeysParams asks which keys an earlier event blocks (LogRecorder).

@@ -5,7 +5,7 @@
 // options do not change signatures. The interfaces:
 //   - Storage: one table as a driver opens it, Queue, Reaper, Admin and
 //     Schema at once;
-//   - Queue: the engine's claims, settles, releases and renewals;
+//   - Queue: the engine's claims, settles and renewals;
 //   - HeldQueue (optional): claims held in their open transaction, HeldTx;
 //   - HeldTx: a held claim's transaction, which settles the batch;
 //   - LogRecorder (optional): the settles of events read from the
@@ -98,25 +98,28 @@ type Queue interface {
 	// p's zero fields mean their defaults: drivers start with
 	// p.WithDefaults() and keep no defaults of their own.
 	Claim(ctx context.Context, p ClaimParams) (Batch, error)
-	// MarkDelivered moves delivered rows to DELIVERED and returns how
-	// many it changed.
-	MarkDelivered(ctx context.Context, p SettleParams) (int, error)
-	// DeleteDelivered deletes delivered rows instead of marking them, in
-	// one statement, under the same lease guard as MarkDelivered (a row
-	// another lease holds, or one no longer DELIVERING, stays), and
-	// returns how many it deleted. It is DELIVERED_RETENTION=0: no
-	// DELIVERED row, no new row version and no index entries to write.
-	DeleteDelivered(ctx context.Context, p SettleParams) (int, error)
-	// MarkFailed records failed attempts, attempts+1: back to PENDING with
-	// available_at = now + Delay (by the database's clock, to the
-	// microsecond), or DEAD (available_at unchanged), with last_error set
-	// to StorableError(Error). It returns how many rows it changed.
-	MarkFailed(ctx context.Context, p FailParams) (int, error)
-	// Release hands rows back to PENDING without counting an attempt, due
-	// at once (a driver may set available_at to the database's now, so
-	// that its claims find them where they look for rows that became
-	// PENDING again), and returns how many it changed.
-	Release(ctx context.Context, p SettleParams) (int, error)
+	// Settle records the outcome of a batch the lease claimed, in one
+	// call, and returns how many rows of each kind it changed. Delivered
+	// rows go to DELIVERED, or with o.Delete are deleted
+	// (DELIVERED_RETENTION=0: no DELIVERED row, no new row version and no
+	// index entries to write). Failed rows count an attempt, attempts+1:
+	// back to PENDING with available_at = now + Delay (by the database's
+	// clock, to the microsecond), or DEAD (available_at unchanged), with
+	// last_error set to StorableError(Error). Released rows go back to
+	// PENDING without counting an attempt, due at once (a driver may set
+	// available_at to the database's now, so that its claims find them
+	// where they look for rows that became PENDING again). o.CreatedAt is
+	// not read: the lease's created_at bounds serve instead.
+	//
+	// A driver may run a statement per kind, together (one transaction)
+	// or one after another. Each changes only rows still DELIVERING under
+	// the lease, and none leaves a row so, so a Settle run again — after
+	// an error, or after a lost answer — changes no row a run before it
+	// changed: a failure's attempt is never counted twice. On an error
+	// the returned counts are those of the statements known to have
+	// committed (none when they run in one transaction), so that a caller
+	// that retries until the call lands adds the counts of its tries.
+	Settle(ctx context.Context, lease Lease, o Outcome) (Settled, error)
 	// Renew moves the lease's rows to the stamp p.To and returns how many
 	// rows it covers now. Setting the same stamp twice is harmless, so a
 	// renewal whose answer was lost can be repeated.
@@ -145,8 +148,11 @@ type HeldQueue interface {
 	// RecordHeld records a held batch's outcome after its transaction
 	// ended without it (HeldTx.Settle failed): in a transaction of its own,
 	// on rows still PENDING, so that delivered events are not delivered
-	// again. It returns how many rows it changed.
-	RecordHeld(ctx context.Context, lease Lease, s Settlement) (int, error)
+	// again. It returns how many rows of each kind it changed (none on an
+	// error). Unlike Queue.Settle it has no lease to guard a second run:
+	// run again after a lost answer, it would count a failure's attempt
+	// twice (a failed row is PENDING again).
+	RecordHeld(ctx context.Context, lease Lease, o Outcome) (Settled, error)
 }
 
 // HeldBatch is a batch ClaimHeld took.
@@ -169,7 +175,7 @@ type HeldTx interface {
 	// Settle records the batch's outcome and commits. On an error the
 	// transaction has ended and recorded nothing: the rows are PENDING as
 	// they were (RecordHeld may record the outcome anew).
-	Settle(ctx context.Context, s Settlement) error
+	Settle(ctx context.Context, o Outcome) error
 	// Abort ends the transaction, recording nothing.
 	Abort()
 }
@@ -183,17 +189,18 @@ type HeldTx interface {
 // written before the slot, a fallback to polling — is left to that claim,
 // and one handed to the claims is never taken back.
 type LogRecorder interface {
-	// RecordDelivered marks the rows DELIVERED (deletes them with
-	// p.Delete) and returns how many it changed.
-	RecordDelivered(ctx context.Context, p RecordParams) (int, error)
-	// RecordFailed records failed attempts as MarkFailed does; a row
-	// PENDING again is due again (available_at after created_at), which
-	// the claims find.
-	RecordFailed(ctx context.Context, p RecordFailParams) (int, error)
-	// Defer hands rows to the claims untouched but for available_at, set
-	// to the database's now: they become due again, and under ordering
-	// the claims deliver them in their key's order.
-	Defer(ctx context.Context, p RecordParams) (int, error)
+	// Record records the outcome of events read from the log, in one
+	// call, and returns how many rows of each kind it changed: delivered
+	// rows DELIVERED (deleted with o.Delete); failed ones as Queue.Settle
+	// records them, a row PENDING again being due again (available_at
+	// after created_at), which the claims find; released ones handed to
+	// the claims untouched but for available_at, set to the database's
+	// now: they become due again, and under ordering the claims deliver
+	// them in their key's order. o.CreatedAt says where a partitioned
+	// table keeps each row. No row it changes stays fresh, so a Record
+	// run again changes none of them again; on an error the counts are,
+	// as Queue.Settle's, those of the statements that did commit.
+	Record(ctx context.Context, o Outcome) (Settled, error)
 	// BlockedKeys returns, for each of p.Keys that has one, the lowest seq of
 	// an event that blocks the key (its later events must wait for it):
 	// one due again (PENDING, available_at after created_at), one

@@ -68,7 +68,7 @@ func TestOrderedClaimKeepsWriteOrderWhenTheEarlierTransactionWritesLater(t *test
 		if got, want := eventIDs(batch.Events), []uuid.UUID{a, bID}; !slices.Equal(got, want) {
 			t.Errorf("ordering %q claimed %v, want A then B %v", p.Ordering, got, want)
 		}
-		if _, err := tb.Store.Release(ctx, storage.SettleParams{Lease: batch.Lease, IDs: eventIDs(batch.Events)}); err != nil {
+		if _, err := tb.Store.Settle(ctx, batch.Lease, storage.Outcome{Released: eventIDs(batch.Events)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,7 +211,7 @@ func TestClaimUnderALongSnapshotReadsABoundedRange(t *testing.T) {
 		if err != nil || len(b.Events) == 0 {
 			t.Fatalf("Claim after %d events = %d events, %v", claimed, len(b.Events), err)
 		}
-		if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+		if _, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 		claimed += len(b.Events)

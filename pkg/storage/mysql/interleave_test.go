@@ -358,7 +358,7 @@ func runRelay(t *testing.T, s *mysql.Store, m *interleave.Model, relayID string,
 			time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
 			continue
 		}
-		var st storage.Settlement
+		var st storage.Outcome
 		switch x := r.IntN(1000); {
 		case x < 2:
 			// The process dies; its lease waits for the reaper.
@@ -378,26 +378,12 @@ func runRelay(t *testing.T, s *mysql.Store, m *interleave.Model, relayID string,
 			st.Delivered = ids
 		}
 		settling := time.Now()
-		if err := settle(ctx, s, b.Lease, st); err != nil {
+		if _, err := s.Settle(ctx, b.Lease, st); err != nil {
 			t.Errorf("relay %s: settle: %v", relayID, err)
 			return false
 		}
 		m.Settled(st, settling)
 	}
-}
-
-// settle records st, one outcome for the whole batch, on its lease.
-func settle(ctx context.Context, s *mysql.Store, lease storage.Lease, st storage.Settlement) error {
-	var err error
-	switch {
-	case len(st.Delivered) > 0:
-		_, err = s.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: st.Delivered})
-	case len(st.Released) > 0:
-		_, err = s.Release(ctx, storage.SettleParams{Lease: lease, IDs: st.Released})
-	default:
-		_, err = s.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: st.Failed})
-	}
-	return err
 }
 
 // runMaintenance runs the reaper and retry-dead, as an operator's cron would.

@@ -21,43 +21,32 @@ import (
 // statement changes only rows still PENDING and fresh (available_at not
 // after created_at), the rows no claim has touched
 // (sql/record_delivered.sql). MySQL has no partitions, so the created_at
-// values the log read (RecordParams.CreatedAt) are not needed.
+// values the log read (Outcome.CreatedAt) are not needed.
 
-// RecordDelivered marks the log reader's rows among p.IDs DELIVERED, or
-// deletes them with p.Delete, and returns how many it changed.
-func (s *Store) RecordDelivered(ctx context.Context, p storage.RecordParams) (int, error) {
-	what, name := "record delivered", "record_delivered"
-	if p.Delete {
-		what, name = "delete delivered", "record_deleted"
-	}
-	return s.record(ctx, what, s.queries[name], p.IDs, nil)
-}
-
-// RecordFailed records failed attempts of the log reader's rows by the
-// failure rule of MarkFailed: attempts+1 and last_error; DEAD when the
-// failure says so, else PENDING and due again after its delay.
-func (s *Store) RecordFailed(ctx context.Context, p storage.RecordFailParams) (int, error) {
-	if len(p.Failures) == 0 {
-		return 0, nil
-	}
-	query, lead, ids := s.withFailures("record_failed", p.Failures)
-	return s.record(ctx, "record failed", query, ids, lead)
-}
-
-// Defer hands the log reader's rows among p.IDs to the claims: due again
-// at once (available_at now, or just after a created_at ahead of the
-// clock) and updated_at now, so that their place in the claims' index
-// (state_at) lies ahead of where the claims have got to.
-func (s *Store) Defer(ctx context.Context, p storage.RecordParams) (int, error) {
-	return s.record(ctx, "hand events to the claims", s.queries["defer"], p.IDs, nil)
+// Record records o on the log reader's rows, a statement per kind, one
+// after another (byKind): delivered rows DELIVERED (record_delivered.sql),
+// or deleted with o.Delete (record_deleted.sql); failed ones by the
+// failure rule of Settle (record_failed.sql): attempts+1 and last_error,
+// DEAD when the failure says so, else PENDING and due again after its
+// delay; released ones handed to the claims (defer.sql): due again at
+// once (available_at now, or just after a created_at ahead of the clock)
+// and updated_at now, so that their place in the claims' index (state_at)
+// lies ahead of where the claims have got to. None leaves a row fresh, so
+// running the call again after an error changes nothing that landed.
+func (s *Store) Record(ctx context.Context, o storage.Outcome) (storage.Settled, error) {
+	return byKind("record", o, func() (int, error) {
+		return s.record(ctx, s.queries[deliveredStatement(o, "record_delivered", "record_deleted")], o.Delivered, nil)
+	}, func() (int, error) {
+		query, lead, ids := s.withFailures("record_failed", o.Failed)
+		return s.record(ctx, query, ids, lead)
+	}, func() (int, error) {
+		return s.record(ctx, s.queries["defer"], o.Released, nil)
+	})
 }
 
 // record runs one of the log reader's statements: its leading arguments,
 // then the ids ({{ids}}). It returns the rows changed.
-func (s *Store) record(ctx context.Context, what, query string, ids []uuid.UUID, lead []any) (int, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
+func (s *Store) record(ctx context.Context, query string, ids []uuid.UUID, lead []any) (int, error) {
 	q := expandList(query, "{{ids}}", len(ids))
 	args := append(lead, idArgs(ids)...)
 	var n int64
@@ -69,11 +58,8 @@ func (s *Store) record(ctx context.Context, what, query string, ids []uuid.UUID,
 		n, err = res.RowsAffected()
 		return err
 	})
-	if err != nil {
-		s.recycle(err)
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return int(n), nil
+	s.recycle(err)
+	return int(n), err
 }
 
 // blockedKeysChunk bounds the keys of one BlockedKeys statement.

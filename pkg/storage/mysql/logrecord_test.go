@@ -67,26 +67,26 @@ func TestRecordsChangeOnlyFreshPendingRows(t *testing.T) {
 	tb.Exec(t, "UPDATE {{table}} SET available_at = created_at + INTERVAL 1 MICROSECOND WHERE event_id = ?", dueAgain[:])
 	others := []uuid.UUID{claimed, dueAgain}
 
-	if n, err := tb.Store.RecordDelivered(ctx, storage.RecordParams{IDs: append([]uuid.UUID{ids[0]}, others...)}); err != nil || n != 1 {
-		t.Fatalf("RecordDelivered = %d, %v; want 1 (the others are the claims')", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Delivered: append([]uuid.UUID{ids[0]}, others...)}); err != nil || n.Delivered != 1 {
+		t.Fatalf("Record = %d, %v; want 1 (the others are the claims')", n.Delivered, err)
 	}
 	if r, _ := stateOf(t, tb, ids[0]); r.status != "DELIVERED" {
 		t.Errorf("recorded row is %s, want DELIVERED", r.status)
 	}
-	if n, err := tb.Store.RecordDelivered(ctx, storage.RecordParams{IDs: append([]uuid.UUID{ids[1]}, others...), Delete: true}); err != nil || n != 1 {
-		t.Fatalf("RecordDelivered with Delete = %d, %v; want 1", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Delivered: append([]uuid.UUID{ids[1]}, others...), Delete: true}); err != nil || n.Delivered != 1 {
+		t.Fatalf("Record with Delete = %d, %v; want 1", n.Delivered, err)
 	}
 	if _, found := stateOf(t, tb, ids[1]); found {
 		t.Errorf("row recorded with Delete is still there")
 	}
-	n, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{
+	n, err := tb.Store.Record(ctx, storage.Outcome{Failed: []storage.Failure{
 		{ID: ids[2], Error: "later", Delay: time.Hour},
 		{ID: ids[3], Error: "at once"},
 		{ID: ids[4], Error: "bad", Dead: true},
 		{ID: claimed, Error: "x"}, {ID: dueAgain, Error: "x"},
 	}})
-	if err != nil || n != 3 {
-		t.Fatalf("RecordFailed = %d, %v; want 3", n, err)
+	if err != nil || n != (storage.Settled{Failed: 3}) {
+		t.Fatalf("Record of failures = %+v, %v; want 3 failed", n, err)
 	}
 	now := conformanceNow(t, tb)
 	if r, _ := stateOf(t, tb, ids[2]); r.status != "PENDING" || r.attempts != 1 || r.lastError != "later" || !r.dueAgain ||
@@ -101,8 +101,8 @@ func TestRecordsChangeOnlyFreshPendingRows(t *testing.T) {
 	}
 	before, _ := stateOf(t, tb, ids[5])
 	time.Sleep(2 * time.Millisecond)
-	if n, err := tb.Store.Defer(ctx, storage.RecordParams{IDs: append([]uuid.UUID{ids[5], ids[2]}, others...)}); err != nil || n != 1 {
-		t.Fatalf("Defer = %d, %v; want 1", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Released: append([]uuid.UUID{ids[5], ids[2]}, others...)}); err != nil || n.Released != 1 {
+		t.Fatalf("Record = %d, %v; want 1", n.Released, err)
 	}
 	if r, _ := stateOf(t, tb, ids[5]); r.status != "PENDING" || r.attempts != 0 || !r.dueAgain || !r.updatedAt.After(before.updatedAt) ||
 		r.availableAt.After(conformanceNow(t, tb)) {
@@ -127,8 +127,8 @@ func TestClaimsBesideTheLogLeaveItsFreshRows(t *testing.T) {
 	t.Parallel()
 	tb := mysqltest.New(t)
 	ids := tb.Insert(t, make([]mysqltest.Event, 4)...)
-	if n, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{{ID: ids[3], Error: "again"}}}); err != nil || n != 1 {
-		t.Fatalf("RecordFailed = %d, %v", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Failed: []storage.Failure{{ID: ids[3], Error: "again"}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Record = %d, %v", n.Failed, err)
 	}
 	backfill := seqOf(t, tb, ids[0])[0]
 	for _, ordering := range []storage.Ordering{storage.OrderingNone, storage.OrderingPartition} {
@@ -140,7 +140,7 @@ func TestClaimsBesideTheLogLeaveItsFreshRows(t *testing.T) {
 		if got, want := eventIDs(b.Events), []uuid.UUID{ids[0], ids[3]}; !slices.Equal(got, want) {
 			t.Fatalf("ordering %s: a claim beside the log took %v, want the backfill's and the retry %v", ordering, got, want)
 		}
-		if _, err := tb.Store.Release(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+		if _, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Released: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 		// Released, the backfill's row is due again: no backfill needed.
@@ -151,7 +151,7 @@ func TestClaimsBesideTheLogLeaveItsFreshRows(t *testing.T) {
 		if got, want := eventIDs(b.Events), []uuid.UUID{ids[0], ids[3]}; !slices.Equal(got, want) {
 			t.Fatalf("ordering %s: after a release the claim took %v, want the released %v", ordering, got, want)
 		}
-		if _, err := tb.Store.Release(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+		if _, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Released: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 		// Restore ids[0] as fresh for the next ordering.
@@ -175,11 +175,11 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	tb := mysqltest.New(t)
 	k := mysqltest.Event{PartitionKey: "k"}
 	ids := tb.Insert(t, k, k, k, k, mysqltest.Event{PartitionKey: "j"})
-	if n, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{{ID: ids[0], Error: "try again"}}}); err != nil || n != 1 {
-		t.Fatalf("RecordFailed = %d, %v", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Failed: []storage.Failure{{ID: ids[0], Error: "try again"}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Record = %d, %v", n.Failed, err)
 	}
-	if n, err := tb.Store.Defer(ctx, storage.RecordParams{IDs: ids[1:2]}); err != nil || n != 1 {
-		t.Fatalf("Defer = %d, %v", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Released: ids[1:2]}); err != nil || n.Released != 1 {
+		t.Fatalf("Record = %d, %v", n.Released, err)
 	}
 	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, Fresh: storage.FreshEvents{ToLog: true}}
 	b, err := tb.Store.Claim(ctx, p)
@@ -189,7 +189,7 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	if got := eventIDs(b.Events); !slices.Equal(got, ids[:2]) {
 		t.Fatalf("the claim took %v, want the 2 of key k the log handed back %v (the rest are the log's)", got, ids[:2])
 	}
-	if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[:2]}); err != nil {
+	if _, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids[:2]}); err != nil {
 		t.Fatal(err)
 	}
 	p.Fresh.BackfillTo = seqOf(t, tb, ids[2])[0]
@@ -415,7 +415,7 @@ func TestBlockedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb.Exec(t, "UPDATE {{table}} SET status = 'DELIVERING', locked_by = 'r', locked_at = UTC_TIMESTAMP(6) WHERE event_id = ?", ids[4][:])
-	if _, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{{ID: ids[5], Error: "e"}, {ID: ids[6], Dead: true}}}); err != nil {
+	if _, err := tb.Store.Record(ctx, storage.Outcome{Failed: []storage.Failure{{ID: ids[5], Error: "e"}, {ID: ids[6], Dead: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{"k", "j", "busy", "retry", "dead", "a", "none"}

@@ -359,8 +359,8 @@ func TestTimestampsAreUTCWhateverTheSessionTimeZone(t *testing.T) {
 	if err != nil || row.LockedAt == nil || !row.LockedAt.Equal(batch.Lease.LockedAt) || batch.Lease.LockedAt.Nanosecond()%1000 != 0 {
 		t.Fatalf("locked_at %v, lease %s: want equal, to the microsecond", row.LockedAt, batch.Lease.LockedAt)
 	}
-	if n, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: batch.Lease, IDs: eventIDs(batch.Events)}); n != 1 || err != nil {
-		t.Errorf("MarkDelivered = %d, %v", n, err)
+	if n, err := tb.Store.Settle(ctx, batch.Lease, storage.Outcome{Delivered: eventIDs(batch.Events)}); n.Delivered != 1 || err != nil {
+		t.Errorf("Settle = %d, %v", n.Delivered, err)
 	}
 }
 
@@ -392,8 +392,8 @@ func TestClaimReadsARowWithAZeroCreatedAt(t *testing.T) {
 	if fmt.Sprint(eventIDs(b.Events)) != fmt.Sprint(ids) || !b.Events[1].CreatedAt.IsZero() {
 		t.Fatalf("claimed %v, want all three in write order %v, the zero date with a zero CreatedAt", eventIDs(b.Events), ids)
 	}
-	if n, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids}); n != 3 || err != nil {
-		t.Errorf("MarkDelivered = %d, %v", n, err)
+	if n, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids}); n.Delivered != 3 || err != nil {
+		t.Errorf("Settle = %d, %v", n.Delivered, err)
 	}
 	if _, err := tb.Store.List(ctx, storage.ListParams{}); err != nil {
 		t.Errorf("List with a zero date: %v", err)
@@ -436,10 +436,10 @@ func TestADeadlockedSettleRunsAgain(t *testing.T) {
 	}
 
 	settled := make(chan error, 1)
-	var n int
+	var n storage.Settled
 	go func() {
 		var err error
-		n, err = tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids})
+		n, err = tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids})
 		settled <- err
 	}()
 	// Wait until the settle holds the first row and waits for the second,
@@ -459,8 +459,8 @@ func TestADeadlockedSettleRunsAgain(t *testing.T) {
 	} else {
 		t.Log("InnoDB rolled the other transaction back instead; the settle did not need to run again")
 	}
-	if err := <-settled; err != nil || n != 2 {
-		t.Fatalf("MarkDelivered after a deadlock = %d, %v; want 2 and no error", n, err)
+	if err := <-settled; err != nil || n.Delivered != 2 {
+		t.Fatalf("Settle after a deadlock = %d, %v; want 2 and no error", n.Delivered, err)
 	}
 }
 
@@ -534,8 +534,8 @@ func TestConcurrentClaimersNeitherFailNorShare(t *testing.T) {
 					seen[e.ID] = relayID
 				}
 				mu.Unlock()
-				if m, err := store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil || m != len(b.Events) {
-					errs <- fmt.Errorf("%s: mark delivered = %d, %v", relayID, m, err)
+				if m, err := store.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil || m.Delivered != len(b.Events) {
+					errs <- fmt.Errorf("%s: mark delivered = %d, %v", relayID, m.Delivered, err)
 					return
 				}
 			}
@@ -969,12 +969,12 @@ func TestGrantsGiveEachRoleItsRights(t *testing.T) {
 	}
 	b := claim(t, relay, "relay", 7)
 	ids := eventIDs(b.Events)
-	if n, err := relay.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[:5]}); n != 5 || err != nil {
-		t.Fatalf("the relay's settle = %d, %v", n, err)
+	if n, err := relay.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids[:5]}); n.Delivered != 5 || err != nil {
+		t.Fatalf("the relay's settle = %d, %v", n.Delivered, err)
 	}
 	// DELIVERED_RETENTION=0 and the retention loop delete.
-	if n, err := relay.DeleteDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[5:]}); n != 2 || err != nil {
-		t.Fatalf("the relay's delete on delivery = %d, %v", n, err)
+	if n, err := relay.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids[5:], Delete: true}); n.Delivered != 2 || err != nil {
+		t.Fatalf("the relay's delete on delivery = %d, %v", n.Delivered, err)
 	}
 	if _, err := relay.Prune(ctx, storage.PruneParams{Status: outbox.StatusDead}); err != nil {
 		t.Errorf("the relay's retention (DELETE): %v", err)

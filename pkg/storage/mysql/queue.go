@@ -353,31 +353,60 @@ func (s *Store) handBack(ctx context.Context, lease storage.Lease, claimErr erro
 // handBackTimeout bounds handing back the rows of a failed claim.
 const handBackTimeout = 5 * time.Second
 
-// MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
-func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	n, err := s.settle(ctx, "mark_delivered", nil, p.IDs, p.Lease)
-	if err != nil {
-		return 0, fmt.Errorf("mark delivered: %w", err)
-	}
-	return n, nil
+// Settle records o on the lease's rows: a statement per kind
+// (mark_delivered.sql or delete_delivered.sql, mark_failed.sql,
+// release.sql), one after another (byKind), each retried on a lock wait
+// or a deadlock. Running the whole call again after an error is safe:
+// every statement changes only rows still DELIVERING under the lease, and
+// leaves none so, so a statement that landed changes nothing when it runs
+// again, and mark_failed.sql cannot count a failure's attempt twice.
+func (s *Store) Settle(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
+	return byKind("settle", o, func() (int, error) {
+		return s.settle(ctx, deliveredStatement(o, "mark_delivered", "delete_delivered"), nil, o.Delivered, lease)
+	}, func() (int, error) {
+		query, args, ids := s.withFailures("mark_failed", o.Failed)
+		return s.settle(ctx, "", args, ids, lease, query)
+	}, func() (int, error) {
+		return s.settle(ctx, "release", nil, o.Released, lease)
+	})
 }
 
-// DeleteDelivered deletes the lease's rows among p.IDs.
-func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	n, err := s.settle(ctx, "delete_delivered", nil, p.IDs, p.Lease)
-	if err != nil {
-		return 0, fmt.Errorf("delete delivered: %w", err)
+// deliveredStatement names the statement of o's delivered rows: marked,
+// or deleted with o.Delete (DELIVERED_RETENTION=0).
+func deliveredStatement(o storage.Outcome, marked, deleted string) string {
+	if o.Delete {
+		return deleted
 	}
-	return n, nil
+	return marked
 }
 
-// Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
-func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	n, err := s.settle(ctx, "release", nil, p.IDs, p.Lease)
-	if err != nil {
-		return 0, fmt.Errorf("release: %w", err)
+// byKind runs the statement of each kind of o that has rows — delivered,
+// failed, released, in that order — and counts the rows each changed.
+// They are not one transaction: when one fails, those before it have
+// committed, and their counts come back with its error (named by what
+// and the kind).
+func byKind(what string, o storage.Outcome, delivered, failed, released func() (int, error)) (storage.Settled, error) {
+	var settled storage.Settled
+	for _, k := range []struct {
+		kind  string
+		rows  int
+		count *int
+		run   func() (int, error)
+	}{
+		{"delivered", len(o.Delivered), &settled.Delivered, delivered},
+		{"failed", len(o.Failed), &settled.Failed, failed},
+		{"released", len(o.Released), &settled.Released, released},
+	} {
+		if k.rows == 0 {
+			continue
+		}
+		n, err := k.run()
+		if err != nil {
+			return settled, fmt.Errorf("%s %s: %w", what, k.kind, err)
+		}
+		*k.count = n
 	}
-	return n, nil
+	return settled, nil
 }
 
 // Renew moves the lease's rows among p.IDs to the stamp p.To.
@@ -406,20 +435,6 @@ func (s *Store) withFailures(name string, failures []storage.Failure) (query str
 		ids[i] = f.ID
 	}
 	return strings.Replace(s.queries[name], "{{failures}}", rows.String(), 1), args, ids
-}
-
-// MarkFailed records one failed attempt for each of the lease's rows in
-// p.Failures.
-func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
-	if len(p.Failures) == 0 {
-		return 0, nil
-	}
-	query, args, ids := s.withFailures("mark_failed", p.Failures)
-	n, err := s.settle(ctx, "", args, ids, p.Lease, query)
-	if err != nil {
-		return 0, fmt.Errorf("mark failed: %w", err)
-	}
-	return n, nil
 }
 
 // settle runs one of the lease-guarded statements: its leading arguments

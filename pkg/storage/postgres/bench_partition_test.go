@@ -83,7 +83,7 @@ func claimAlongside(b *testing.B, tb *pgtest.Table) (stop func() time.Duration) 
 			for i, e := range batch.Events {
 				ids[i] = e.ID
 			}
-			if _, err := tb.Store.Release(ctx, storage.SettleParams{Lease: batch.Lease, IDs: ids}); err != nil {
+			if _, err := tb.Store.Settle(ctx, batch.Lease, storage.Outcome{Released: ids}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -188,7 +188,7 @@ func BenchmarkPartitionedClaim(b *testing.B) {
 					for i, e := range batch.Events {
 						ids[i] = e.ID
 					}
-					if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: batch.Lease, IDs: ids}); err != nil {
+					if _, err := tb.Store.Settle(ctx, batch.Lease, storage.Outcome{Delivered: ids}); err != nil {
 						b.Fatal(err)
 					}
 					n += len(ids)

@@ -36,7 +36,7 @@ func TestARestartedSequenceLosesNoEvent(t *testing.T) {
 		if len(b.Events) == 0 {
 			break
 		}
-		if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+		if _, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func claimDelivered(t *testing.T, s *postgres.Store, p storage.ClaimParams) []uu
 		t.Fatal(err)
 	}
 	if len(b.Events) > 0 {
-		if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+		if _, err := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -329,7 +329,7 @@ func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 		if len(b.Events) == 0 {
 			return nil
 		}
-		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+		if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 		return eventIDs(b.Events)
@@ -342,7 +342,7 @@ func TestRowsAHeldClaimLeftOverAreClaimedOnceItEnds(t *testing.T) {
 		claims++
 		return claims > 2*8 && time.Since(began) > 1500*time.Millisecond
 	}, func() string { return fmt.Sprintf("%d claims", claims) })
-	if err := held.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
+	if err := held.Tx.Settle(ctx, storage.Outcome{Delivered: ids[:3]}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -392,7 +392,7 @@ func TestHeldClaimsLockAboutWhatFitsTheirByteLimit(t *testing.T) {
 	}
 	var got []uuid.UUID
 	settle := func(b storage.HeldBatch) {
-		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+		if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, eventIDs(b.Events)...)
@@ -442,7 +442,7 @@ func TestABatchCutByItsByteLimitLeavesItsRowsToTheNextClaims(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			if _, err := s.Settle(context.Background(), b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 				t.Fatal(err)
 			}
 			return eventIDs(b.Events), b.Full
@@ -453,7 +453,7 @@ func TestABatchCutByItsByteLimitLeavesItsRowsToTheNextClaims(t *testing.T) {
 				t.Fatal(err)
 			}
 			if b.Tx != nil {
-				if err := b.Tx.Settle(context.Background(), storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+				if err := b.Tx.Settle(context.Background(), storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -80,7 +80,7 @@ func (d *drainer) claim() int {
 			d.t.Fatal(err)
 		}
 		if len(b.Events) > 0 {
-			if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+			if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 				d.t.Fatal(err)
 			}
 		}
@@ -280,7 +280,7 @@ func TestAHeldBatchReleasedWithASlowCommitIsClaimedOnceItCommits(t *testing.T) {
 	}
 	released := make(chan error, 1)
 	began := time.Now()
-	go func() { released <- b.Tx.Settle(ctx, storage.Settlement{Released: []uuid.UUID{slow}}) }()
+	go func() { released <- b.Tx.Settle(ctx, storage.Outcome{Released: []uuid.UUID{slow}}) }()
 	// The relay goes on claiming other events while the release commits.
 	var others []uuid.UUID
 	for time.Since(began) < time.Second {

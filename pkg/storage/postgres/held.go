@@ -55,65 +55,52 @@ func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.
 
 // RecordHeld records a held batch's outcome on its rows still PENDING, in a
 // transaction of its own (one pipeline).
-func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, st storage.Settlement) (int, error) {
-	b := &pgx.Batch{}
-	n := s.queueSettlement(b, lease, st, nil)
-	results := s.pool.SendBatch(ctx, b)
-	defer func() { _ = results.Close() }()
-	changed := 0
-	for range n {
-		tag, err := results.Exec()
-		if err != nil {
-			s.recycle(err)
-			return 0, fmt.Errorf("record held batch: %w", err)
-		}
-		changed += int(tag.RowsAffected())
-	}
-	return changed, results.Close()
+func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
+	b := &settleBatch{}
+	s.queueHeld(b, lease, o, nil)
+	return s.sendSettle(ctx, "record held batch", b)
 }
 
-// queueSettlement queues the statements that record st on the rows of
-// lease, and returns how many statements b holds then. With rows (where
-// each row lies, in the claim's transaction) the statements find them
-// there; without, by id.
-func (s *Store) queueSettlement(b *pgx.Batch, lease storage.Lease, st storage.Settlement, rows map[uuid.UUID]rowAddress) int {
+// queueHeld queues the statements that record o on the rows of lease.
+// With rows (where each row lies, in the claim's transaction) the
+// statements find them there; without, by id.
+func (s *Store) queueHeld(b *settleBatch, lease storage.Lease, o storage.Outcome, rows map[uuid.UUID]rowAddress) {
 	// queue queues name for ids: by address, once for each table (the
 	// partition, on a partitioned table) holding some of them, since an
 	// address names a row only within its table; or by id.
-	queue := func(name string, ids []uuid.UUID) {
+	queue := func(kind *int, name string, ids []uuid.UUID) {
 		if rows == nil {
-			b.Queue(s.queries[name+"_by_id"], []pgtype.TID(nil), uuidArray(ids))
+			b.queue(kind, s.queries[name+"_by_id"], []pgtype.TID(nil), uuidArray(ids))
 			return
 		}
 		for table, tids := range addressesByTable(rows, ids) {
-			b.Queue(s.queries[name], tids, table, createdFrom(lease), createdTo(lease))
+			b.queue(kind, s.queries[name], tids, table, createdFrom(lease), createdTo(lease))
 		}
 	}
-	if len(st.Delivered) > 0 {
+	if len(o.Delivered) > 0 {
 		name := "held_delivered"
-		if st.Delete {
+		if o.Delete {
 			name = "held_deleted"
 		}
-		queue(name, st.Delivered)
+		queue(&b.settled.Delivered, name, o.Delivered)
 	}
-	if len(st.Failed) > 0 {
+	if len(o.Failed) > 0 {
 		// Failures are few, and each carries its own values: they are
 		// joined to their rows, each address checked against its id.
-		ids, msgs, dead, delays := failureArrays(st.Failed)
+		ids, msgs, dead, delays := failureArrays(o.Failed)
 		if rows == nil {
-			b.Queue(s.queries["held_failed_by_id"], []pgtype.TID(nil), ids, msgs, dead, delays)
+			b.queue(&b.settled.Failed, s.queries["held_failed_by_id"], []pgtype.TID(nil), ids, msgs, dead, delays)
 		} else {
-			tids := make([]pgtype.TID, len(st.Failed))
-			for i, f := range st.Failed {
+			tids := make([]pgtype.TID, len(o.Failed))
+			for i, f := range o.Failed {
 				tids[i] = rows[f.ID].tid
 			}
-			b.Queue(s.queries["held_failed"], tids, ids, msgs, dead, delays, createdFrom(lease), createdTo(lease))
+			b.queue(&b.settled.Failed, s.queries["held_failed"], tids, ids, msgs, dead, delays, createdFrom(lease), createdTo(lease))
 		}
 	}
-	if len(st.Released) > 0 {
-		queue("held_released", st.Released)
+	if len(o.Released) > 0 {
+		queue(&b.settled.Released, "held_released", o.Released)
 	}
-	return b.Len()
 }
 
 // rowAddress is where a held claim found a row: its table (tableoid: the
@@ -194,19 +181,11 @@ func (t *heldTx) Lease(ctx context.Context, relayID string) (storage.Lease, erro
 	return lease, nil
 }
 
-// Settle records st and commits, in one round trip.
-func (t *heldTx) Settle(ctx context.Context, st storage.Settlement) error {
-	b := &pgx.Batch{}
-	n := t.s.queueSettlement(b, t.lease, st, t.rows)
-	err := t.commit(ctx, b, func(results pgx.BatchResults) error {
-		for range n {
-			if _, err := results.Exec(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+// Settle records o and commits, in one round trip.
+func (t *heldTx) Settle(ctx context.Context, o storage.Outcome) error {
+	b := &settleBatch{}
+	t.s.queueHeld(b, t.lease, o, t.rows)
+	if err := t.commit(ctx, &b.Batch, b.read); err != nil {
 		return fmt.Errorf("settle held batch: %w", err)
 	}
 	return nil

@@ -99,7 +99,7 @@ func TestHeldSettleTakesEachAddressInItsOwnPartition(t *testing.T) {
 		hb.Tx.Abort()
 		t.Fatalf("held claim = %v, want %v", got, []uuid.UUID{old, now})
 	}
-	if err := hb.Tx.Settle(ctx, storage.Settlement{Delivered: []uuid.UUID{old, now}}); err != nil {
+	if err := hb.Tx.Settle(ctx, storage.Outcome{Delivered: []uuid.UUID{old, now}}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[uuid.UUID]string{old: "DELIVERED", now: "DELIVERED"}

@@ -33,8 +33,8 @@ func TestOrderedClaimsOfOneRowBesideTheLogTakeUnkeyedEventsInTurn(t *testing.T) 
 			ids := tb.Insert(t, pgtest.Event{}, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"})
 			// The log published them all and each came back to the claims.
 			for _, id := range ids {
-				if n, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{{ID: id, Error: "try again"}}}); err != nil || n != 1 {
-					t.Fatalf("RecordFailed = %d, %v", n, err)
+				if n, err := tb.Store.Record(ctx, storage.Outcome{Failed: []storage.Failure{{ID: id, Error: "try again"}}}); err != nil || n.Failed != 1 {
+					t.Fatalf("Record = %d, %v", n.Failed, err)
 				}
 			}
 			tb.Exec(t, "UPDATE "+tb.Name+" SET available_at = created_at + interval '1 microsecond'")

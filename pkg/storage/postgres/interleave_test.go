@@ -390,7 +390,7 @@ func runRelay(t *testing.T, s *postgres.Store, m *interleave.Model, relayID stri
 			time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
 			continue
 		}
-		var st storage.Settlement
+		var st storage.Outcome
 		kill := false
 		// Kills are rare: a relay started again reads from the beginning,
 		// and would hide for a while a row its frontier had passed.
@@ -428,22 +428,11 @@ func runRelay(t *testing.T, s *postgres.Store, m *interleave.Model, relayID stri
 	}
 }
 
-func settleBatch(ctx context.Context, s *postgres.Store, b storage.Batch, tx storage.HeldTx, st storage.Settlement) error {
+func settleBatch(ctx context.Context, s *postgres.Store, b storage.Batch, tx storage.HeldTx, st storage.Outcome) error {
 	if tx != nil {
 		return tx.Settle(ctx, st)
 	}
-	sp := storage.SettleParams{Lease: b.Lease}
-	var err error
-	switch {
-	case len(st.Delivered) > 0:
-		sp.IDs = st.Delivered
-		_, err = s.MarkDelivered(ctx, sp)
-	case len(st.Released) > 0:
-		sp.IDs = st.Released
-		_, err = s.Release(ctx, sp)
-	default:
-		_, err = s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: st.Failed})
-	}
+	_, err := s.Settle(ctx, b.Lease, st)
 	return err
 }
 

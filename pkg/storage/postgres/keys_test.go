@@ -113,7 +113,7 @@ func TestOrderedClaimsTakeARetriedEventOfAKeyAtRest(t *testing.T) {
 // deliver marks b's events delivered.
 func deliver(t *testing.T, s *postgres.Store, b storage.Batch) {
 	t.Helper()
-	if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+	if _, err := s.Settle(context.Background(), b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,7 +127,7 @@ func claimAndBury(t *testing.T, s *postgres.Store, p storage.ClaimParams, id uui
 	if err != nil || len(b.Events) != 1 || b.Events[0].ID != id {
 		t.Fatalf("Claim = %v, %v; want %s alone", eventIDs(b.Events), err, id)
 	}
-	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{{ID: id, Error: "no", Dead: true}}}); err != nil {
+	if _, err := s.Settle(ctx, b.Lease, storage.Outcome{Failed: []storage.Failure{{ID: id, Error: "no", Dead: true}}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -20,48 +21,60 @@ import (
 
 var _ storage.LogRecorder = (*Store)(nil)
 
-// RecordDelivered marks the log reader's rows among p.IDs DELIVERED, or
-// deletes them with p.Delete.
-func (s *Store) RecordDelivered(ctx context.Context, p storage.RecordParams) (int, error) {
-	what, name := "record delivered", "record_delivered"
-	if p.Delete {
-		what, name = "delete delivered", "record_deleted"
+// Record records o on the log reader's rows: a statement per kind
+// (record_delivered.sql or record_deleted.sql, record_failed.sql,
+// defer.sql), after record_plan.sql, all in one pipeline and so one
+// implicit transaction, one round trip.
+func (s *Store) Record(ctx context.Context, o storage.Outcome) (storage.Settled, error) {
+	if o.Len() == 0 {
+		return storage.Settled{}, nil
 	}
-	return s.record(ctx, what, name, len(p.IDs), p.CreatedAt, func(i []int) []any {
-		return []any{pick(uuidArray(p.IDs), i), pickCreated(p.CreatedAt, i)}
-	})
+	b := &settleBatch{}
+	b.queue(nil, s.queries["record_plan"])
+	if len(o.Delivered) > 0 {
+		name := "record_delivered"
+		if o.Delete {
+			name = "record_deleted"
+		}
+		ids := uuidArray(o.Delivered)
+		s.queueRecord(b, &b.settled.Delivered, name, o.Delivered, o.CreatedAt, func(i []int, created []pgtype.Timestamptz) []any {
+			return []any{pick(ids, i), created}
+		})
+	}
+	if len(o.Failed) > 0 {
+		ids, msgs, dead, delays := failureArrays(o.Failed)
+		failed := make([]uuid.UUID, len(o.Failed))
+		for i := range o.Failed {
+			failed[i] = o.Failed[i].ID
+		}
+		s.queueRecord(b, &b.settled.Failed, "record_failed", failed, o.CreatedAt, func(i []int, created []pgtype.Timestamptz) []any {
+			return []any{pick(ids, i), created, pick(msgs, i), pick(dead, i), pick(delays, i)}
+		})
+	}
+	if len(o.Released) > 0 {
+		ids := uuidArray(o.Released)
+		s.queueRecord(b, &b.settled.Released, "defer", o.Released, o.CreatedAt, func(i []int, created []pgtype.Timestamptz) []any {
+			return []any{pick(ids, i), created}
+		})
+	}
+	return s.sendSettle(ctx, "record log events", b)
 }
 
-// RecordFailed records failed attempts of the log reader's rows.
-func (s *Store) RecordFailed(ctx context.Context, p storage.RecordFailParams) (int, error) {
-	ids, msgs, dead, delays := failureArrays(p.Failures)
-	return s.record(ctx, "record failed", "record_failed", len(ids), p.CreatedAt, func(i []int) []any {
-		return []any{pick(ids, i), pickCreated(p.CreatedAt, i), pick(msgs, i), pick(dead, i), pick(delays, i)}
-	})
-}
-
-// Defer hands the log reader's rows among p.IDs to the claims.
-func (s *Store) Defer(ctx context.Context, p storage.RecordParams) (int, error) {
-	return s.record(ctx, "hand events to the claims", "defer", len(p.IDs), p.CreatedAt, func(i []int) []any {
-		return []any{pick(uuidArray(p.IDs), i), pickCreated(p.CreatedAt, i)}
-	})
-}
-
-// record runs one of the log reader's statements for n rows: the rows
+// queueRecord queues one of the log reader's statements for ids: the rows
 // whose created_at is known in one statement that finds each in its
 // partition, the others (created_at unread: ±infinity) in its _any
-// variant. args gives the statement's arguments for the rows at the
-// indexes it is passed.
-func (s *Store) record(ctx context.Context, what, name string, n int, created []time.Time, args func([]int) []any) (int, error) {
+// variant. args gives the statement's arguments for the ids at the
+// indexes it is passed, with their created_at.
+func (s *Store) queueRecord(b *settleBatch, kind *int, name string, ids []uuid.UUID, created map[uuid.UUID]time.Time,
+	args func(idx []int, created []pgtype.Timestamptz) []any) {
 	var known, unknown []int
-	for i := range n {
-		if i < len(created) && !created[i].IsZero() {
+	for i, id := range ids {
+		if !created[id].IsZero() {
 			known = append(known, i)
 		} else {
 			unknown = append(unknown, i)
 		}
 	}
-	changed := 0
 	for _, group := range []struct {
 		query string
 		rows  []int
@@ -69,32 +82,14 @@ func (s *Store) record(ctx context.Context, what, name string, n int, created []
 		if len(group.rows) == 0 {
 			continue
 		}
-		n, err := s.recordOne(ctx, s.queries[group.query], args(group.rows))
-		if err != nil {
-			s.recycle(err)
-			return changed, fmt.Errorf("%s: %w", what, err)
+		at := make([]pgtype.Timestamptz, len(group.rows))
+		for j, i := range group.rows {
+			if t := created[ids[i]]; !t.IsZero() {
+				at[j] = pgtype.Timestamptz{Time: t, Valid: true}
+			}
 		}
-		changed += n
+		b.queue(kind, s.queries[group.query], args(group.rows, at)...)
 	}
-	return changed, nil
-}
-
-// recordOne runs one record statement after record_plan.sql in one
-// pipeline, one implicit transaction, and returns the rows it changed.
-func (s *Store) recordOne(ctx context.Context, query string, args []any) (int, error) {
-	b := &pgx.Batch{}
-	b.Queue(s.queries["record_plan"])
-	b.Queue(query, args...)
-	results := s.pool.SendBatch(ctx, b)
-	if _, err := results.Exec(); err != nil {
-		_ = results.Close()
-		return 0, err
-	}
-	tag, err := results.Exec()
-	if cerr := results.Close(); err == nil {
-		err = cerr
-	}
-	return int(tag.RowsAffected()), err
 }
 
 // pick returns the elements of all at the indexes idx.
@@ -102,17 +97,6 @@ func pick[T any](all []T, idx []int) []T {
 	out := make([]T, len(idx))
 	for j, i := range idx {
 		out[j] = all[i]
-	}
-	return out
-}
-
-// pickCreated is pick for created_at values, NULL where unknown.
-func pickCreated(all []time.Time, idx []int) []pgtype.Timestamptz {
-	out := make([]pgtype.Timestamptz, len(idx))
-	for j, i := range idx {
-		if i < len(all) && !all[i].IsZero() {
-			out[j] = pgtype.Timestamptz{Time: all[i], Valid: true}
-		}
 	}
 	return out
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/outbox-relay/relay/internal/harness/pgtest"
 	"github.com/outbox-relay/relay/pkg/outbox"
 	"github.com/outbox-relay/relay/pkg/storage"
@@ -59,11 +61,11 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	ids := tb.Insert(t, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"}, pgtest.Event{PartitionKey: "k"})
 	// The log published the first two events: the first failed, and the
 	// second, held back behind it, was handed to the claims.
-	if n, err := tb.Store.RecordFailed(ctx, storage.RecordFailParams{Failures: []storage.Failure{{ID: ids[0], Error: "try again"}}}); err != nil || n != 1 {
-		t.Fatalf("RecordFailed = %d, %v", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Failed: []storage.Failure{{ID: ids[0], Error: "try again"}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Record = %d, %v", n.Failed, err)
 	}
-	if n, err := tb.Store.Defer(ctx, storage.RecordParams{IDs: ids[1:2]}); err != nil || n != 1 {
-		t.Fatalf("Defer = %d, %v", n, err)
+	if n, err := tb.Store.Record(ctx, storage.Outcome{Released: ids[1:2]}); err != nil || n.Released != 1 {
+		t.Fatalf("Record = %d, %v", n.Released, err)
 	}
 	p := storage.ClaimParams{RelayID: "r", Limit: 10, Ordering: storage.OrderingPartition, Fresh: storage.FreshEvents{ToLog: true}}
 	b, err := tb.Store.Claim(ctx, p)
@@ -75,7 +77,7 @@ func TestOrderedClaimsLeaveTheLogsEventsInARun(t *testing.T) {
 	}
 	// During a backfill up to the third event, that one is the claims'
 	// too; the fourth is still the log's.
-	if _, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids[:2]}); err != nil {
+	if _, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids[:2]}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.Store.Pool().QueryRow(ctx, "SELECT seq FROM "+tb.Name+" WHERE event_id = $1", ids[2]).Scan(&p.Fresh.BackfillTo); err != nil {
@@ -153,14 +155,50 @@ func TestRecordDeliveredFindsRowsByCreatedAtOrIDAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 			tb.Set(t, ids[2], "status = 'DELIVERING', locked_by = 'a claim', locked_at = now()")
-			n, err := tb.Store.RecordDelivered(ctx, storage.RecordParams{IDs: ids, CreatedAt: []time.Time{created, {}, {}}})
+			n, err := tb.Store.Record(ctx, storage.Outcome{Delivered: ids, CreatedAt: map[uuid.UUID]time.Time{ids[0]: created, ids[1]: {}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n != 2 {
-				t.Fatalf("recorded %d rows, want 2 (the claimed one is the claim's)", n)
+			if n.Delivered != 2 {
+				t.Fatalf("recorded %+v, want 2 delivered (the claimed one is the claim's)", n)
 			}
 			if c := tb.Counts(t); c[outbox.StatusDelivered] != 2 || c[outbox.StatusDelivering] != 1 {
+				t.Fatalf("counts %v", c)
+			}
+		})
+	}
+}
+
+// One Record call records every kind at once, in one pipeline, each row
+// found by its created_at or by id alone, and counts each kind; run again,
+// as after a lost answer, it changes nothing: no row it changed is fresh.
+func TestRecordEveryKindInOneCall(t *testing.T) {
+	t.Parallel()
+	for name, tb := range map[string]*pgtest.Table{"plain": pgtest.New(t), "partitioned": pgtest.NewPartitioned(t, "day")} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ids := tb.Insert(t, pgtest.Event{}, pgtest.Event{}, pgtest.Event{}, pgtest.Event{})
+			created := map[uuid.UUID]time.Time{}
+			for _, id := range ids[:2] {
+				var at time.Time
+				if err := tb.Store.Pool().QueryRow(ctx, "SELECT created_at FROM "+tb.Name+" WHERE event_id = $1", id).Scan(&at); err != nil {
+					t.Fatal(err)
+				}
+				created[id] = at
+			}
+			o := storage.Outcome{
+				Delivered: ids[:1],
+				Failed:    []storage.Failure{{ID: ids[1], Error: "later", Delay: time.Hour}, {ID: ids[2], Error: "bad", Dead: true}},
+				Released:  ids[3:],
+				CreatedAt: created,
+			}
+			if n, err := tb.Store.Record(ctx, o); err != nil || n != (storage.Settled{Delivered: 1, Failed: 2, Released: 1}) {
+				t.Fatalf("Record = %+v, %v; want 1 delivered, 2 failed, 1 released", n, err)
+			}
+			if n, err := tb.Store.Record(ctx, o); err != nil || n != (storage.Settled{}) {
+				t.Fatalf("Record again = %+v, %v; want nothing", n, err)
+			}
+			if c := tb.Counts(t); c[outbox.StatusDelivered] != 1 || c[outbox.StatusPending] != 2 || c[outbox.StatusDead] != 1 {
 				t.Fatalf("counts %v", c)
 			}
 		})

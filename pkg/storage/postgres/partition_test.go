@@ -506,8 +506,8 @@ func TestClaimsAcrossPartitions(t *testing.T) {
 	if b := ordered(10); len(b.Events) != 0 {
 		t.Fatalf("ordered claim while the first is in flight = %v, want nothing", eventIDs(b.Events))
 	}
-	if n, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil || n != 1 {
-		t.Fatalf("MarkDelivered = %d, %v", n, err)
+	if n, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil || n.Delivered != 1 {
+		t.Fatalf("Settle = %d, %v", n.Delivered, err)
 	}
 	if b := ordered(10); !slices.Equal(eventIDs(b.Events), []uuid.UUID{second, third, fourth}) {
 		t.Errorf("ordered claim after the first = %v, want the rest in order", eventIDs(b.Events))
@@ -582,8 +582,8 @@ func TestNoEventLostWhileMaintenanceRuns(t *testing.T) {
 		}
 		if len(b.Events) > 0 {
 			// Every settle finds its rows, wherever maintenance moved them.
-			if n, err := tb.Store.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil || n != len(b.Events) {
-				t.Fatalf("MarkDelivered of %d events = %d, %v", len(b.Events), n, err)
+			if n, err := tb.Store.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil || n.Delivered != len(b.Events) {
+				t.Fatalf("Settle of %d events = %d, %v", len(b.Events), n.Delivered, err)
 			}
 		}
 		return len(claimed) >= len(want)

@@ -443,21 +443,27 @@ func (a *byteArena) copy(b []byte) []byte {
 	return a.chunk[start:len(a.chunk):len(a.chunk)]
 }
 
-// MarkDelivered moves the lease's rows among p.IDs to DELIVERED.
-func (s *Store) MarkDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	return s.settle(ctx, "mark delivered", "mark_delivered", p.Lease, uuidArray(p.IDs))
-}
-
-// DeleteDelivered deletes the lease's rows among p.IDs.
-func (s *Store) DeleteDelivered(ctx context.Context, p storage.SettleParams) (int, error) {
-	return s.settle(ctx, "delete delivered", "delete_delivered", p.Lease, uuidArray(p.IDs))
-}
-
-// MarkFailed records one failed attempt for each of the lease's rows in
-// p.Failures.
-func (s *Store) MarkFailed(ctx context.Context, p storage.FailParams) (int, error) {
-	ids, msgs, dead, delays := failureArrays(p.Failures)
-	return s.settle(ctx, "mark failed", "mark_failed", p.Lease, ids, msgs, dead, delays)
+// Settle records o on the lease's rows: a statement per kind
+// (mark_delivered.sql or delete_delivered.sql, mark_failed.sql,
+// release.sql), all in one pipeline and so one implicit transaction, one
+// round trip. Either all land or none.
+func (s *Store) Settle(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
+	b := &settleBatch{}
+	if len(o.Delivered) > 0 {
+		name := "mark_delivered"
+		if o.Delete {
+			name = "delete_delivered"
+		}
+		b.queue(&b.settled.Delivered, s.queries[name], leaseArgs(lease, uuidArray(o.Delivered))...)
+	}
+	if len(o.Failed) > 0 {
+		ids, msgs, dead, delays := failureArrays(o.Failed)
+		b.queue(&b.settled.Failed, s.queries["mark_failed"], leaseArgs(lease, ids, msgs, dead, delays)...)
+	}
+	if len(o.Released) > 0 {
+		b.queue(&b.settled.Released, s.queries["release"], leaseArgs(lease, uuidArray(o.Released))...)
+	}
+	return s.sendSettle(ctx, "settle batch", b)
 }
 
 // failureArrays passes failures to PostgreSQL as one array per column, for
@@ -471,28 +477,70 @@ func failureArrays(fs []storage.Failure) (ids [][16]byte, msgs []string, dead []
 	return ids, msgs, dead, delays
 }
 
-// Release returns the lease's rows among p.IDs to PENDING, attempts unchanged.
-func (s *Store) Release(ctx context.Context, p storage.SettleParams) (int, error) {
-	return s.settle(ctx, "release", "release", p.Lease, uuidArray(p.IDs))
-}
-
 // Renew moves the lease's rows among p.IDs to the stamp p.To.
 func (s *Store) Renew(ctx context.Context, p storage.RenewParams) (int, error) {
-	return s.settle(ctx, "renew lease", "renew", p.Lease, uuidArray(p.IDs), p.To)
-}
-
-// settle runs one of the lease-guarded statements (sql/<name>.sql), whose
-// arguments are always the relay id, the lease's stamps, the rows' ids,
-// what the statement adds (more), then the lease's created_at bounds.
-func (s *Store) settle(ctx context.Context, what, name string, lease storage.Lease, ids any, more ...any) (int, error) {
-	args := append([]any{lease.RelayID, lease.Stamps(), ids}, more...)
-	args = append(args, createdFrom(lease), createdTo(lease))
-	tag, err := s.pool.Exec(ctx, s.queries[name], args...)
+	tag, err := s.pool.Exec(ctx, s.queries["renew"], leaseArgs(p.Lease, uuidArray(p.IDs), p.To)...)
 	if err != nil {
 		s.recycle(err)
-		return 0, fmt.Errorf("%s: %w", what, err)
+		return 0, fmt.Errorf("renew lease: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// leaseArgs are the arguments of a lease-guarded statement
+// (sql/<name>.sql): always the relay id, the lease's stamps, the rows'
+// ids, what the statement adds (more), then the lease's created_at bounds.
+func leaseArgs(lease storage.Lease, ids any, more ...any) []any {
+	args := append([]any{lease.RelayID, lease.Stamps(), ids}, more...)
+	return append(args, createdFrom(lease), createdTo(lease))
+}
+
+// settleBatch is a pipeline of settle statements, each counted toward
+// the kind of outcome it records.
+type settleBatch struct {
+	pgx.Batch
+	// kinds has, for each statement queued, the count its changed rows
+	// add to (nil: not counted, such as a statement's plan settings).
+	kinds   []*int
+	settled storage.Settled
+}
+
+// queue queues a statement whose changed rows count toward *kind.
+func (b *settleBatch) queue(kind *int, query string, args ...any) {
+	b.Queue(query, args...)
+	b.kinds = append(b.kinds, kind)
+}
+
+// read takes the results of the statements, in order, and counts them.
+func (b *settleBatch) read(results pgx.BatchResults) error {
+	for _, kind := range b.kinds {
+		tag, err := results.Exec()
+		if err != nil {
+			return err
+		}
+		if kind != nil {
+			*kind += int(tag.RowsAffected())
+		}
+	}
+	return nil
+}
+
+// sendSettle runs b in one pipeline, one implicit transaction, and returns
+// what it changed; on an error, nothing.
+func (s *Store) sendSettle(ctx context.Context, what string, b *settleBatch) (storage.Settled, error) {
+	if b.Len() == 0 {
+		return storage.Settled{}, nil
+	}
+	results := s.pool.SendBatch(ctx, &b.Batch)
+	err := b.read(results)
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.recycle(err)
+		return storage.Settled{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return b.settled, nil
 }
 
 // Reap takes back at most p.Limit leases older than p.LeaseTimeout.

@@ -50,7 +50,7 @@ func TestAnOpenTransactionOnAQuietDatabaseHoldsThePositionBack(t *testing.T) {
 						t.Fatal(err)
 					}
 					if len(b.Events) > 0 {
-						if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: eventIDs(b.Events)}); err != nil {
+						if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 							t.Fatal(err)
 						}
 					}

@@ -36,7 +36,7 @@ func TestAHeldClaimTerminatedCostsOneClaimNotAReadOfItsWriter(t *testing.T) {
 	}{
 		{"pg_terminate_backend", func(t *testing.T, tb *pgtest.Table, b storage.HeldBatch) {
 			terminateHeld(t, tb)
-			if err := b.Tx.Settle(context.Background(), storage.Settlement{Delivered: eventIDs(b.Events)}); err == nil {
+			if err := b.Tx.Settle(context.Background(), storage.Outcome{Delivered: eventIDs(b.Events)}); err == nil {
 				t.Fatal("the settle of a terminated held claim committed")
 			}
 		}},

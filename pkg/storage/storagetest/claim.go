@@ -96,7 +96,7 @@ func testClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 
 			// An event larger than the limit still goes, alone (once its
 			// key's earlier events are done, for ordered claims).
-			if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			if _, err := s.Settle(context.Background(), b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 				t.Fatal(err)
 			}
 			p.MaxBytes = 100_000
@@ -107,7 +107,7 @@ func testClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 			if len(b.Events) != 1 || b.Events[0].ID != ids[3] {
 				t.Fatalf("claimed %v, want the 400 KB event alone", eventIDs(b.Events))
 			}
-			if _, err := s.MarkDelivered(context.Background(), storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
+			if _, err := s.Settle(context.Background(), b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
 				t.Fatal(err)
 			}
 			if b, err = s.Claim(context.Background(), p); err != nil || len(b.Events) != 1 || b.Full {

@@ -65,7 +65,7 @@ func testHeldClaimLeavesRowsPendingUnderItsLocks(t *testing.T, h Harness) {
 		t.Fatalf("a second held claim took %v, want nothing and no transaction", eventIDs(b2.Events))
 	}
 
-	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
+	if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: ids[:3]}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids[:3] {
@@ -95,16 +95,7 @@ func testHeldSettleRecordsEveryOutcome(t *testing.T, h Harness) {
 			if len(b.Events) != 4 {
 				t.Fatalf("held claim took %d events, want 4", len(b.Events))
 			}
-			st := storage.Settlement{
-				Delivered: ids[:1],
-				Delete:    del,
-				Failed: []storage.Failure{
-					{ID: ids[1], Error: "broker said later", Delay: time.Hour},
-					{ID: ids[2], Error: "broker said never", Dead: true},
-				},
-				Released: ids[3:],
-			}
-			if err := b.Tx.Settle(ctx, st); err != nil {
+			if err := b.Tx.Settle(ctx, everyKind(ids, del)); err != nil {
 				t.Fatal(err)
 			}
 			rows := byID(t, tb)
@@ -150,7 +141,7 @@ func testHeldClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 	if !b.Full {
 		t.Errorf("a held batch its byte limit cut with events left says Full false: the relay would wait for its next poll")
 	}
-	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids[:3]}); err != nil {
+	if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: ids[:3]}); err != nil {
 		t.Fatal(err)
 	}
 	// The rows it locked past the limit are PENDING as they were (locking
@@ -168,7 +159,7 @@ func testHeldClaimStopsAtMaxBytes(t *testing.T, h Harness) {
 		if got := eventIDs(b.Events); !slices.Equal(got, []uuid.UUID{want}) {
 			t.Fatalf("held claim took %v, want %v alone", got, want)
 		}
-		if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: []uuid.UUID{want}}); err != nil {
+		if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: []uuid.UUID{want}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,7 +177,7 @@ func testHeldAbortLeavesRowsAsTheyWere(t *testing.T, h Harness) {
 	b := claimHeld(t, held, p)
 	b.Tx.Abort()
 	requireUnchanged(t, "an aborted held claim", before, snapshot(t, tb))
-	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
+	if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: ids}); err == nil {
 		t.Error("Settle after Abort succeeded, want an error: the transaction has ended")
 	}
 	// The relay's claims had passed them; the driver takes back what the
@@ -209,12 +200,12 @@ func testHeldTransactionEndsWhenLeftIdle(t *testing.T, h Harness) {
 	}
 	eventually.True(t, 10*time.Second, func() bool { return len(claim(t, other, "relay-2", 10).Events) > 0 },
 		func() string { return "the idle transaction's row claimed by another relay" })
-	if err := left.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
+	if err := left.Tx.Settle(ctx, storage.Outcome{Delivered: ids}); err == nil {
 		t.Fatal("Settle of a transaction the database ended succeeded")
 	}
 	// Recording anew changes nothing another claim owns.
-	if n, err := held.RecordHeld(ctx, left.Lease, storage.Settlement{Delivered: ids}); err != nil || n != 0 {
-		t.Fatalf("RecordHeld = %d, %v; want 0 rows: another relay leases it", n, err)
+	if n, err := held.RecordHeld(ctx, left.Lease, storage.Outcome{Delivered: ids}); err != nil || n.Len() != 0 {
+		t.Fatalf("RecordHeld = %+v, %v; want 0 rows: another relay leases it", n, err)
 	}
 	if row := rowOf(t, tb, ids[0]); row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-2" {
 		t.Errorf("row %s, want DELIVERING under relay-2", describe(row))
@@ -241,11 +232,11 @@ func testHeldBatchBecomesALease(t *testing.T, h Harness) {
 	if got := claim(t, openSecond(t, tb), "relay-2", 10); len(got.Events) != 0 {
 		t.Fatalf("another relay claimed %v of a leased batch", eventIDs(got.Events))
 	}
-	if err := b.Tx.Settle(ctx, storage.Settlement{Delivered: ids}); err == nil {
+	if err := b.Tx.Settle(ctx, storage.Outcome{Delivered: ids}); err == nil {
 		t.Fatal("Settle after Lease succeeded, want an error: the transaction has ended")
 	}
-	if n, err := tb.Storage().MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: ids}); err != nil || n != len(ids) {
-		t.Fatalf("MarkDelivered under the lease = %d, %v; want %d", n, err, len(ids))
+	if n, err := tb.Storage().Settle(ctx, lease, storage.Outcome{Delivered: ids}); err != nil || n.Delivered != len(ids) {
+		t.Fatalf("Settle under the lease = %d, %v; want %d", n, err, len(ids))
 	}
 }
 
@@ -255,13 +246,13 @@ func testHeldOutcomeRecordedAfterTheTransactionEnded(t *testing.T, h Harness) {
 	ids := insertN(t, tb, 3, "e")
 	b := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 10})
 	b.Tx.Abort()
-	n, err := held.RecordHeld(ctx, b.Lease, storage.Settlement{
+	n, err := held.RecordHeld(ctx, b.Lease, storage.Outcome{
 		Delivered: ids[:1],
 		Failed:    []storage.Failure{{ID: ids[1], Error: "later", Delay: time.Hour}},
 		Released:  ids[2:],
 	})
-	if err != nil || n != 3 {
-		t.Fatalf("RecordHeld = %d, %v; want 3 rows", n, err)
+	if err != nil || n != (storage.Settled{Delivered: 1, Failed: 1, Released: 1}) {
+		t.Fatalf("RecordHeld = %+v, %v; want 1 row of each kind", n, err)
 	}
 	rows := byID(t, tb)
 	if rows[ids[0]].Status != outbox.StatusDelivered || rows[ids[1]].Attempts != 1 || rows[ids[2]].Status != outbox.StatusPending {

@@ -38,8 +38,8 @@ func claimUntil(t *testing.T, s storage.Queue, p storage.ClaimParams, id uuid.UU
 			t.Fatalf("Claim: %v", err)
 		}
 		if len(b.Events) > 0 {
-			if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-				t.Fatalf("MarkDelivered: %v", err)
+			if _, err := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
+				t.Fatalf("Settle: %v", err)
 			}
 		}
 		return slices.Contains(eventIDs(b.Events), id)
@@ -61,8 +61,8 @@ func drainAll(t *testing.T, s storage.Queue, p storage.ClaimParams) []uuid.UUID 
 			return ids
 		}
 		ids = append(ids, eventIDs(b.Events)...)
-		if _, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)}); err != nil {
-			t.Fatalf("MarkDelivered: %v", err)
+		if _, err := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: eventIDs(b.Events)}); err != nil {
+			t.Fatalf("Settle: %v", err)
 		}
 	}
 }
@@ -148,14 +148,14 @@ func claimFindsRowsHandedBack(t *testing.T, h Harness, lead time.Duration) {
 	}
 	// batch 0 released, batch 1 failed with no delay, batch 2 reaped,
 	// batch 3 delivered but for one that went DEAD and is retried.
-	if _, err := s.Release(ctx, storage.SettleParams{Lease: batches[0].Lease, IDs: eventIDs(batches[0].Events)}); err != nil {
+	if _, err := s.Settle(ctx, batches[0].Lease, storage.Outcome{Released: eventIDs(batches[0].Events)}); err != nil {
 		t.Fatal(err)
 	}
 	var failures []storage.Failure
 	for _, e := range batches[1].Events {
 		failures = append(failures, storage.Failure{ID: e.ID, Error: "retry", Delay: 0})
 	}
-	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: batches[1].Lease, Failures: failures}); err != nil {
+	if _, err := s.Settle(ctx, batches[1].Lease, storage.Outcome{Failed: failures}); err != nil {
 		t.Fatal(err)
 	}
 	tb.Set(t, Change{LockedAt: Ago(time.Hour)}, eventIDs(batches[2].Events)...)
@@ -163,7 +163,7 @@ func claimFindsRowsHandedBack(t *testing.T, h Harness, lead time.Duration) {
 		t.Fatal(err)
 	}
 	dead := batches[3].Events[0].ID
-	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: batches[3].Lease, Failures: []storage.Failure{
+	if _, err := s.Settle(ctx, batches[3].Lease, storage.Outcome{Failed: []storage.Failure{
 		{ID: dead, Error: "bad", Dead: true},
 	}}); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func testClaimFindsRowsThatComeDue(t *testing.T, h Harness) {
 	if err != nil || len(b.Events) != 1 || b.Events[0].ID != ids[0] {
 		t.Fatalf("Claim = %v, %v; want %s", b.Events, err, ids[0])
 	}
-	if _, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{
+	if _, err := s.Settle(ctx, b.Lease, storage.Outcome{Failed: []storage.Failure{
 		{ID: ids[0], Error: "later", Delay: time.Second},
 	}}); err != nil {
 		t.Fatal(err)

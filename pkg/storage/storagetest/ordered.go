@@ -34,8 +34,8 @@ func deliver(t testing.TB, s storage.Queue, b storage.Batch, ids ...uuid.UUID) {
 	if ids == nil {
 		ids = eventIDs(b.Events)
 	}
-	if n, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids}); err != nil || n != len(ids) {
-		t.Fatalf("MarkDelivered(%v) = %d, %v", ids, n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids}); err != nil || n.Delivered != len(ids) {
+		t.Fatalf("Settle(%v) = %d, %v", ids, n.Delivered, err)
 	}
 }
 
@@ -73,8 +73,8 @@ func testOrderedClaimHoldsAKeyUntilItsEarlierEventsFinish(t *testing.T, h Harnes
 
 	// B's first event fails and comes back at once. While the event after
 	// it is still in flight, only the failed one can be claimed again.
-	if n, err := s.MarkFailed(ctx, storage.FailParams{Lease: all.Lease, Failures: []storage.Failure{{ID: b[0], Error: "x"}}}); err != nil || n != 1 {
-		t.Fatalf("MarkFailed = %d, %v", n, err)
+	if n, err := s.Settle(ctx, all.Lease, storage.Outcome{Failed: []storage.Failure{{ID: b[0], Error: "x"}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Settle = %d, %v", n.Failed, err)
 	}
 	again := claimOrdered(t, s, storage.DeadSkip, "", 100)
 	if got := eventIDs(again.Events); !slices.Equal(got, b[:1]) {
@@ -86,8 +86,8 @@ func testOrderedClaimHoldsAKeyUntilItsEarlierEventsFinish(t *testing.T, h Harnes
 		lease storage.Lease
 		id    uuid.UUID
 	}{{again.Lease, b[0]}, {all.Lease, b[1]}} {
-		if n, err := s.Release(ctx, storage.SettleParams{Lease: l.lease, IDs: []uuid.UUID{l.id}}); err != nil || n != 1 {
-			t.Fatalf("Release = %d, %v", n, err)
+		if n, err := s.Settle(ctx, l.lease, storage.Outcome{Released: []uuid.UUID{l.id}}); err != nil || n.Released != 1 {
+			t.Fatalf("Settle = %d, %v", n.Released, err)
 		}
 	}
 	want := append(slices.Clone(b), second[1])
@@ -105,11 +105,11 @@ func testOrderedClaimWaitsOutABackoff(t *testing.T, h Harness) {
 		t.Fatalf("claimed %d events, want 4", len(b.Events))
 	}
 	// The first event backs off for an hour; the rest are handed back.
-	if n, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{{ID: k[0], Error: "x", Delay: time.Hour}}}); err != nil || n != 1 {
-		t.Fatalf("MarkFailed = %d, %v", n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Failed: []storage.Failure{{ID: k[0], Error: "x", Delay: time.Hour}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Settle = %d, %v", n.Failed, err)
 	}
-	if n, err := s.Release(ctx, storage.SettleParams{Lease: b.Lease, IDs: k[1:]}); err != nil || n != 3 {
-		t.Fatalf("Release = %d, %v", n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Released: k[1:]}); err != nil || n.Released != 3 {
+		t.Fatalf("Settle = %d, %v", n.Released, err)
 	}
 	for _, p := range []storage.DeadPolicy{storage.DeadSkip, storage.DeadBlock} {
 		got := claimOrdered(t, s, p, "", 100)
@@ -312,11 +312,11 @@ func testOrderedClaimOnDead(t *testing.T, h Harness) {
 	if got, want := eventIDs(b.Events), slices.Concat(head, within, free); !slices.Equal(got, want) {
 		t.Fatalf("claimed %v, want %v", got, want)
 	}
-	if n, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{{ID: head[0], Error: "poison", Dead: true}}}); err != nil || n != 1 {
-		t.Fatalf("MarkFailed = %d, %v", n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Failed: []storage.Failure{{ID: head[0], Error: "poison", Dead: true}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Settle = %d, %v", n.Failed, err)
 	}
-	if n, err := s.Release(ctx, storage.SettleParams{Lease: b.Lease, IDs: eventIDs(b.Events)[1:]}); err != nil || n != len(b.Events)-1 {
-		t.Fatalf("Release = %d, %v", n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Released: eventIDs(b.Events)[1:]}); err != nil || n.Released != len(b.Events)-1 {
+		t.Fatalf("Settle = %d, %v", n.Released, err)
 	}
 	// within's second event is DEAD behind a PENDING one (it died under
 	// skip, and its predecessor was retried since).
@@ -337,8 +337,8 @@ func testOrderedClaimOnDead(t *testing.T, h Harness) {
 		if ids := eventIDs(got.Events); !sameSet(ids, c.want) {
 			t.Errorf("ORDERING_ON_DEAD=%s claimed %v, want %v", c.policy, ids, c.want)
 		}
-		if n, err := s.Release(ctx, storage.SettleParams{Lease: got.Lease, IDs: eventIDs(got.Events)}); err != nil || n != len(got.Events) {
-			t.Fatalf("Release = %d, %v", n, err)
+		if n, err := s.Settle(ctx, got.Lease, storage.Outcome{Released: eventIDs(got.Events)}); err != nil || n.Released != len(got.Events) {
+			t.Fatalf("Settle = %d, %v", n.Released, err)
 		}
 	}
 
@@ -498,8 +498,8 @@ func testOrderedClaimsKeepKeysInOrderUnderConcurrency(t *testing.T, h Harness) {
 			mu.Unlock()
 
 			if len(ok) > 0 {
-				if n, err := s.MarkDelivered(runCtx, storage.SettleParams{Lease: b.Lease, IDs: ok}); err != nil || n != len(ok) {
-					return fmt.Errorf("%s: MarkDelivered = %d, %v", relayID, n, err)
+				if n, err := s.Settle(runCtx, b.Lease, storage.Outcome{Delivered: ok}); err != nil || n.Delivered != len(ok) {
+					return fmt.Errorf("%s: Settle = %d, %v", relayID, n.Delivered, err)
 				}
 			}
 			if len(failed) > 0 {
@@ -507,13 +507,13 @@ func testOrderedClaimsKeepKeysInOrderUnderConcurrency(t *testing.T, h Harness) {
 				for i, id := range failed {
 					fs[i] = storage.Failure{ID: id, Error: "broker said no"}
 				}
-				if n, err := s.MarkFailed(runCtx, storage.FailParams{Lease: b.Lease, Failures: fs}); err != nil || n != len(fs) {
-					return fmt.Errorf("%s: MarkFailed = %d, %v", relayID, n, err)
+				if n, err := s.Settle(runCtx, b.Lease, storage.Outcome{Failed: fs}); err != nil || n.Failed != len(fs) {
+					return fmt.Errorf("%s: Settle = %d, %v", relayID, n.Failed, err)
 				}
 			}
 			if len(released) > 0 {
-				if n, err := s.Release(runCtx, storage.SettleParams{Lease: b.Lease, IDs: released}); err != nil || n != len(released) {
-					return fmt.Errorf("%s: Release = %d, %v", relayID, n, err)
+				if n, err := s.Settle(runCtx, b.Lease, storage.Outcome{Released: released}); err != nil || n.Released != len(released) {
+					return fmt.Errorf("%s: Settle = %d, %v", relayID, n.Released, err)
 				}
 			}
 			if len(crashed) > 0 {

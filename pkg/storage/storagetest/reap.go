@@ -79,9 +79,12 @@ func testReapCountsAnAttemptAndBuriesAtTheLimit(t *testing.T, h Harness) {
 		t.Errorf("claim after reap took %v, want %v and %v", eventIDs(b.Events), requeue, pending)
 	}
 	aged := storage.Lease{RelayID: "relay-a", LockedAt: lockedAt(rows[almost])}
-	for _, l := range []storage.SettleParams{{Lease: a.Lease, IDs: []uuid.UUID{fresh}}, {Lease: aged, IDs: []uuid.UUID{almost}}} {
-		if n, err := s.MarkDelivered(ctx, l); err != nil || n != 1 {
-			t.Errorf("settling a lease the reaper left alone = %d, %v; want 1", n, err)
+	for _, l := range []struct {
+		lease storage.Lease
+		id    uuid.UUID
+	}{{a.Lease, fresh}, {aged, almost}} {
+		if n, err := s.Settle(ctx, l.lease, storage.Outcome{Delivered: []uuid.UUID{l.id}}); err != nil || n.Delivered != 1 {
+			t.Errorf("settling a lease the reaper left alone = %d, %v; want 1", n.Delivered, err)
 		}
 	}
 	if res := reap(t, tb, 100, 5); res != (storage.ReapResult{}) {

@@ -3,6 +3,7 @@ package storagetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -140,18 +141,17 @@ func testNothingMatches(t *testing.T, h Harness) {
 		}
 		lease := storage.Lease{RelayID: "r", LockedAt: time.Now().Truncate(time.Microsecond)}
 		for _, ids := range [][]uuid.UUID{nil, {uuid.New()}} {
-			n, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: ids})
-			check("MarkDelivered", int64(n), err)
-			n, err = s.Release(ctx, storage.SettleParams{Lease: lease, IDs: ids})
-			check("Release", int64(n), err)
-			n, err = s.Renew(ctx, storage.RenewParams{Lease: lease, IDs: ids, To: lease.LockedAt.Add(time.Second)})
-			check("Renew", int64(n), err)
 			var fs []storage.Failure
 			for _, id := range ids {
 				fs = append(fs, storage.Failure{ID: id, Error: "x"})
 			}
-			n, err = s.MarkFailed(ctx, storage.FailParams{Lease: lease, Failures: fs})
-			check("MarkFailed", int64(n), err)
+			for _, o := range []storage.Outcome{{Delivered: ids}, {Delivered: ids, Delete: true}, {Failed: fs}, {Released: ids},
+				{Delivered: ids, Failed: fs, Released: ids}} {
+				settled, err := s.Settle(ctx, lease, o)
+				check(fmt.Sprintf("Settle %+v", o), int64(settled.Len()), err)
+			}
+			n, err := s.Renew(ctx, storage.RenewParams{Lease: lease, IDs: ids, To: lease.LockedAt.Add(time.Second)})
+			check("Renew", int64(n), err)
 		}
 		res, err := s.Reap(ctx, storage.ReapParams{LeaseTimeout: time.Minute, Limit: 10, MaxAttempts: 5})
 		if err != nil || res != (storage.ReapResult{}) {
@@ -223,8 +223,8 @@ func testNotifier(t *testing.T, h Harness) {
 
 	// A retried DEAD event wakes relays as an insert would.
 	b := claim(t, tb.Storage(), "r", 1)
-	if n, err := tb.Storage().MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{{ID: ids[0], Error: "x", Dead: true}}}); err != nil || n != 1 {
-		t.Fatalf("MarkFailed = %d, %v", n, err)
+	if n, err := tb.Storage().Settle(ctx, b.Lease, storage.Outcome{Failed: []storage.Failure{{ID: ids[0], Error: "x", Dead: true}}}); err != nil || n.Failed != 1 {
+		t.Fatalf("Settle = %d, %v", n.Failed, err)
 	}
 	drain(heard)
 	if n, err := tb.Storage().RetryDead(ctx, storage.RetryDeadParams{}); err != nil || n != 1 {

@@ -15,7 +15,7 @@ import (
 
 // Settling a lease: delivered, failed (retry or dead), released, renewed.
 
-func testMarkDelivered(t *testing.T, h Harness) {
+func testSettleDelivered(t *testing.T, h Harness) {
 	tb := h.New(t)
 	s := tb.Storage()
 	ids := insertN(t, tb, 4, "e")
@@ -24,17 +24,16 @@ func testMarkDelivered(t *testing.T, h Harness) {
 	unclaimed := ids[3]
 
 	before := tb.Now(t)
-	n, err := s.MarkDelivered(ctx, storage.SettleParams{
-		Lease: b.Lease,
+	n, err := s.Settle(ctx, b.Lease, storage.Outcome{
 		// Two of the lease's rows, a row outside the lease and an unknown id.
-		IDs: []uuid.UUID{claimed[0], claimed[1], unclaimed, uuid.New()},
+		Delivered: []uuid.UUID{claimed[0], claimed[1], unclaimed, uuid.New()},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := tb.Now(t)
-	if n != 2 {
-		t.Fatalf("MarkDelivered changed %d rows, want 2", n)
+	if n != (storage.Settled{Delivered: 2}) {
+		t.Fatalf("Settle of delivered rows changed %+v, want 2 delivered", n)
 	}
 	rows := byID(t, tb)
 	for _, id := range claimed[:2] {
@@ -56,11 +55,11 @@ func testMarkDelivered(t *testing.T, h Harness) {
 		t.Errorf("the lease's row not named was changed: %s", describe(row))
 	}
 	if row := rows[unclaimed]; row.Status != outbox.StatusPending || row.DeliveredAt != nil {
-		t.Errorf("a PENDING row named in MarkDelivered was changed: %s", describe(row))
+		t.Errorf("a PENDING row named in a Settle was changed: %s", describe(row))
 	}
 	// Settling twice changes nothing.
-	if n, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: claimed[:2]}); err != nil || n != 0 {
-		t.Fatalf("second MarkDelivered = %d, %v; want 0", n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: claimed[:2]}); err != nil || n.Delivered != 0 {
+		t.Fatalf("second Settle = %d, %v; want 0", n.Delivered, err)
 	}
 }
 
@@ -74,16 +73,16 @@ func testDeleteDelivered(t *testing.T, h Harness) {
 	claimed := eventIDs(b.Events)
 	unclaimed := ids[3]
 
-	n, err := s.DeleteDelivered(ctx, storage.SettleParams{
-		Lease: b.Lease,
+	n, err := s.Settle(ctx, b.Lease, storage.Outcome{
 		// Two of the lease's rows, a row outside the lease and an unknown id.
-		IDs: []uuid.UUID{claimed[0], claimed[1], unclaimed, uuid.New()},
+		Delivered: []uuid.UUID{claimed[0], claimed[1], unclaimed, uuid.New()},
+		Delete:    true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 {
-		t.Fatalf("DeleteDelivered deleted %d rows, want 2", n)
+	if n != (storage.Settled{Delivered: 2}) {
+		t.Fatalf("Settle with Delete deleted %+v, want 2 delivered", n)
 	}
 	rows := byID(t, tb)
 	if len(rows) != 2 {
@@ -98,10 +97,10 @@ func testDeleteDelivered(t *testing.T, h Harness) {
 		t.Errorf("the lease's row not named was changed: %s", describe(row))
 	}
 	if row := rows[unclaimed]; row.Status != outbox.StatusPending {
-		t.Errorf("a PENDING row named in DeleteDelivered was changed: %s", describe(row))
+		t.Errorf("a PENDING row named in a Settle was changed: %s", describe(row))
 	}
-	if n, err := s.DeleteDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: claimed[:2]}); err != nil || n != 0 {
-		t.Fatalf("second DeleteDelivered = %d, %v; want 0", n, err)
+	if n, err := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: claimed[:2], Delete: true}); err != nil || n.Delivered != 0 {
+		t.Fatalf("second Settle with Delete = %d, %v; want 0", n.Delivered, err)
 	}
 }
 
@@ -118,20 +117,20 @@ func testDeleteDeliveredKeepsToItsLease(t *testing.T, h Harness) {
 	tb.Set(t, Change{Status: outbox.StatusDelivering, LockedBy: Ptr("relay-2"), LockedAt: Ago(0)}, ids[0])
 	tb.Set(t, Change{Status: outbox.StatusDead, LockedBy: Ptr(""), UpdatedAt: Ago(0)}, ids[1])
 	tb.Set(t, Change{Status: outbox.StatusPending, LockedBy: Ptr(""), AvailableAt: Ago(0)}, ids[2])
-	if n, err := s.DeleteDelivered(ctx, storage.SettleParams{Lease: stale.Lease, IDs: ids}); err != nil || n != 0 {
-		t.Fatalf("DeleteDelivered under a stale lease = %d, %v; want 0", n, err)
+	if n, err := s.Settle(ctx, stale.Lease, storage.Outcome{Delivered: ids, Delete: true}); err != nil || n.Delivered != 0 {
+		t.Fatalf("Settle with Delete under a stale lease = %d, %v; want 0", n.Delivered, err)
 	}
 	// The same relay's new lease on the row: the old stamp is not it.
 	tb.Set(t, Change{LockedBy: Ptr("relay-1"), LockedAt: Ago(-time.Second)}, ids[0])
-	if n, err := s.DeleteDelivered(ctx, storage.SettleParams{Lease: stale.Lease, IDs: ids}); err != nil || n != 0 {
-		t.Fatalf("DeleteDelivered with an old stamp = %d, %v; want 0", n, err)
+	if n, err := s.Settle(ctx, stale.Lease, storage.Outcome{Delivered: ids, Delete: true}); err != nil || n.Delivered != 0 {
+		t.Fatalf("Settle with Delete with an old stamp = %d, %v; want 0", n.Delivered, err)
 	}
 	if got := len(tb.Rows(t)); got != 3 {
 		t.Fatalf("%d rows left, want all 3", got)
 	}
 }
 
-func testMarkFailed(t *testing.T, h Harness) {
+func testSettleFailed(t *testing.T, h Harness) {
 	tb := h.New(t)
 	s := tb.Storage()
 	ids := insertN(t, tb, 7, "e")
@@ -148,7 +147,7 @@ func testMarkFailed(t *testing.T, h Harness) {
 	}
 
 	before := tb.Now(t)
-	n, err := s.MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: []storage.Failure{
+	n, err := s.Settle(ctx, b.Lease, storage.Outcome{Failed: []storage.Failure{
 		{ID: retryLong, Error: "broker said no", Delay: delays[retryLong]},
 		{ID: dead, Error: "message too large", Dead: true, Delay: time.Hour},
 		{ID: retryShort, Error: "short", Delay: delays[retryShort]},
@@ -161,8 +160,8 @@ func testMarkFailed(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 5 {
-		t.Fatalf("MarkFailed changed %d rows, want 5", n)
+	if n != (storage.Settled{Failed: 5}) {
+		t.Fatalf("Settle of failures changed %+v, want 5 failed", n)
 	}
 
 	rows := byID(t, tb)
@@ -186,7 +185,7 @@ func testMarkFailed(t *testing.T, h Harness) {
 	// its attempt counted.
 	again := claim(t, s, "relay-1", 10)
 	if got := eventIDs(again.Events); !sameSet(got, []uuid.UUID{retryNow, unclaimed}) {
-		t.Errorf("claim after MarkFailed took %v, want the row retried without delay %s and the unclaimed %s", got, retryNow, unclaimed)
+		t.Errorf("claim after a Settle of failures took %v, want the row retried without delay %s and the unclaimed %s", got, retryNow, unclaimed)
 	}
 	for _, e := range again.Events {
 		if e.ID == retryNow && e.Attempts != 1 {
@@ -212,7 +211,7 @@ func testMarkFailed(t *testing.T, h Harness) {
 	}
 }
 
-func testMarkFailedStoresErrorsSafely(t *testing.T, h Harness) {
+func testSettleFailedStoresErrorsSafely(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
 		msg  string
@@ -241,12 +240,12 @@ func testMarkFailedStoresErrorsSafely(t *testing.T, h Harness) {
 	for i, tt := range tests {
 		failures[i] = storage.Failure{ID: ids[i], Error: tt.msg, Dead: true}
 	}
-	n, err := tb.Storage().MarkFailed(ctx, storage.FailParams{Lease: b.Lease, Failures: failures})
+	n, err := tb.Storage().Settle(ctx, b.Lease, storage.Outcome{Failed: failures})
 	if err != nil {
-		t.Fatalf("MarkFailed: %v", err)
+		t.Fatalf("Settle: %v", err)
 	}
-	if n != len(tests) {
-		t.Fatalf("MarkFailed changed %d rows, want %d", n, len(tests))
+	if n.Failed != len(tests) {
+		t.Fatalf("Settle of failures changed %+v, want %d failed", n, len(tests))
 	}
 	rows := byID(t, tb)
 	for i, tt := range tests {
@@ -290,12 +289,12 @@ func testReleaseBurnsNoAttempt(t *testing.T, h Harness) {
 	b := claim(t, s, "relay-1", 2)
 	claimed := eventIDs(b.Events)
 
-	n, err := s.Release(ctx, storage.SettleParams{Lease: b.Lease, IDs: []uuid.UUID{claimed[0], ids[2]}})
+	n, err := s.Settle(ctx, b.Lease, storage.Outcome{Released: []uuid.UUID{claimed[0], ids[2]}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 {
-		t.Fatalf("Release changed %d rows, want 1", n)
+	if n != (storage.Settled{Released: 1}) {
+		t.Fatalf("Settle of released rows changed %+v, want 1 released", n)
 	}
 	rows := byID(t, tb)
 	row := rows[claimed[0]]
@@ -317,6 +316,64 @@ func testReleaseBurnsNoAttempt(t *testing.T, h Harness) {
 	again := claim(t, s, "relay-2", 10)
 	if got := eventIDs(again.Events); !sameSet(got, []uuid.UUID{claimed[0], ids[2]}) {
 		t.Fatalf("claim after release took %v, want %v and %v", got, claimed[0], ids[2])
+	}
+}
+
+// everyKind is an outcome of each kind for ids[:4]: ids[0] delivered
+// (deleted with del), ids[1] failed and retried in an hour, ids[2] failed
+// DEAD, ids[3] released.
+func everyKind(ids []uuid.UUID, del bool) storage.Outcome {
+	return storage.Outcome{
+		Delivered: ids[:1],
+		Delete:    del,
+		Failed: []storage.Failure{
+			{ID: ids[1], Error: "broker said later", Delay: time.Hour},
+			{ID: ids[2], Error: "broker said never", Dead: true},
+		},
+		Released: ids[3:4],
+	}
+}
+
+// testSettleEveryKindOnce: one Settle records every kind of outcome, and
+// counts each kind's rows; run again, as a relay retries a Settle whose
+// answer was lost, it changes nothing, and a failure's attempt is counted
+// once.
+func testSettleEveryKindOnce(t *testing.T, h Harness) {
+	for _, del := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delete=%v", del), func(t *testing.T) {
+			t.Parallel()
+			tb := h.New(t)
+			s := tb.Storage()
+			insertN(t, tb, 5, "e")
+			b := claim(t, s, "relay-1", 5)
+			ids := eventIDs(b.Events)
+			o := everyKind(ids, del)
+			want := storage.Settled{Delivered: 1, Failed: 2, Released: 1}
+			if n, err := s.Settle(ctx, b.Lease, o); err != nil || n != want {
+				t.Fatalf("Settle = %+v, %v; want %+v", n, err, want)
+			}
+			before := snapshot(t, tb)
+			if n, err := s.Settle(ctx, b.Lease, o); err != nil || n != (storage.Settled{}) {
+				t.Fatalf("Settle again = %+v, %v; want nothing", n, err)
+			}
+			requireUnchanged(t, "settling again", before, snapshot(t, tb))
+			rows := byID(t, tb)
+			if row, ok := rows[ids[0]]; ok == del || ok && row.Status != outbox.StatusDelivered {
+				t.Errorf("delivered row = %s (there: %v), want DELIVERED, or deleted with Delete", describe(row), ok)
+			}
+			if row := rows[ids[1]]; row.Status != outbox.StatusPending || row.Attempts != 1 {
+				t.Errorf("retried row = %s, want PENDING with 1 attempt", describe(row))
+			}
+			if row := rows[ids[2]]; row.Status != outbox.StatusDead || row.Attempts != 1 {
+				t.Errorf("dead row = %s, want DEAD with 1 attempt", describe(row))
+			}
+			if row := rows[ids[3]]; row.Status != outbox.StatusPending || row.Attempts != 0 {
+				t.Errorf("released row = %s, want PENDING with no attempt", describe(row))
+			}
+			if row := rows[ids[4]]; row.Status != outbox.StatusDelivering {
+				t.Errorf("the lease's row not named = %s, want DELIVERING", describe(row))
+			}
+		})
 	}
 }
 
@@ -345,11 +402,11 @@ func testRenewMovesRowsToANewLease(t *testing.T, h Harness) {
 		}
 	}
 	renewed := storage.Lease{RelayID: "r", LockedAt: to}
-	if n, _ := s.MarkDelivered(ctx, storage.SettleParams{Lease: old, IDs: ids}); n != 1 {
-		t.Fatalf("the old lease settled %d rows, want only the one not renewed", n)
+	if n, _ := s.Settle(ctx, old, storage.Outcome{Delivered: ids}); n.Delivered != 1 {
+		t.Fatalf("the old lease settled %d rows, want only the one not renewed", n.Delivered)
 	}
-	if n, _ := s.MarkDelivered(ctx, storage.SettleParams{Lease: renewed, IDs: ids}); n != 2 {
-		t.Fatalf("the new lease settled %d rows, want 2", n)
+	if n, _ := s.Settle(ctx, renewed, storage.Outcome{Delivered: ids}); n.Delivered != 2 {
+		t.Fatalf("the new lease settled %d rows, want 2", n.Delivered)
 	}
 	if n, err := s.Renew(ctx, storage.RenewParams{Lease: renewed, IDs: ids, To: to.Add(time.Second)}); err != nil || n != 0 {
 		t.Fatalf("renewing settled rows = %d, %v; want 0", n, err)
@@ -366,13 +423,13 @@ func testSettleAcceptsAnyStampARenewalMayHaveSet(t *testing.T, h Harness) {
 	if _, err := s.Renew(ctx, storage.RenewParams{Lease: b.Lease, IDs: ids, To: to}); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := s.MarkDelivered(ctx, storage.SettleParams{Lease: b.Lease, IDs: ids}); n != 0 {
-		t.Fatalf("the stale lease alone settled %d rows", n)
+	if n, _ := s.Settle(ctx, b.Lease, storage.Outcome{Delivered: ids}); n.Delivered != 0 {
+		t.Fatalf("the stale lease alone settled %d rows", n.Delivered)
 	}
 	unsure := b.Lease
 	unsure.Unconfirmed = []time.Time{to.Add(time.Second), to}
-	if n, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: unsure, IDs: ids}); err != nil || n != 1 {
-		t.Fatalf("settling with every stamp the row may hold = %d, %v; want 1", n, err)
+	if n, err := s.Settle(ctx, unsure, storage.Outcome{Delivered: ids}); err != nil || n.Delivered != 1 {
+		t.Fatalf("settling with every stamp the row may hold = %d, %v; want 1", n.Delivered, err)
 	}
 }
 
@@ -406,8 +463,8 @@ func testLeaseStampsKeepMicroseconds(t *testing.T, h Harness) {
 			t.Errorf("renewed to %s, the row holds %s", to.Format(time.RFC3339Nano), got.Format(time.RFC3339Nano))
 		}
 		lease := storage.Lease{RelayID: "r", LockedAt: to}
-		if n, err := s.MarkDelivered(ctx, storage.SettleParams{Lease: lease, IDs: ids[i : i+1]}); err != nil || n != 1 {
-			t.Errorf("MarkDelivered with the renewed stamp %s = %d, %v; want 1", to.Format(time.RFC3339Nano), n, err)
+		if n, err := s.Settle(ctx, lease, storage.Outcome{Delivered: ids[i : i+1]}); err != nil || n.Delivered != 1 {
+			t.Errorf("Settle with the renewed stamp %s = %d, %v; want 1", to.Format(time.RFC3339Nano), n.Delivered, err)
 		}
 	}
 }
@@ -420,18 +477,24 @@ type settleKind struct {
 	settle func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error)
 }
 
+// rowsSettled is how many rows a Settle changed.
+func rowsSettled(n storage.Settled, err error) (int, error) { return n.Len(), err }
+
 var settleKinds = []settleKind{
-	{"MarkDelivered", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
-		return s.MarkDelivered(ctx, storage.SettleParams{Lease: l, IDs: []uuid.UUID{id}})
+	{"Settle delivered", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
+		return rowsSettled(s.Settle(ctx, l, storage.Outcome{Delivered: []uuid.UUID{id}}))
 	}},
-	{"MarkFailed retry", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
-		return s.MarkFailed(ctx, storage.FailParams{Lease: l, Failures: []storage.Failure{{ID: id, Error: "late", Delay: time.Hour}}})
+	{"Settle deleted", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
+		return rowsSettled(s.Settle(ctx, l, storage.Outcome{Delivered: []uuid.UUID{id}, Delete: true}))
 	}},
-	{"MarkFailed dead", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
-		return s.MarkFailed(ctx, storage.FailParams{Lease: l, Failures: []storage.Failure{{ID: id, Error: "late", Dead: true}}})
+	{"Settle failed retry", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
+		return rowsSettled(s.Settle(ctx, l, storage.Outcome{Failed: []storage.Failure{{ID: id, Error: "late", Delay: time.Hour}}}))
 	}},
-	{"Release", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
-		return s.Release(ctx, storage.SettleParams{Lease: l, IDs: []uuid.UUID{id}})
+	{"Settle failed dead", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
+		return rowsSettled(s.Settle(ctx, l, storage.Outcome{Failed: []storage.Failure{{ID: id, Error: "late", Dead: true}}}))
+	}},
+	{"Settle released", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
+		return rowsSettled(s.Settle(ctx, l, storage.Outcome{Released: []uuid.UUID{id}}))
 	}},
 	{"Renew", func(s storage.Queue, l storage.Lease, id uuid.UUID) (int, error) {
 		return s.Renew(ctx, storage.RenewParams{Lease: l, IDs: []uuid.UUID{id}, To: l.LockedAt.Add(time.Minute)})

@@ -1,4 +1,4 @@
--- Sent before each of the log reader's statements in the same pipeline
+-- Sent before the log reader's statements of one Record in the same pipeline
 -- (one implicit transaction, which the settings end with). The statement
 -- joins the batch's ids with the table, and a row per id must be found by
 -- its primary key: with statistics that lag (a table never analysed, a
