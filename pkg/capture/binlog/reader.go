@@ -249,7 +249,11 @@ func (r *reader) Close(ctx context.Context) error {
 	<-r.done
 	<-r.saved
 	err := r.flush(ctx)
-	_ = r.conn.Close() // releases the lock
+	// Released before the connection closes: the server ends a closed
+	// connection's session, and its locks, a moment later, in which a
+	// standby or relay-cli stats would still see this reader stream.
+	_, _ = r.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", r.cfg.lockName())
+	_ = r.conn.Close()
 	_ = r.db.Close()
 	return err
 }
