@@ -333,9 +333,9 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 	// confirm all it was sent, which this stream cannot while it cannot
 	// record. The batches in flight still record once the database
 	// answers, before stream returns.
-	var releaseOnce sync.Once
-	release := func() {
-		releaseOnce.Do(func() {
+	var stopStreamOnce sync.Once
+	stopStream := func() {
+		stopStreamOnce.Do(func() {
 			c.log.Warn("recording failed: ending the log stream until the database answers; it starts again where it was acknowledged")
 			go func() {
 				closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -365,7 +365,7 @@ func (c *Capture) stream(parent context.Context, s capture.Stream) error {
 				return nil
 			}
 		}
-		b := logBatch{release: release, claimsTo: upTo}
+		b := logBatch{stopStream: stopStream, claimsTo: upTo}
 		var size int64
 		for {
 			// What is queued first, then what has arrived meanwhile,
@@ -502,9 +502,9 @@ type logBatch struct {
 	// claimsTo is the highest seq of the fresh events that are the
 	// claims' during this stream (see stream): the batch hands them over.
 	claimsTo int64
-	// release ends the batch's stream early (see stream): a record that
+	// stopStream ends the batch's stream early (see stream): a record that
 	// fails must not leave the server waiting on the stream.
-	release func()
+	stopStream func()
 }
 
 // createdAt is the created_at of the batch's events, by id.
@@ -527,10 +527,10 @@ type logOutcome struct {
 	deferred  []uuid.UUID
 	dead      int
 	firstErr  error
-	// cut is set when a shutdown cut the publishes off: what went is
+	// stopped is set when a shutdown stopped the publishes: what went is
 	// recorded, and the transactions are not acknowledged, so that the next
 	// reader gets them again.
-	cut bool
+	stopped bool
 }
 
 // process sends a batch of the log's events through the engine's pipeline
@@ -601,10 +601,10 @@ func (s *logSource) settle(o outcome) {
 	lo := logOutcome{b: s.b, delivered: o.delivered, failed: o.failed, dead: o.dead, firstErr: o.firstErr}
 	handOver := s.handOver
 	if s.ctx.Err() != nil && o.unavailable {
-		// The shutdown cut the publishes off: what went is recorded,
+		// The shutdown stopped the publishes: what went is recorded,
 		// and the transactions are not acknowledged, so that the next
 		// reader gets them again.
-		lo.failed, lo.dead, lo.cut = nil, 0, true
+		lo.failed, lo.dead, lo.stopped = nil, 0, true
 	} else {
 		for _, id := range o.released {
 			// Held back behind an event of their key that failed.
@@ -614,7 +614,7 @@ func (s *logSource) settle(o outcome) {
 	for i := range handOver {
 		lo.deferred = append(lo.deferred, handOver[i].ID)
 	}
-	if s.records == nil || lo.cut {
+	if s.records == nil || lo.stopped {
 		s.c.finish(s.ctx, s.settleBy, []logOutcome{lo})
 		return
 	}
@@ -663,7 +663,7 @@ func (c *Capture) recordLoop(ctx, settling context.Context, records <-chan logOu
 // once it landed, acknowledges their transactions.
 func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	var all logOutcome
-	all.b.release = group[0].b.release
+	all.b.stopStream = group[0].b.stopStream
 	for _, o := range group {
 		all.b.txns = append(all.b.txns, o.b.txns...)
 		all.b.n += o.b.n
@@ -676,7 +676,7 @@ func (c *Capture) finish(ctx, settling context.Context, group []logOutcome) {
 	}
 	wake := false
 	for _, o := range group {
-		if o.cut {
+		if o.stopped {
 			continue
 		}
 		for _, t := range o.b.txns {
@@ -792,8 +792,8 @@ func (c *Capture) recordUntil(ctx, settling context.Context, b logBatch, op stri
 			end(err)
 			return false
 		}
-		if b.release != nil {
-			b.release()
+		if b.stopStream != nil {
+			b.stopStream()
 		}
 		c.log.Warn("recording failed; retrying", "op", op, "error", err, "retry_in", wait)
 		sleep(rctx, wait)

@@ -23,13 +23,13 @@ const (
 )
 
 // shutdownSettleMax caps the end of ShutdownTimeout kept for settles after
-// the publishes are cut off: handing back what was not sent is one
+// the publishes are stopped: handing back what was not sent is one
 // statement per batch, which a database that answers does in milliseconds;
 // one that does not answer would hold it whatever the share.
 const shutdownSettleMax = 3 * time.Second
 
 // settleReserve is the end of timeout kept for settling what the publishes
-// cut off left: a quarter, so that a short timeout still leaves the
+// stopped left: a quarter, so that a short timeout still leaves the
 // publishes most of it, and at most shutdownSettleMax.
 func settleReserve(timeout time.Duration) time.Duration {
 	return min(timeout/4, shutdownSettleMax)
@@ -149,7 +149,7 @@ func (e *Engine) Wake() {
 // Run relays until ctx ends, then stops claiming and returns within
 // ShutdownTimeout, provided the storage returns when its context ends. The
 // batches in flight may publish until a quarter of ShutdownTimeout (at most
-// 3 s) is left; publishes still waiting then are cut off and their events
+// 3 s) is left; publishes still waiting then are stopped and their events
 // handed back in what is left. Whatever cannot be settled by the end (a
 // hung database) stays DELIVERING for the reaper, or, held, PENDING as it
 // was when its transaction ends. Failures of the database
@@ -273,7 +273,7 @@ type claimed struct {
 }
 
 // claim takes the next batch. Its context is not cancelled by a shutdown
-// until the publishing time runs out: a claim cut off after the database
+// until the publishing time runs out: a claim stopped after the database
 // committed it would have to hand its rows back.
 func (e *Engine) claim(publishing, settling context.Context) (*claimed, error) {
 	c := &claimed{e: e, at: time.Now(), settleBy: settling}

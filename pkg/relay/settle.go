@@ -51,7 +51,7 @@ func (e *Engine) classify(ctx context.Context, events []outbox.Event, results []
 		case errors.Is(err, errKeyBlocked):
 			o.released = append(o.released, ev.ID)
 		case publisher.IsUnavailable(err) || ctx.Err() != nil:
-			// The broker could not take it, or shutdown cut it off: the
+			// The broker could not take it, or the shutdown stopped it: the
 			// event did nothing wrong and keeps its attempts.
 			o.released = append(o.released, ev.ID)
 			o.unavailable = o.unavailable || publisher.IsUnavailable(err)
@@ -92,7 +92,7 @@ func (c *claimed) waitsOutOutages() bool { return false }
 
 // settle records the batch's outcome and reports it.
 func (c *claimed) settle(o outcome) {
-	c.record(o)
+	c.settleRows(o)
 	e := c.e
 	e.finished(c.ctx, o.summary(), o.firstErr)
 	if e.cfg.Ordering == storage.OrderingPartition || c.batch.Full {
@@ -109,10 +109,10 @@ func (c *claimed) settle(o outcome) {
 	}
 }
 
-// record writes the outcome in one settle call, retried until it lands
+// settleRows writes the outcome in one settle call, retried until it lands
 // (settleUntil): the engine knows the outcome, so it must not leave rows
 // DELIVERING for the reaper to find minutes later.
-func (c *claimed) record(o outcome) {
+func (c *claimed) settleRows(o outcome) {
 	e := c.e
 	so := storage.Outcome{Delivered: o.delivered, Delete: e.cfg.DeleteDelivered, Failed: o.failed, Released: o.released}
 	if c.tx != nil {
@@ -150,7 +150,7 @@ func (c *claimed) settleHeld(so storage.Outcome) {
 	e.log.Warn("settling a held batch in its transaction failed; recording its outcome anew",
 		"events", so.Len(), "error", err)
 	c.settleUntil(op, so.Len(), func(ctx context.Context) (storage.Settled, error) {
-		return e.held.RecordHeld(ctx, c.batch.Lease, so)
+		return e.held.SettleHeld(ctx, c.batch.Lease, so)
 	})
 }
 

@@ -225,7 +225,7 @@ func StorableError(msg string) string {
 
 // Outcome is what became of a batch's events after their publish, as one
 // call hands it to the storage whatever the batch's source: Queue.Settle
-// (a leased batch), HeldTx.Settle and HeldQueue.RecordHeld (a held one),
+// (a leased batch), HeldTx.Settle and HeldQueue.SettleHeld (a held one),
 // LogRecorder.Record (events read from the log).
 type Outcome struct {
 	// Delivered went to the broker.

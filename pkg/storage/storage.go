@@ -145,14 +145,14 @@ type HeldQueue interface {
 	// idle for longer than idle, which is how long a relay that hangs
 	// keeps its batch. An empty batch holds no transaction.
 	ClaimHeld(ctx context.Context, p ClaimParams, idle time.Duration) (HeldBatch, error)
-	// RecordHeld records a held batch's outcome after its transaction
+	// SettleHeld records a held batch's outcome after its transaction
 	// ended without it (HeldTx.Settle failed): in a transaction of its own,
 	// on rows still PENDING, so that delivered events are not delivered
 	// again. It returns how many rows of each kind it changed (none on an
 	// error). Unlike Queue.Settle it has no lease to guard a second run:
 	// run again after a lost answer, it would count a failure's attempt
 	// twice (a failed row is PENDING again).
-	RecordHeld(ctx context.Context, lease Lease, o Outcome) (Settled, error)
+	SettleHeld(ctx context.Context, lease Lease, o Outcome) (Settled, error)
 }
 
 // HeldBatch is a batch ClaimHeld took.
@@ -174,7 +174,7 @@ type HeldTx interface {
 	Lease(ctx context.Context, relayID string) (Lease, error)
 	// Settle records the batch's outcome and commits. On an error the
 	// transaction has ended and recorded nothing: the rows are PENDING as
-	// they were (RecordHeld may record the outcome anew).
+	// they were (SettleHeld may record the outcome anew).
 	Settle(ctx context.Context, o Outcome) error
 	// Abort ends the transaction, recording nothing.
 	Abort()

@@ -53,9 +53,9 @@ func (s *Store) ClaimHeld(ctx context.Context, p storage.ClaimParams, idle time.
 	return storage.HeldBatch{Batch: b, Tx: tx}, nil
 }
 
-// RecordHeld records a held batch's outcome on its rows still PENDING, in a
+// SettleHeld records a held batch's outcome on its rows still PENDING, in a
 // transaction of its own (one pipeline).
-func (s *Store) RecordHeld(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
+func (s *Store) SettleHeld(ctx context.Context, lease storage.Lease, o storage.Outcome) (storage.Settled, error) {
 	b := &settleBatch{}
 	s.queueHeld(b, lease, o, nil)
 	return s.sendSettle(ctx, "record held batch", b)

@@ -46,7 +46,7 @@ type sqlParams struct {
 	// Block: ORDERING_ON_DEAD=block; a DEAD event stops its key.
 	Block bool
 	// ByAddress: a held claim's settle, in its transaction, finds the rows
-	// where the claim found them; otherwise (RecordHeld, after the
+	// where the claim found them; otherwise (SettleHeld, after the
 	// transaction ended) by id alone, without the claim's created_at
 	// range, which statistics that lag the inserts make look like a better
 	// way in than the primary key.

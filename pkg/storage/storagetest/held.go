@@ -204,8 +204,8 @@ func testHeldTransactionEndsWhenLeftIdle(t *testing.T, h Harness) {
 		t.Fatal("Settle of a transaction the database ended succeeded")
 	}
 	// Recording anew changes nothing another claim owns.
-	if n, err := held.RecordHeld(ctx, left.Lease, storage.Outcome{Delivered: ids}); err != nil || n.Len() != 0 {
-		t.Fatalf("RecordHeld = %+v, %v; want 0 rows: another relay leases it", n, err)
+	if n, err := held.SettleHeld(ctx, left.Lease, storage.Outcome{Delivered: ids}); err != nil || n.Len() != 0 {
+		t.Fatalf("SettleHeld = %+v, %v; want 0 rows: another relay leases it", n, err)
 	}
 	if row := rowOf(t, tb, ids[0]); row.Status != outbox.StatusDelivering || str(row.LockedBy) != "relay-2" {
 		t.Errorf("row %s, want DELIVERING under relay-2", describe(row))
@@ -246,13 +246,13 @@ func testHeldOutcomeRecordedAfterTheTransactionEnded(t *testing.T, h Harness) {
 	ids := insertN(t, tb, 3, "e")
 	b := claimHeld(t, held, storage.ClaimParams{RelayID: "relay-1", Limit: 10})
 	b.Tx.Abort()
-	n, err := held.RecordHeld(ctx, b.Lease, storage.Outcome{
+	n, err := held.SettleHeld(ctx, b.Lease, storage.Outcome{
 		Delivered: ids[:1],
 		Failed:    []storage.Failure{{ID: ids[1], Error: "later", Delay: time.Hour}},
 		Released:  ids[2:],
 	})
 	if err != nil || n != (storage.Settled{Delivered: 1, Failed: 1, Released: 1}) {
-		t.Fatalf("RecordHeld = %+v, %v; want 1 row of each kind", n, err)
+		t.Fatalf("SettleHeld = %+v, %v; want 1 row of each kind", n, err)
 	}
 	rows := byID(t, tb)
 	if rows[ids[0]].Status != outbox.StatusDelivered || rows[ids[1]].Attempts != 1 || rows[ids[2]].Status != outbox.StatusPending {

@@ -4,7 +4,7 @@
 -- their addresses ($1) within their table ($2, the partition on a
 -- partitioned table, where another partition's rows have the same
 -- addresses): while the locks are held no address can hold another row.
--- (RecordHeld, after the transaction ended without this, finds them by id
+-- (SettleHeld, after the transaction ended without this, finds them by id
 -- alone.) No check of each row's id against the batch's: as an array
 -- parameter it is a linear search, 2 µs an event at 500 rows.
 -- statement_timestamp(), not now(): the transaction began at the claim,
