@@ -51,6 +51,14 @@ const (
 	home = "/home/nonroot"
 )
 
+// /etc/passwd and /etc/group: root, and 65532 as nonroot (distroless's
+// names), so that tools show the user. Neither has a login shell.
+var (
+	passwd = "root:x:0:0:root:/root:/sbin/nologin\n" +
+		fmt.Sprintf("nonroot:x:%d:%d:nonroot:%s:/sbin/nologin\n", uid, gid, home)
+	group = "root:x:0:\n" + fmt.Sprintf("nonroot:x:%d:\n", gid)
+)
+
 // CA certificates land where Go (and OpenSSL on Debian) look first.
 const caPath = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -238,9 +246,6 @@ func layer(entries []entry, created time.Time) (v1.Layer, error) {
 // of the binaries.
 func build(o options, relay, cli, ca []byte) (v1.Image, error) {
 	created := time.Unix(o.created, 0).UTC()
-	passwd := "root:x:0:0:root:/root:/sbin/nologin\n" +
-		fmt.Sprintf("nonroot:x:%d:%d:nonroot:%s:/sbin/nologin\n", uid, gid, home)
-	group := "root:x:0:\n" + fmt.Sprintf("nonroot:x:%d:\n", gid)
 	homeDir := dir(strings.TrimPrefix(home, "/"), 0o700)
 	homeDir.uid, homeDir.gid = uid, gid
 	base := []entry{
