@@ -165,6 +165,8 @@ func TestRunWithPodman(t *testing.T) {
 	t.Cleanup(func() { js.DeleteStream(stream) })
 
 	limits := podmanLimits(t)
+	version, _ := podman(t, "--version")
+	t.Logf("%s, podman run %s", strings.TrimSpace(version), strings.Join(limits, " "))
 	// cli runs /app/cli in a container of its own, read-only too.
 	cli := func(args ...string) string {
 		t.Helper()
