@@ -27,24 +27,25 @@ const (
 	natsAddr = "127.0.0.1:4222"
 )
 
-// podmanLimits are the flags that let podman start a container on this
-// kind of machine, where the session runs as root without CAP_SYS_RESOURCE:
+// podmanLimits are the flags that let podman 4.3 start a container on this
+// kind of machine, where the session runs as root without
+// CAP_SYS_RESOURCE, so that no process can raise a hard limit:
 //
-//   - podman asks for RLIMIT_NOFILE 1048576 by default (and containers.conf's
-//     default_ulimits cannot lower what it asks for as root); above the
-//     hard limit this process has (20000 here), setrlimit fails:
-//     crun: "setrlimit `RLIMIT_NOFILE`: Operation not permitted", runc:
-//     "error setting rlimit type 7: operation not permitted".
-//   - podman lowers its own RLIMIT_NPROC to 32768 when it starts, and the
-//     runtime, its child, cannot raise it back to the host's limit, which
-//     podman passes on by default: "setrlimit `RLIMIT_NPROC`" (crun) or
-//     "rlimit type 6" (runc) once nofile is set. Hence at most 32768.
+//   - By default podman writes RLIMIT_NOFILE 1048576 (and RLIMIT_NPROC
+//     32768) into the container's spec. Above this process's hard limit
+//     (20000 here) setrlimit fails: crun "setrlimit `RLIMIT_NOFILE`:
+//     Operation not permitted", runc "error setting rlimit type 7".
+//   - With --ulimit nofile alone, podman asks for RLIMIT_NPROC 1048576,
+//     above the 32768 podman lowers its own limit to when it starts, which
+//     the runtime, its child, inherits: "setrlimit `RLIMIT_NPROC`" (crun),
+//     "rlimit type 6" (runc). Hence nproc at most 32768.
+//   - A containers.conf with `default_ulimits = []` (CONTAINERS_CONF) also
+//     works: podman then writes no rlimits and the container inherits the
+//     host's. The flags need no file.
 //   - crun then stops at "cgroups in hybrid mode not supported, drop all
-//     controllers from cgroupv2" (cgroup v1 controllers with a v2 mount);
-//     runc runs, so the test asks for it when it is installed.
-//
-// So: nofile and nproc at most the hard limits this process has, nproc at
-// most 32768, and runc.
+//     controllers from cgroupv2" (cgroup v1 controllers beside
+//     /sys/fs/cgroup/unified); runc runs, so the test asks for it when it
+//     is installed.
 func podmanLimits(t *testing.T) []string {
 	t.Helper()
 	var nofile, nproc syscall.Rlimit
