@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -158,12 +159,16 @@ func TestRunWithPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close) // after the stream's deletion: cleanups run last first
 	js, err := nc.JetStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { js.DeleteStream(stream) })
+	t.Cleanup(func() {
+		if err := js.DeleteStream(stream); err != nil && !errors.Is(err, nats.ErrStreamNotFound) {
+			t.Errorf("deleting stream %s: %v", stream, err)
+		}
+	})
 
 	limits := podmanLimits(t)
 	version, _ := podman(t, "--version")
