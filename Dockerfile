@@ -33,7 +33,7 @@ RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit
  && mkdir -p /out/app \
  && ln -s /usr/local/bin/relay /out/app/relay \
  && ln -s /usr/local/bin/relay-cli /out/app/cli \
- && mkdir -p /out/root/etc/ssl/certs /out/root/tmp /out/home/nonroot \
+ && mkdir -p /out/root/etc/ssl/certs /out/root/tmp /out/root/home /out/home/nonroot \
  && cp /etc/ssl/certs/ca-certificates.crt /out/root/etc/ssl/certs/ \
  && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >/out/root/etc/passwd \
  && printf 'root:x:0:\nnonroot:x:65532:\n' >/out/root/etc/group \
@@ -50,7 +50,9 @@ LABEL org.opencontainers.image.title="outbox-relay" \
 # /etc/passwd and /etc/group naming 65532 nonroot, the CA certificates, /tmp,
 # and the home directory, owned by 65532 as in make image's.
 COPY --from=build /out/root/ /
-COPY --from=build --chown=65532:65532 /out/home/nonroot /home/nonroot
+# The contents of /out/home, so that /home/nonroot keeps its mode (0700);
+# /home itself, from /out/root, stays root's.
+COPY --from=build --chown=65532:65532 /out/home/ /home/
 COPY --from=build /out/relay /out/relay-cli /usr/local/bin/
 # A directory, so its symbolic links arrive as links (no second copy of
 # the binaries): Open Outbox's /app/relay and /app/cli.
