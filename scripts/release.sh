@@ -2,7 +2,10 @@
 # `make release`: builds relay and relay-cli for linux and darwin on amd64
 # and arm64, stamped with VERSION and COMMIT, packs each pair with LICENSE,
 # README.md and CHANGELOG.md into dist/outbox-relay_<version>_<os>_<arch>.tar.gz,
-# and writes dist/checksums.txt (SHA-256). It publishes nothing.
+# writes a CycloneDX SBOM of each binary beside its archive
+# (dist/outbox-relay_<version>_<os>_<arch>_relay.cdx.json, ..._relay-cli.cdx.json,
+# scripts/sbom.sh), and dist/checksums.txt (SHA-256) of them all. It
+# publishes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,14 +22,11 @@ for target in $targets; do
 	dir="dist/$name"
 	mkdir -p "$dir"
 	echo "==> $name" >&2
-	for cmd in relay relay-cli; do
-		CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$go" build -trimpath \
-			-ldflags "-s -w -X main.version=$version -X main.commit=$commit" \
-			-o "$dir/$cmd" "./cmd/$cmd"
-	done
+	VERSION=$version COMMIT=$commit GO=$go scripts/build-static.sh "$os" "$arch" "$dir"
+	GO=$go scripts/sbom.sh "$version" "dist/${name}_" "$dir/relay" "$dir/relay-cli"
 	cp LICENSE README.md CHANGELOG.md "$dir/"
 	tar -C dist -czf "dist/$name.tar.gz" "$name"
 	rm -rf "$dir"
 done
-(cd dist && sha256sum -- *.tar.gz >checksums.txt)
+(cd dist && sha256sum -- *.tar.gz *.cdx.json >checksums.txt)
 echo "==> dist/: $(cd dist && ls | tr '\n' ' ')" >&2

@@ -2,7 +2,7 @@
 # Makes sure the services that `make test` and `make demo` talk to answer on
 # 127.0.0.1, installing them from Debian packages and starting them when they
 # do not, and that the tools they use are installed.
-# Usage: scripts/services.sh postgres [mariadb] [nats] [rabbitmq] [redis] [docker-compose] [chromium]
+# Usage: scripts/services.sh postgres [mariadb] [nats] [rabbitmq] [redis] [docker-compose] [chromium] [podman]
 #
 # The services are for `go test -race`, which needs cgo and so a C compiler:
 # asking for any of them also installs gcc when it is missing.
@@ -230,6 +230,16 @@ chromium_browser() {
 	apt_install chromium
 }
 
+# podman and runc run the image in `make test-image` (tools/image/run_test.go
+# passes --runtime runc: crun refuses this machine's hybrid cgroups). A
+# machine where they cannot be installed (no root, no package) is told so
+# and goes on: the run test then skips, naming what is missing.
+podman_runtime() {
+	command -v podman >/dev/null && command -v runc >/dev/null && return 0
+	echo "services.sh: installing podman and runc from Debian packages for make test-image" >&2
+	apt_install podman runc
+}
+
 # go test -race needs cgo, and cgo a C compiler and the C library headers.
 c_compiler() {
 	command -v gcc >/dev/null && return 0
@@ -245,8 +255,9 @@ for svc in "$@"; do
 		;;
 	docker-compose) docker_compose ;;
 	chromium) chromium_browser ;;
+	podman) (podman_runtime) || echo "services.sh: podman did not install; the image's run test will skip" >&2 ;;
 	*)
-		echo "services.sh: unknown service $svc (postgres, mariadb, nats, rabbitmq, redis, docker-compose, chromium)" >&2
+		echo "services.sh: unknown service $svc (postgres, mariadb, nats, rabbitmq, redis, docker-compose, chromium, podman)" >&2
 		exit 2
 		;;
 	esac
