@@ -18,14 +18,7 @@ var runTimeValues = []string{"partition", "default", "filters", "order", "dir", 
 // text with nothing left to splice but the values its caller names.
 func TestStatementsAreWholeOnceLoaded(t *testing.T) {
 	t.Parallel()
-	table, err := schema.ParseTable("app.outbox_events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	queries, err := loadQueries(table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, queries := loadedQueries(t)
 	mark := regexp.MustCompile(`{{\s*([a-z_]*)\s*}}`)
 	for name, q := range queries {
 		if strings.Contains(q, "{%") || strings.Contains(q, "%}") {
@@ -58,14 +51,7 @@ func TestStatementsAreWholeOnceLoaded(t *testing.T) {
 // arm).
 func TestClaimArmsShareTheirSecondReads(t *testing.T) {
 	t.Parallel()
-	table, err := schema.ParseTable("app.outbox_events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	queries, err := loadQueries(table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table, queries := loadedQueries(t)
 	_, tmpl, err := loadTemplates(table)
 	if err != nil {
 		t.Fatal(err)
@@ -140,4 +126,18 @@ func TestClaimArmsShareTheirSecondReads(t *testing.T) {
 	if n != 3 {
 		t.Errorf("%d claim statements read the claim arms, want 3 (claim, claim_held, claim_unkeyed)", n)
 	}
+}
+
+// loadedQueries are the statements of a table app.outbox_events, loaded.
+func loadedQueries(t *testing.T) (schema.Table, map[string]string) {
+	t.Helper()
+	table, err := schema.ParseTable("app.outbox_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := loadQueries(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table, queries
 }
