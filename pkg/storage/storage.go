@@ -98,7 +98,7 @@ type Queue interface {
 	// p's zero fields mean their defaults: drivers start with
 	// p.WithDefaults() and keep no defaults of their own.
 	Claim(ctx context.Context, p ClaimParams) (Batch, error)
-	// Settle records the outcome of a batch the lease claimed, in one
+	// Settle writes the outcome of a batch the lease claimed, in one
 	// call, and returns how many rows of each kind it changed. Delivered
 	// rows go to DELIVERED, or with o.Delete are deleted
 	// (DELIVERED_RETENTION=0: no DELIVERED row, no new row version and no
@@ -145,7 +145,7 @@ type HeldQueue interface {
 	// idle for longer than idle, which is how long a relay that hangs
 	// keeps its batch. An empty batch holds no transaction.
 	ClaimHeld(ctx context.Context, p ClaimParams, idle time.Duration) (HeldBatch, error)
-	// SettleHeld records a held batch's outcome after its transaction
+	// SettleHeld writes a held batch's outcome after its transaction
 	// ended without it (HeldTx.Settle failed): in a transaction of its own,
 	// on rows still PENDING, so that delivered events are not delivered
 	// again. It returns how many rows of each kind it changed (none on an
@@ -172,9 +172,9 @@ type HeldTx interface {
 	// Queue). On an error the transaction has ended and the rows are
 	// PENDING as they were.
 	Lease(ctx context.Context, relayID string) (Lease, error)
-	// Settle records the batch's outcome and commits. On an error the
-	// transaction has ended and recorded nothing: the rows are PENDING as
-	// they were (SettleHeld may record the outcome anew).
+	// Settle writes the batch's outcome and commits. On an error the
+	// transaction has ended and wrote nothing: the rows are PENDING as
+	// they were (SettleHeld may write the outcome anew).
 	Settle(ctx context.Context, o Outcome) error
 	// Abort ends the transaction, recording nothing.
 	Abort()
