@@ -290,7 +290,7 @@ func (f *frontier) done(pl frontierPlan, limit int, stamp time.Time, r frontierR
 	again, watched, ahead := r.arms[0], r.arms[1], r.arms[2]
 	// Due rows: a read that stopped short of its limit saw every due row
 	// it was to read up to the statement's now(); rows the ahead arm
-	// pass from now on are due after it.
+	// passes from now on are due after it.
 	// A row another transaction's lock kept from the read stays after
 	// the position.
 	due := again.lastDue
