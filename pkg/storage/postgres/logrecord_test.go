@@ -144,7 +144,7 @@ func TestClaimsBesideTheLogTakeFreshRowsWhileNoStreamHoldsTheLogLock(t *testing.
 // The log reader finds its rows by id and created_at, or by id alone where
 // it could not read created_at, on a plain and a partitioned table; rows a
 // claim took are left alone.
-func TestRecordDeliveredFindsRowsByCreatedAtOrIDAlone(t *testing.T) {
+func TestRecordFindsDeliveredRowsByCreatedAtOrIDAlone(t *testing.T) {
 	t.Parallel()
 	for name, tb := range map[string]*pgtest.Table{"plain": pgtest.New(t), "partitioned": pgtest.NewPartitioned(t, "day")} {
 		t.Run(name, func(t *testing.T) {
